@@ -1,0 +1,5 @@
+import sys
+
+from engine.run import main
+
+sys.exit(main())

@@ -1,0 +1,126 @@
+"""PGD (Madry et al.) for L-inf and L2 with a per-sample eps, and FGSM as its one-step case.
+
+Losses: ``ce``; ``cw`` (max other logit - true logit, clamped at -kappa);
+``ce_t`` (CE on logits / T: Tian et al.'s Temperature-PGD, Sec. 5).
+Every attack works in [0, 1] pixel space, runs the model in eval mode and
+restores its mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from engine.utils import eval_mode
+
+Tensor = torch.Tensor
+
+
+def cw_margin(logits: Tensor, y: Tensor, kappa: float) -> Tensor:
+    """Per-sample CW loss: max_{j != y} z_j - z_y, clamped at -kappa. [B]"""
+    true = logits.gather(1, y[:, None]).squeeze(1)
+    other = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), float("-inf")).amax(1)
+    return (other - true).clamp(min=-kappa)
+
+
+def attack_loss(kind: str, temperature: float = 1.0, kappa: float = 50.0) -> Callable[[Tensor, Tensor], Tensor]:
+    """The per-sample loss an attack ascends. [B]"""
+    if kind == "ce":
+        return lambda z, y: F.cross_entropy(z, y, reduction="none")
+    if kind == "ce_t":
+        return lambda z, y: F.cross_entropy(z / temperature, y, reduction="none")
+    if kind == "cw":
+        return lambda z, y: cw_margin(z, y, kappa)
+    raise ValueError(f"unknown attack loss {kind!r}")
+
+
+def as_per_sample(value: float | Tensor, x: Tensor) -> Tensor:
+    """A scalar or [B] tensor as a [B, 1, ...] tensor that broadcasts against x."""
+    t = torch.as_tensor(value, dtype=x.dtype, device=x.device)
+    if t.dim() == 0:
+        t = t.expand(x.shape[0])
+    return t.view(-1, *([1] * (x.dim() - 1)))
+
+
+def _l2_norm(v: Tensor) -> Tensor:
+    return v.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (v.dim() - 1)))
+
+
+def project(delta: Tensor, eps: Tensor, norm: str) -> Tensor:
+    """Project each sample's perturbation onto its own eps-ball (eps: [B, 1, ...])."""
+    if norm == "linf":
+        return torch.maximum(torch.minimum(delta, eps), -eps)
+    return delta * torch.clamp(eps / _l2_norm(delta), max=1.0)
+
+
+def ascent_step(delta: Tensor, grad: Tensor, step: Tensor, norm: str) -> Tensor:
+    if norm == "linf":
+        return delta + step * grad.sign()
+    return delta + step * grad / _l2_norm(grad)
+
+
+def random_start(x: Tensor, eps: Tensor, norm: str) -> Tensor:
+    if norm == "linf":
+        return (torch.rand_like(x) * 2 - 1) * eps
+    direction = torch.randn_like(x)
+    radius = torch.rand(x.shape[0], device=x.device, dtype=x.dtype).view(-1, *([1] * (x.dim() - 1)))
+    return direction / _l2_norm(direction) * radius * eps
+
+
+@dataclass
+class PGD:
+    """Projected gradient descent. ``perturb(x, y, eps=None)`` -> x_adv.
+
+    ``eps`` (and ``step``) may be overridden per call with a [B] tensor: the
+    class-wise methods give every sample its own margin.
+    """
+
+    model: torch.nn.Module
+    eps: float
+    step: float
+    steps: int
+    norm: str = "linf"
+    random_start: bool = True
+    loss: str = "ce"
+    temperature: float = 1.0
+    kappa: float = 50.0
+    restarts: int = 1
+
+    def perturb(self, x: Tensor, y: Tensor, eps: float | Tensor | None = None,
+                step: float | Tensor | None = None) -> Tensor:
+        eps_b = as_per_sample(self.eps if eps is None else eps, x)
+        step_b = as_per_sample(self.step if step is None else step, x)
+        loss_fn = attack_loss(self.loss, self.temperature, self.kappa)
+        with eval_mode(self.model):
+            best, best_loss = x.detach(), None
+            for _ in range(self.restarts):
+                x_adv, loss = self._run(x.detach(), y, eps_b, step_b, loss_fn)
+                if best_loss is None:
+                    best, best_loss = x_adv, loss
+                else:
+                    better = loss > best_loss
+                    best = torch.where(better.view(-1, *([1] * (x.dim() - 1))), x_adv, best)
+                    best_loss = torch.maximum(loss, best_loss)
+        return best
+
+    def _run(self, x: Tensor, y: Tensor, eps: Tensor, step: Tensor, loss_fn) -> tuple[Tensor, Tensor]:
+        delta = random_start(x, eps, self.norm) if self.random_start else torch.zeros_like(x)
+        delta = (x + delta).clamp(0, 1) - x
+        for _ in range(self.steps):
+            delta.requires_grad_(True)
+            loss = loss_fn(self.model(x + delta), y)
+            (grad,) = torch.autograd.grad(loss.sum(), delta)
+            delta = ascent_step(delta.detach(), grad, step, self.norm)
+            delta = (x + project(delta, eps, self.norm)).clamp(0, 1) - x
+        x_adv = (x + delta).detach()
+        with torch.no_grad():
+            final = loss_fn(self.model(x_adv), y) if self.restarts > 1 else torch.zeros(len(y), device=x.device)
+        return x_adv, final
+
+
+def FGSM(model: torch.nn.Module, eps: float, norm: str = "linf") -> PGD:
+    """One signed-gradient step of size eps from the clean input."""
+    return PGD(model, eps=eps, step=eps, steps=1, norm=norm, random_start=False)

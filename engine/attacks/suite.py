@@ -1,0 +1,76 @@
+"""Evaluation attacks by name: clean, fgsm, pgd<N>, cw<N>, tpgd<N>, aa, aa-fast.
+
+``build_attack(name, model, settings)`` returns an object with
+``perturb(x, y) -> x_adv``; the registry maps a name's family to its builder.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from engine.attacks.pgd import FGSM, PGD
+
+DEFAULT_STEPS = {"pgd": 20, "cw": 20, "tpgd": 20}
+
+
+@dataclass(frozen=True)
+class AttackSettings:
+    """What the named attacks share: the threat model and the papers' knobs."""
+
+    eps: float
+    step: float
+    norm: str = "linf"
+    cw_kappa: float = 50.0
+    tpgd_inv_temperature: float = 5.0
+    restarts: int = 1
+    seed: int = 0
+
+
+class Clean:
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def _pgd(loss: str) -> Callable:
+    def build(model: torch.nn.Module, s: AttackSettings, steps: int) -> PGD:
+        return PGD(model, eps=s.eps, step=s.step, steps=steps, norm=s.norm, loss=loss, kappa=s.cw_kappa,
+                   temperature=1.0 / s.tpgd_inv_temperature, restarts=s.restarts)
+    return build
+
+
+def _autoattack(fast: bool) -> Callable:
+    def build(model: torch.nn.Module, s: AttackSettings, steps: int):
+        from engine.attacks.autoattack import AutoAttackAdapter
+
+        return AutoAttackAdapter(model, s, fast=fast)
+    return build
+
+
+ATTACKS: dict[str, Callable] = {
+    "clean": lambda model, s, steps: Clean(),
+    "fgsm": lambda model, s, steps: FGSM(model, s.eps, s.norm),
+    "pgd": _pgd("ce"),
+    "cw": _pgd("cw"),
+    "tpgd": _pgd("ce_t"),
+    "aa": _autoattack(fast=False),
+    "aa-fast": _autoattack(fast=True),
+}
+
+
+def parse_attack_name(name: str) -> tuple[str, int]:
+    """'pgd20' -> ('pgd', 20); 'cw' -> ('cw', 20); 'aa' -> ('aa', 0)."""
+    match = re.fullmatch(r"(pgd|cw|tpgd)(\d+)?", name)
+    if match:
+        return match.group(1), int(match.group(2) or DEFAULT_STEPS[match.group(1)])
+    if name in ATTACKS:
+        return name, 0
+    raise ValueError(f"unknown attack {name!r}; known: clean, fgsm, pgd<N>, cw<N>, tpgd<N>, aa, aa-fast")
+
+
+def build_attack(name: str, model: torch.nn.Module, settings: AttackSettings):
+    family, steps = parse_attack_name(name)
+    return ATTACKS[family](model, settings, steps)

@@ -1,0 +1,45 @@
+"""The TRADES attack (Zhang et al. 2019): maximise KL(f(x) || f(x')) inside the eps-ball."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.attacks.pgd import as_per_sample, ascent_step, project
+from engine.utils import eval_mode
+
+
+def trades_kl(logits_adv: torch.Tensor, logits_clean: torch.Tensor) -> torch.Tensor:
+    """Per-sample KL(f(x) || f(x')) summed over classes. [B]"""
+    return F.kl_div(F.log_softmax(logits_adv, 1), F.softmax(logits_clean, 1), reduction="none").sum(1)
+
+
+@dataclass
+class TRADESAttack:
+    """x' = x + 0.001 * N(0, 1), then ``steps`` ascent steps on the KL, projected per sample."""
+
+    model: torch.nn.Module
+    eps: float
+    step: float
+    steps: int
+    norm: str = "linf"
+
+    def perturb(self, x: torch.Tensor, y: torch.Tensor | None = None, eps: float | torch.Tensor | None = None,
+                step: float | torch.Tensor | None = None) -> torch.Tensor:
+        eps_b = as_per_sample(self.eps if eps is None else eps, x)
+        step_b = as_per_sample(self.step if step is None else step, x)
+        x = x.detach()
+        with eval_mode(self.model):
+            with torch.no_grad():
+                p_clean = self.model(x)
+            delta = project(0.001 * torch.randn_like(x), eps_b, self.norm)
+            delta = (x + delta).clamp(0, 1) - x
+            for _ in range(self.steps):
+                delta.requires_grad_(True)
+                kl = trades_kl(self.model(x + delta), p_clean).sum()
+                (grad,) = torch.autograd.grad(kl, delta)
+                delta = ascent_step(delta.detach(), grad, step_b, self.norm)
+                delta = (x + project(delta, eps_b, self.norm)).clamp(0, 1) - x
+        return (x + delta).detach()

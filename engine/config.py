@@ -1,0 +1,244 @@
+"""Run profiles: TOML -> frozen dataclasses, strictly checked.
+
+Torch-free: `fairtui` validates a profile with this module before it starts an
+engine process. Every error is a :class:`ProfileError` whose message reads
+``FILE: KEY: what is wrong``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from engine.method_params import METHOD_PARAMS, MethodParams
+from engine.profile_schema import ProfileError, build, field, to_table, unknown_key_message
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DATASETS = ("digits", "gaussian", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn", "stl10",
+            "tiny_imagenet")
+ARCHS = ("small_cnn", "mlp", "preact_resnet18", "resnet18", "wide_resnet")
+# Attack names for evaluation: fixed names plus pgd<N> / cw<N> / tpgd<N> for any step count.
+ATTACK_NAME = re.compile(r"^(clean|fgsm|aa|aa-fast|(pgd|cw|tpgd)(\d+)?)$")
+CHECKPOINTS = ("last", "best", "ema", "fawa")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = field("digits", choices=DATASETS)
+    root: str = field("data")
+    download: bool = field(False)
+    val_per_class: int = field(0, min=0)
+    val_fraction: float = field(0.1, min=0.0, max=0.9)
+    train_per_class: int = field(0, min=0)  # 0: all of the training data
+    test_per_class: int = field(0, min=0)  # 0: all of the test data
+    batch_size: int = field(128, min=1)
+    eval_batch_size: int = field(256, min=1)
+    augment: str = field("auto", choices=("auto", "none", "crop_flip", "crop"))
+    # The synthetic `gaussian` data set (FRL Eq. 2 generalised to K classes).
+    gaussian_classes: int = field(4, min=2)
+    gaussian_dim: int = field(16, min=1)
+    gaussian_eta: float = field(0.1, gt=0.0)
+    gaussian_sigma: float = field(0.1, gt=0.0)
+    gaussian_var_ratio: float = field(3.0, min=1.0)
+    gaussian_train_per_class: int = field(500, min=1)
+    gaussian_test_per_class: int = field(500, min=1)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = field("small_cnn", choices=ARCHS)
+    depth: int = field(34, min=10)  # WideResNet only
+    width: int = field(10, min=1)  # WideResNet widen factor; hidden width factor of small_cnn / mlp
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = field(10, min=1)
+    lr: float = field(0.1, gt=0.0)
+    momentum: float = field(0.9, min=0.0, max=1.0)
+    nesterov: bool = field(False)
+    weight_decay: float = field(5e-4, min=0.0)
+    schedule: str = field("piecewise", choices=("piecewise", "cosine", "constant"))
+    milestones: tuple[int, ...] = field((), items_min=1)
+    gamma: float = field(0.1, gt=0.0, max=1.0)
+    ema_decay: float = field(0.0, min=0.0, max=0.99999)  # 0: no EMA of weights
+    device: str = field("auto", choices=("auto", "cpu", "cuda"))
+    amp: str = field("none", choices=("none", "bf16"))
+    channels_last: bool = field(False)
+    threads: int = field(0, min=0)  # 0: PyTorch's default
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    """The training attack (and the defaults of the evaluation attacks)."""
+
+    norm: str = field("linf", choices=("linf", "l2"))
+    eps: float = field(8 / 255, fraction=True, gt=0.0)
+    step: float = field(2 / 255, fraction=True, gt=0.0)
+    steps: int = field(10, min=1)
+    random_start: bool = field(True)
+    loss: str = field("ce", choices=("ce", "cw", "ce_t"))
+    temperature: float = field(1.0, gt=0.0)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    attacks: tuple[str, ...] = field(("pgd20",))
+    val_attack: str = field("pgd10")
+    checkpoints: tuple[str, ...] = field(("last", "best"))
+    eps: Optional[float] = field(None, fraction=True, gt=0.0)  # default: attack.eps
+    step: Optional[float] = field(None, fraction=True, gt=0.0)  # default: attack.step
+    cw_kappa: float = field(50.0, min=0.0)
+    tpgd_inv_temperature: float = field(5.0, gt=0.0)
+    restarts: int = field(1, min=1)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str = field("run")
+    seed: int = field(0, min=0)
+    description: str = field("")
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    attack: AttackConfig = AttackConfig()
+    method: MethodParams = dataclasses.field(default_factory=lambda: METHOD_PARAMS["pgd_at"]())
+    eval: EvalConfig = EvalConfig()
+
+    def to_table(self) -> dict:
+        table = to_table(self)
+        table["method"] = {"name": self.method.name, **table["method"]}
+        return table
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "attack": AttackConfig,
+            "eval": EvalConfig}
+TOP_LEVEL = ("name", "seed", "description")
+
+
+def _check_attack_names(names: tuple[str, ...], file: str, key: str) -> None:
+    for name in names:
+        if not ATTACK_NAME.match(name):
+            raise ProfileError(file, key, f"unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, "
+                               "pgd100), cw<N>, tpgd<N>, aa, aa-fast")
+
+
+def _build_method(table: Any, file: str) -> MethodParams:
+    if not isinstance(table, dict):
+        raise ProfileError(file, "method", "expected a table")
+    name = table.get("name", "pgd_at")
+    if name not in METHOD_PARAMS:
+        raise ProfileError(file, "method.name", f"unknown method {name!r}; choose from "
+                           f"{', '.join(METHOD_PARAMS)}")
+    params = build(METHOD_PARAMS[name], {k: v for k, v in table.items() if k != "name"}, file, "method.",
+                   skip=("name",))
+    params.validate(file)
+    return params
+
+
+def profile_from_table(raw: dict, file: str) -> Profile:
+    """Build and check a whole profile from its parsed TOML table."""
+    known = list(TOP_LEVEL) + list(SECTIONS) + ["method"]
+    for key in raw:
+        if key not in known:
+            raise ProfileError(file, key, unknown_key_message(key, known))
+    top = build(Profile, {k: raw[k] for k in TOP_LEVEL if k in raw}, file, "",
+                skip=tuple(SECTIONS) + ("method",))
+    sections = {name: build(cls, raw.get(name, {}), file, name + ".") for name, cls in SECTIONS.items()}
+    method = _build_method(raw.get("method", {}), file)
+    profile = dataclasses.replace(top, method=method, **sections)
+    return _resolve(profile, file)
+
+
+def _resolve(p: Profile, file: str) -> Profile:
+    """Fill derived defaults and check the relations between sections."""
+    _check_attack_names(p.eval.attacks, file, "eval.attacks")
+    _check_attack_names((p.eval.val_attack,), file, "eval.val_attack")
+    for ckpt in p.eval.checkpoints:
+        if ckpt not in CHECKPOINTS:
+            raise ProfileError(file, "eval.checkpoints", f"unknown checkpoint {ckpt!r}; choose from "
+                               f"{', '.join(CHECKPOINTS)}")
+    if p.attack.norm == "linf" and p.attack.eps > 1:
+        raise ProfileError(file, "attack.eps", f"an L-inf eps must be in (0, 1] (inputs are in [0, 1]), got "
+                           f"{p.attack.eps}")
+    if list(p.train.milestones) != sorted(p.train.milestones):
+        raise ProfileError(file, "train.milestones", "must be increasing")
+    if p.data.dataset == "gaussian" and p.model.arch != "mlp":
+        raise ProfileError(file, "model.arch", "the gaussian data set is a vector: use arch = \"mlp\"")
+    ev = dataclasses.replace(p.eval, eps=p.eval.eps or p.attack.eps, step=p.eval.step or p.attack.step)
+    if p.attack.norm == "linf" and ev.eps > 1:
+        raise ProfileError(file, "eval.eps", f"an L-inf eps must be in (0, 1], got {ev.eps}")
+    return dataclasses.replace(p, eval=ev)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``KEY=VALUE``; VALUE is read as a TOML value, else taken as a plain string."""
+    if "=" not in text:
+        raise ProfileError("--set", text, "expected KEY=VALUE, e.g. train.epochs=3")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
+        raise ProfileError("--set", key, "expected a dotted key such as method.lambda1")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key, parsed
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Return a copy of ``raw`` with every ``KEY=VALUE`` set at its dotted path."""
+    import copy
+
+    out = copy.deepcopy(raw)
+    for text in overrides:
+        key, value = parse_override(text)
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ProfileError("--set", key, f"{part!r} is not a table")
+        node[parts[-1]] = value
+    return out
+
+
+def read_toml(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ProfileError(str(path), "", "no such profile file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ProfileError(str(path), "", f"not valid TOML: {err}") from None
+
+
+def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
+    """Read, override and check a profile file. Raises :class:`ProfileError`."""
+    raw = read_toml(path)
+    if overrides:
+        raw = apply_overrides(raw, list(overrides))
+        try:
+            return profile_from_table(raw, str(path))
+        except ProfileError as err:
+            # Name --set as the culprit when the bad key was set there.
+            keys = {parse_override(o)[0] for o in overrides}
+            if err.key in keys:
+                raise ProfileError("--set", err.key, err.problem) from None
+            raise
+    return profile_from_table(raw, str(path))
+
+
+def dumps_profile(profile: Profile) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(profile.to_table())

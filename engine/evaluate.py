@@ -1,0 +1,60 @@
+"""Per-class evaluation of a model under a named attack on a data split."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from engine import metrics
+from engine.data import TensorData
+from engine.utils import Runtime, eval_mode
+
+ProgressFn = Callable[[int, int], None]
+
+
+def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runtime, batch_size: int,
+            progress: ProgressFn | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean and adversarial predictions for every sample of ``data``. Two [N] int64 tensors on the CPU."""
+    clean, adv = [], []
+    n = len(data)
+    batches = (n + batch_size - 1) // batch_size
+    with eval_mode(model):
+        for b, start in enumerate(range(0, n, batch_size)):
+            x = data.images(slice(start, start + batch_size)).to(runtime.device)
+            y = data.y[start:start + batch_size].to(runtime.device)
+            with torch.no_grad(), runtime.autocast():
+                clean.append(model(x).argmax(1).cpu())
+            x_adv = attack.perturb(x, y)
+            with torch.no_grad(), runtime.autocast():
+                adv.append(model(x_adv).argmax(1).cpu())
+            if progress is not None:
+                progress(b + 1, batches)
+    empty = torch.zeros(0, dtype=torch.long)
+    return (torch.cat(clean) if clean else empty), (torch.cat(adv) if adv else empty)
+
+
+def per_class_result(y: torch.Tensor, clean_pred: torch.Tensor, adv_pred: torch.Tensor,
+                     num_classes: int) -> dict[str, Any]:
+    """The `eval_result` numbers: per-class clean / robust accuracy and the summary metrics."""
+    clean_c, robust_c = metrics.ClassCounter(num_classes), metrics.ClassCounter(num_classes)
+    clean_c.add(y, clean_pred == y)
+    robust_c.add(y, adv_pred == y)
+    clean_acc, robust_acc = clean_c.per_class(), robust_c.per_class()
+    s = metrics.summary(robust_acc)
+    return {
+        "clean_acc_per_class": clean_acc, "robust_acc_per_class": robust_acc,
+        "avg_clean": metrics.average(clean_acc), "worst_clean": metrics.worst(clean_acc),
+        "avg_robust": s["avg"], "worst_robust": s["worst"], "worst20_robust": s["worst20"],
+        "cv": s["cv"], "mcd": s["mcd"], "cv_clean": metrics.class_wise_variance(clean_acc),
+        "boundary_error_per_class": [None if c is None or r is None else c - r
+                                     for c, r in zip(clean_acc, robust_acc)],
+        "confusion_matrix": confusion_matrix(y, adv_pred, num_classes),
+        "n_per_class": clean_c.total.long().tolist(),
+    }
+
+
+def confusion_matrix(y: torch.Tensor, pred: torch.Tensor, num_classes: int) -> list[list[int]]:
+    """Rows: true class; columns: predicted class (under attack, the robustness confusion matrix)."""
+    flat = torch.bincount(y * num_classes + pred, minlength=num_classes * num_classes)
+    return flat.view(num_classes, num_classes).tolist()

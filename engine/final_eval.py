@@ -1,0 +1,53 @@
+"""After training: evaluate the profile's checkpoints under the profile's attacks on the test split."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import TYPE_CHECKING
+
+from engine.attacks.suite import build_attack
+from engine.checkpoint import CheckpointError
+from engine.evaluate import per_class_result, predict
+
+if TYPE_CHECKING:
+    from engine.trainer import Trainer
+
+log = logging.getLogger("engine")
+
+
+def checkpoints_to_evaluate(trainer: "Trainer") -> list[str]:
+    wanted = list(trainer.profile.eval.checkpoints)
+    available = trainer.store.available()
+    # EMA and averaged weights are evaluated whenever the run has them.
+    wanted += [name for name in available if name not in ("last", "best") and name not in wanted]
+    return [name for name in wanted if name in available]
+
+
+def final_evaluation(trainer: "Trainer") -> None:
+    from engine.trainer import StopRequested
+
+    model = copy.deepcopy(trainer.model)
+    test = trainer.splits.test
+    for checkpoint in checkpoints_to_evaluate(trainer):
+        try:
+            weights, epoch = trainer.store.weights(checkpoint, trainer.rt.device)
+        except CheckpointError as err:
+            log.warning("skipping %s: %s", checkpoint, err)
+            continue
+        model.load_state_dict(weights)
+        for attack_name in trainer.profile.eval.attacks:
+            attack = build_attack(attack_name, model, trainer.attack_settings())
+
+            def progress(b: int, n: int, _a: str = attack_name, _c: str = checkpoint) -> None:
+                if trainer.stop_flag():
+                    raise StopRequested()
+                if trainer.progress.due():
+                    trainer.progress.update("test", trainer.profile.train.epochs, b, n, attack=_a, checkpoint=_c)
+
+            clean, adv = predict(model, test, attack, trainer.rt, trainer.profile.data.eval_batch_size, progress)
+            result = per_class_result(test.y, clean, adv, trainer.k)
+            trainer.events.emit("eval_result", split="test", checkpoint=checkpoint, epoch=epoch,
+                                attack=attack_name, **result)
+            log.info("test %s @ %s (epoch %d): clean %.3f  robust %.3f  worst %.3f", attack_name, checkpoint,
+                     epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])

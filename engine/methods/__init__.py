@@ -1,0 +1,16 @@
+"""Method registry: a profile's `method.name` -> the class that trains with it."""
+
+from __future__ import annotations
+
+from engine.methods.base import Method, MethodContext, StepOutput, ValResult
+from engine.methods.standard import PGDAT, TRADES, Natural
+
+METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (Natural, PGDAT, TRADES)}
+
+
+def build_method(ctx: MethodContext) -> Method:
+    params = ctx.profile.method
+    return METHODS[params.name](params, ctx)
+
+
+__all__ = ["METHODS", "Method", "MethodContext", "StepOutput", "ValResult", "build_method"]

@@ -1,0 +1,128 @@
+"""What a training method is: a loss on a batch plus class-wise state between epochs.
+
+The loop owns the optimiser, the schedule and the model's mode; a method only
+computes a loss (timm's training-task split). Class-wise methods change three
+per-class vectors that the shared losses read: ``eps_per_class`` (margins),
+``weight_nat`` / ``weight_bndy`` (loss weights) and ``beta_per_class`` (TRADES betas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import AttackConfig, Profile
+from engine.method_params import MethodParams
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class StepOutput:
+    loss: Tensor  # scalar
+    logits_adv: Tensor | None  # [B, K] the training adversarial predictions
+    logits_clean: Tensor | None  # [B, K]
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class ValResult:
+    """Per-class accuracies on the validation split, measured by the loop after every epoch."""
+
+    clean_acc_per_class: list[float]
+    robust_acc_per_class: list[float]
+
+
+@dataclass
+class MethodContext:
+    num_classes: int
+    profile: Profile
+    device: torch.device
+    # Runs a model over the validation split with the given per-batch function (for methods that
+    # need their own validation pass, e.g. WAT's TRADES losses).
+    val_batches: Callable[[], Any] | None = None
+
+    @property
+    def attack(self) -> AttackConfig:
+        return self.profile.attack
+
+
+def weighted_mean(values: Tensor, weights: Tensor) -> Tensor:
+    """sum(w * v) / sum(w): FRL's normalised class-weighted loss; the plain mean for equal weights."""
+    return (weights * values).sum() / weights.sum().clamp_min(1e-12)
+
+
+class Method:
+    """Base class. Subclasses set ``name`` and implement :meth:`loss`."""
+
+    name: str = ""
+    # Measure the validation split before the first epoch too (FRL updates from it).
+    needs_initial_val: bool = False
+
+    def __init__(self, params: MethodParams, ctx: MethodContext):
+        self.params = params
+        self.ctx = ctx
+        k, dev = ctx.num_classes, ctx.device
+        self.eps_per_class = torch.full((k,), ctx.attack.eps, device=dev)
+        self.weight_nat = torch.ones(k, device=dev)
+        self.weight_bndy = torch.ones(k, device=dev)
+        self.beta_per_class = torch.zeros(k, device=dev)
+
+    # -- per batch ------------------------------------------------------------------------------
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+        raise NotImplementedError
+
+    def step_for(self, eps: Tensor) -> Tensor | float:
+        """The attack step for these per-sample margins (the profile's fixed step by default)."""
+        return self.ctx.attack.step
+
+    # -- between epochs -------------------------------------------------------------------------
+    def start_epoch(self, epoch: int, val: ValResult | None) -> None:
+        """Set the class-wise state epoch ``epoch`` (1-based) trains with."""
+
+    def end_epoch(self, epoch: int, model: torch.nn.Module, train_robust_acc: list[float | None],
+                  val: ValResult) -> None:
+        """Measure what the next epoch needs (after the loop's validation pass)."""
+
+    def method_state(self) -> dict[str, Any]:
+        """The class-wise state for the `epoch_end` event (DESIGN.md names)."""
+        return {}
+
+    def measurements(self) -> dict[str, Any]:
+        """What end_epoch measured in this epoch, merged into the epoch's `method_state`."""
+        return {}
+
+    def selection_score(self, val: ValResult, val_extra: dict[str, Any]) -> float:
+        """Higher is better: the best checkpoint maximises validation average + worst robust accuracy."""
+        acc = val.robust_acc_per_class
+        return sum(acc) / len(acc) + min(acc)
+
+    def averaged_models(self) -> dict[str, dict[str, Tensor]]:
+        """Extra weights to evaluate at the end (e.g. CFA's FAWA), by checkpoint name."""
+        return {}
+
+    # -- checkpoint -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"eps_per_class": self.eps_per_class, "weight_nat": self.weight_nat,
+                "weight_bndy": self.weight_bndy, "beta_per_class": self.beta_per_class}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("eps_per_class", "weight_nat", "weight_bndy", "beta_per_class"):
+            getattr(self, key).copy_(state[key])
+
+
+def clean_predictions(model: torch.nn.Module, x: Tensor) -> Tensor:
+    """Clean logits in eval mode without gradients, for per-class training clean accuracy. [B, K]"""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    model.train(was_training)
+    return logits
+
+
+def ce_per_sample(logits: Tensor, y: Tensor) -> Tensor:
+    return F.cross_entropy(logits, y, reduction="none")

@@ -1,0 +1,95 @@
+"""The baselines: natural training, PGD-AT (Madry et al.) and TRADES (Zhang et al.).
+
+Both adversarial losses read the class-wise vectors of :class:`Method`, so the
+fairness methods reuse them by changing margins, weights and betas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.attacks.pgd import PGD
+from engine.attacks.trades import TRADESAttack, trades_kl
+from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample, clean_predictions, \
+    weighted_mean
+from engine.method_params import MethodParams
+from engine.profile_schema import ProfileError
+
+Tensor = torch.Tensor
+
+
+class Natural(Method):
+    name = "natural"
+
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+        logits = model(x)
+        return StepOutput(ce_per_sample(logits, y).mean(), None, logits.detach())
+
+
+class PGDAT(Method):
+    """min E[ w_y * CE(f(x'), y) ], x' = PGD(x) with eps_y: PGD-AT with class-wise margins and weights."""
+
+    name = "pgd_at"
+
+    def __init__(self, params: MethodParams, ctx: MethodContext):
+        super().__init__(params, ctx)
+        a = ctx.attack
+        self.attack = PGD(None, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore[arg-type]
+                          random_start=a.random_start, loss=a.loss, temperature=a.temperature)
+
+    def adversarial(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        eps = self.eps_per_class[y]
+        self.attack.model = model
+        return self.attack.perturb(x, y, eps=eps, step=self.step_for(eps))
+
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+        x_adv = self.adversarial(model, x, y)
+        logits_clean = clean_predictions(model, x)
+        logits_adv = model(x_adv)
+        loss = weighted_mean(ce_per_sample(logits_adv, y), self.weight_nat[y])
+        return StepOutput(loss, logits_adv.detach(), logits_clean)
+
+
+class TRADES(Method):
+    """CE(f(x), y) + beta_y * KL(f(x) || f(x')), each term class-weighted.
+
+    With `beta_per_class` this is Tian et al.'s class-wise TRADES (Eq. 5); with
+    `scale_by_one_plus_beta` the loss is divided by (1 + beta_y) as in the CFA
+    authors' code and CFA's CCR.
+    """
+
+    name = "trades"
+
+    def __init__(self, params: MethodParams, ctx: MethodContext):
+        super().__init__(params, ctx)
+        a = ctx.attack
+        self.attack = TRADESAttack(None, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm)  # type: ignore
+        betas = getattr(params, "beta_per_class", ())
+        if betas and len(betas) != ctx.num_classes:
+            raise ProfileError("profile", "method.beta_per_class", f"needs {ctx.num_classes} values (one per "
+                               f"class of {ctx.profile.data.dataset}), got {len(betas)}")
+        self.beta_per_class.copy_(torch.tensor(betas) if betas else torch.full_like(self.beta_per_class,
+                                                                                    params.beta))
+        self.scale = bool(getattr(params, "scale_by_one_plus_beta", False))
+
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+        eps = self.eps_per_class[y]
+        self.attack.model = model
+        x_adv = self.attack.perturb(x, eps=eps, step=self.step_for(eps))
+        logits_clean = model(x)
+        logits_adv = model(x_adv)
+        beta = self.beta_per_class[y]
+        natural = ce_per_sample(logits_clean, y)
+        robust = beta * trades_kl(logits_adv, logits_clean)
+        if self.scale:
+            natural, robust = natural / (1 + beta), robust / (1 + beta)
+        loss = weighted_mean(natural, self.weight_nat[y]) + weighted_mean(robust, self.weight_bndy[y])
+        return StepOutput(loss, logits_adv.detach(), logits_clean.detach(),
+                          {"ce": natural.detach(), "kl": robust.detach()})
+
+    def method_state(self) -> dict[str, Any]:
+        if getattr(self.params, "beta_per_class", ()):
+            return {"beta_per_class": self.beta_per_class.tolist()}
+        return {}

@@ -1,0 +1,27 @@
+"""``progress.json`` in the run folder: where the engine is inside an epoch or an evaluation.
+
+Overwritten atomically at most every ``interval`` seconds, so a reader (the
+headless command, the terminal app) can show a batch bar with an ETA without
+the event stream carrying per-batch events.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from engine.utils import atomic_write_json
+
+
+class Progress:
+    def __init__(self, path: Path, interval: float = 0.5):
+        self.path, self.interval = path, interval
+        self._last = 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() - self._last >= self.interval
+
+    def update(self, phase: str, epoch: int, batch: int, batches: int, **extra: object) -> None:
+        self._last = time.monotonic()
+        atomic_write_json(self.path, {"phase": phase, "epoch": epoch, "batch": batch, "batches": batches,
+                                      "t": time.time(), **extra})

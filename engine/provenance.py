@@ -1,0 +1,40 @@
+"""What a run records about where it came from: code version, environment, host."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def code_version() -> dict[str, str | bool]:
+    from engine import __version__
+
+    out: dict[str, str | bool] = {"engine": __version__}
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5)
+        if commit.returncode == 0:
+            out["git_commit"] = commit.stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "."],
+                                   capture_output=True, text=True, timeout=5)
+            out["git_dirty"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def provenance() -> dict:
+    import numpy
+    import torch
+
+    return {
+        "code": code_version(), "python": sys.version.split()[0], "torch": torch.__version__,
+        "numpy": numpy.__version__, "platform": platform.platform(), "host": socket.gethostname(),
+        "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+    }
