@@ -69,6 +69,19 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+def acquire_lock(run_dir: Path) -> Any:
+    """An exclusive lock on ``<run>/.lock`` for the life of the process; None if another engine holds it."""
+    import fcntl
+
+    fh = open(run_dir / ".lock", "w")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    return fh
+
+
 def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int:
     """Run ``body``; turn its outcome into a `run_finished` event and an exit code."""
     from engine.data import DataError
@@ -102,6 +115,10 @@ def train(run_dir: Path) -> int:
         profile = load_profile(run_dir / "profile.toml")
     except ProfileError as err:
         print(err, file=sys.stderr)
+        return EXIT_USAGE
+    lock = acquire_lock(run_dir)
+    if lock is None:
+        print(f"{run_dir}: another engine is already running this folder", file=sys.stderr)
         return EXIT_USAGE
     stop = StopFlag()
     stop.install()

@@ -1,0 +1,19 @@
+"""Options shared by several commands."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+Home = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)")
+Json = typer.Option(False, "--json", help="print exactly one JSON document on stdout")
+Gpus = typer.Option(None, "--gpus", help="'cpu' or CUDA device indices like 0,1 (sets CUDA_VISIBLE_DEVICES)")
+Detach = typer.Option(False, "--detach", help="start the engine and return at once (it keeps training)")
+
+HomeT = Optional[str]
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    typer.echo(f"fairtui: {message}", err=True)
+    return typer.Exit(code)

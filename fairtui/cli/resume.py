@@ -1,0 +1,42 @@
+"""`fairtui resume RUN`: continue a stopped, failed or lost run from its last checkpoint."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from fairtui.cli.options import Detach, Gpus, Home, HomeT, Json, fail
+
+HELP = "Continue a run from its last checkpoint (same folder, same event stream)."
+
+
+def resume(
+    run_ref: str = typer.Argument(..., metavar="RUN", help="run id, unique id prefix, or name"),
+    gpus: Optional[str] = Gpus,
+    json_out: bool = Json,
+    detach: bool = Detach,
+    home: HomeT = Home,
+) -> None:
+    from engine.profile_schema import ProfileError
+    from fairtui.follow import follow
+    from fairtui.home import RunNotFound, find_run, resolve_home
+    from fairtui.launcher import GpuChoice, start_engine
+    from fairtui.runfolder import RunView
+
+    try:
+        run_dir = find_run(resolve_home(home), run_ref)
+        choice = GpuChoice.parse(gpus)
+    except (RunNotFound, ProfileError) as err:
+        raise fail(str(err)) from None
+    view = RunView.load(run_dir)
+    status = view.status()
+    if status == "running":
+        raise fail(f"run {run_dir.name} is still running (see engine.json); stop it first")
+    if status == "completed":
+        raise fail(f"run {run_dir.name} has completed; nothing to resume", 0)
+    proc = start_engine(run_dir, choice)
+    typer.echo(f"resuming run {run_dir.name}", err=True)
+    if detach:
+        raise typer.Exit(0)
+    raise typer.Exit(follow(run_dir, proc, json_out))

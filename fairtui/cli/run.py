@@ -1,0 +1,45 @@
+"""`fairtui run PROFILE`: validate, create the run folder, start the engine and follow it."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from fairtui.cli.options import Detach, Gpus, Home, HomeT, Json, fail
+
+HELP = "Start a training run from a TOML profile and follow it (Ctrl-C stops it cleanly)."
+
+
+def run(
+    profile: str = typer.Argument(..., help="the TOML profile, e.g. profiles/quickstart.toml"),
+    set_: List[str] = typer.Option([], "--set", help="override a dotted profile key: KEY=VALUE (repeatable)"),
+    name: Optional[str] = typer.Option(None, "--name", help="a name for the run (default: the profile's)"),
+    tag: List[str] = typer.Option([], "--tag", help="a tag for the run (repeatable)"),
+    gpus: Optional[str] = Gpus,
+    json_out: bool = Json,
+    detach: bool = Detach,
+    home: HomeT = Home,
+) -> None:
+    from engine.config import load_profile
+    from engine.profile_schema import ProfileError
+    from fairtui.follow import follow
+    from fairtui.home import resolve_home
+    from fairtui.launcher import GpuChoice, create_run, start_engine
+
+    try:
+        choice = GpuChoice.parse(gpus)
+        overrides = list(set_) + (choice.overrides() if choice else [])
+        resolved = load_profile(profile, overrides)
+    except ProfileError as err:
+        raise fail(str(err)) from None
+    run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
+    proc = start_engine(run_dir, choice)
+    typer.echo(f"run {run_dir.name} started in {run_dir}", err=True)
+    if detach:
+        if json_out:
+            import json
+
+            typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "pid": proc.pid}))
+        raise typer.Exit(0)
+    raise typer.Exit(follow(run_dir, proc, json_out))

@@ -1,0 +1,116 @@
+"""Follow a running engine headless: a Rich progress display, one line per epoch, a table at the end.
+
+Talk (progress, epoch lines) goes to stderr; the final table goes to stdout, or
+with ``--json`` one JSON summary document and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+    TimeRemainingColumn
+
+from fairtui.report import epoch_line, per_class_tables, run_summary
+from fairtui.runfolder import EventTail, RunView
+
+POLL_S = 0.2
+
+
+def _progress_bar(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True)
+
+
+def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False) -> int:
+    """Show the run until its engine exits; return the engine's exit code (Ctrl-C is forwarded)."""
+    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False, soft_wrap=True)
+    tail = EventTail(run_dir / "events.jsonl")
+    interrupted = {"n": 0}
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted["n"] += 1
+        # The engine is in its own session: pass the Ctrl-C on, twice for a hard stop.
+        proc.send_signal(signal.SIGINT)
+        err.print("[yellow]stopping: the engine finishes its batch and keeps its last checkpoint[/]")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    bar = _progress_bar(err)
+    epochs_task = bar.add_task("epochs", total=None)
+    batch_task = bar.add_task("", total=None)
+    class_names: list[str] = []
+    try:
+        with bar:
+            while True:
+                done = proc.poll() is not None
+                for event in tail.read_new():
+                    class_names = _show_event(event, bar, epochs_task, err, class_names)
+                _show_progress(run_dir, bar, batch_task)
+                if done:
+                    break
+                time.sleep(POLL_S)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    code = proc.returncode
+    view = RunView.load(run_dir)
+    if json_out:
+        out.print_json(json.dumps(run_summary(view, exit_code=code)))
+    else:
+        for table in per_class_tables(view):
+            out.print(table)
+        _show_outcome(view, code, err)
+    return code
+
+
+def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list[str]) -> list[str]:
+    kind = event.get("type")
+    if kind == "run_started":
+        names = event.get("class_names", [])
+        cfg = event.get("config", {})
+        bar.update(task, total=cfg.get("train", {}).get("epochs"))
+        err.print(f"[bold]{cfg.get('name', '')}[/]: {cfg.get('method', {}).get('name')} on "
+                  f"{cfg.get('data', {}).get('dataset')} / {cfg.get('model', {}).get('arch')}, "
+                  f"{event.get('num_classes')} classes, device {event.get('device')}, seed {event.get('seed')}")
+    elif kind == "run_resumed":
+        bar.update(task, completed=event.get("epoch", 0))
+        err.print(f"resumed after epoch {event.get('epoch')}")
+    elif kind == "epoch_end":
+        bar.update(task, completed=event["epoch"], total=event.get("epochs"))
+        err.print(epoch_line(event, names))
+    elif kind == "eval_result":
+        err.print(f"test {event.get('attack')} @ {event.get('checkpoint')}: clean {event.get('avg_clean', 0):.3f} "
+                  f"robust {event.get('avg_robust', 0):.3f} worst {event.get('worst_robust', 0):.3f}")
+    return names
+
+
+def _show_progress(run_dir: Path, bar: Progress, task: Any) -> None:
+    try:
+        p = json.loads((run_dir / "progress.json").read_text())
+    except (OSError, ValueError):
+        return
+    label = {"train": "train", "val": "validate", "test": f"test {p.get('attack', '')}"}.get(p.get("phase"), "")
+    if p.get("phase") == "done":
+        bar.update(task, visible=False)
+        return
+    bar.update(task, description=f"  {label} (epoch {p.get('epoch')})", completed=p.get("batch", 0),
+               total=p.get("batches") or None, visible=True)
+
+
+def _show_outcome(view: RunView, code: int, err: Console) -> None:
+    fin = view.finished or {}
+    status = fin.get("status", "lost")
+    if status == "completed":
+        err.print(f"[green]completed[/] run {view.run_id} ({view.run_dir})")
+    else:
+        err.print(f"[red]{status}[/] run {view.run_id}: {fin.get('error', 'the engine exited with code %s' % code)}")
+        if status == "stopped":
+            err.print(f"continue it with: fairtui resume {view.run_id}")
+        else:
+            err.print(f"engine log: {view.run_dir / 'engine.log'}")

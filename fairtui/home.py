@@ -1,0 +1,66 @@
+"""The home folder: ``--home``, else ``$FAIRTUI_HOME``, else ``./.fairtui``; runs live in ``runs/<id>/``."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import secrets
+import time
+from pathlib import Path
+
+
+class RunNotFound(LookupError):
+    """An unknown or ambiguous RUN; the message suggests what exists."""
+
+
+def resolve_home(home: str | Path | None = None) -> Path:
+    if home:
+        return Path(home).expanduser()
+    env = os.environ.get("FAIRTUI_HOME")
+    return Path(env).expanduser() if env else Path.cwd() / ".fairtui"
+
+
+def runs_dir(home: Path) -> Path:
+    return home / "runs"
+
+
+def new_run_id() -> str:
+    """Sortable by creation time, unique without coordination: 20261122-021530-3fa9c1."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def list_run_dirs(home: Path) -> list[Path]:
+    folder = runs_dir(home)
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if (p / "profile.toml").exists()), key=lambda p: p.name)
+
+
+def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
+    """Resolve RUN: an id, a unique id prefix, or a run name (newest run of that name)."""
+    dirs = list_run_dirs(home)
+    ids = {p.name: p for p in dirs}
+    if ref in ids:
+        return ids[ref]
+    prefixed = [p for p in dirs if p.name.startswith(ref)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if len(prefixed) > 1:
+        raise RunNotFound(f"{ref!r} is ambiguous; it starts {len(prefixed)} runs: "
+                          + ", ".join(p.name for p in prefixed[:10]))
+    names = names if names is not None else {p.name: read_name(p) for p in dirs}
+    named = [ids[i] for i, n in names.items() if n == ref and i in ids]
+    if named:
+        return named[-1]
+    close = difflib.get_close_matches(ref, list(ids) + sorted(set(names.values())), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise RunNotFound(f"no run {ref!r} in {runs_dir(home)}{hint}")
+
+
+def read_name(run_dir: Path) -> str:
+    import json
+
+    try:
+        return json.loads((run_dir / "meta.json").read_text()).get("name", run_dir.name)
+    except (OSError, ValueError):
+        return run_dir.name

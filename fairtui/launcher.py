@@ -1,0 +1,86 @@
+"""Create run folders and start engine processes detached from the caller.
+
+The engine runs in its own session with its output in the run folder, so a
+dropped SSH connection or a closed app leaves it training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.config import Profile, dumps_profile
+from engine.profile_schema import ProfileError
+from fairtui.home import new_run_id, runs_dir
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """``--gpus``: None (the engine decides), ``cpu``, or a list of CUDA device indices."""
+
+    cpu: bool = False
+    devices: tuple[int, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def parse(cls, text: str | None) -> "GpuChoice | None":
+        if text is None or text == "":
+            return None
+        if text.strip().lower() == "cpu":
+            return cls(cpu=True)
+        if not re.fullmatch(r"\d+(,\d+)*", text.strip()):
+            raise ProfileError("--gpus", "gpus", f"expected 'cpu' or device indices like 0,1; got {text!r}")
+        return cls(devices=tuple(int(i) for i in text.split(",")))
+
+    def overrides(self) -> list[str]:
+        return ['train.device="cpu"'] if self.cpu else []
+
+    def env(self) -> dict[str, str]:
+        if self.cpu:
+            return {"CUDA_VISIBLE_DEVICES": ""}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.devices))}
+
+    def label(self) -> str:
+        return "cpu" if self.cpu else ",".join(map(str, self.devices))
+
+
+def create_run(home: Path, profile: Profile, profile_path: str, name: str | None, tags: list[str],
+               gpus: GpuChoice | None, extra_meta: dict | None = None) -> Path:
+    """Make ``<home>/runs/<id>/`` with the resolved ``profile.toml`` and ``meta.json``."""
+    run_id = new_run_id()
+    run_dir = runs_dir(home) / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "profile.toml").write_text(dumps_profile(profile))
+    meta = {"run_id": run_id, "name": name or profile.name, "tags": list(tags), "profile_path": profile_path,
+            "gpus": gpus.label() if gpus else None, "created": time.time(), **(extra_meta or {})}
+    write_meta(run_dir, meta)
+    return run_dir
+
+
+def write_meta(run_dir: Path, meta: dict) -> None:
+    tmp = run_dir / ".meta.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    os.replace(tmp, run_dir / "meta.json")
+
+
+def engine_command(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "engine", "train", str(run_dir)]
+
+
+def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str] | None = None) -> subprocess.Popen:
+    """Start the engine detached: its own session, stdin closed, output appended to ``engine.log``."""
+    env = dict(os.environ)
+    if gpus is not None:
+        env.update(gpus.env())
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    log = open(run_dir / "engine.log", "ab")
+    try:
+        return subprocess.Popen(command or engine_command(run_dir), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=log, env=env, start_new_session=True, cwd=os.getcwd())
+    finally:
+        log.close()

@@ -1,0 +1,81 @@
+"""Human and JSON renderings of a run: the epoch line, per-class tables, the summary document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from fairtui.runfolder import RunView
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _argmin(values: list[float | None]) -> int | None:
+    pairs = [(v, i) for i, v in enumerate(values) if v is not None]
+    return min(pairs)[1] if pairs else None
+
+
+def epoch_line(event: dict, names: list[str]) -> str:
+    train, val = event.get("train", {}), event.get("val", {})
+    robust = val.get("robust_acc_per_class") or []
+    worst = _argmin(robust)
+    worst_name = names[worst] if worst is not None and worst < len(names) else worst
+    best = " *" if event.get("is_best") else ""
+    return (f"epoch {event['epoch']:>3}/{event.get('epochs', '?')}  loss {_fmt(train.get('loss'), 4)}  "
+            f"train clean {_fmt(train.get('clean_acc'))} robust {_fmt(train.get('robust_acc'))} | "
+            f"val clean {_fmt(val.get('avg_clean'))} robust {_fmt(val.get('avg_robust'))} "
+            f"worst {_fmt(val.get('worst_robust'))} (class {worst_name})  "
+            f"lr {event.get('lr', 0):.3g}  {event.get('time_s', 0):.1f}s{best}")
+
+
+def per_class_tables(view: RunView) -> list[Table]:
+    """One table per evaluated checkpoint: a row per class, a column per attack, summary rows below."""
+    names = view.class_names()
+    by_ckpt: dict[str, dict[str, dict]] = {}
+    for (split, ckpt, attack), result in view.results().items():
+        by_ckpt.setdefault(f"{split} @ {ckpt} (epoch {result.get('epoch', '?')})", {})[attack] = result
+    tables = []
+    for title, attacks in by_ckpt.items():
+        table = Table(title=f"{view.name} [{view.run_id}]: {title}", title_justify="left")
+        table.add_column("class")
+        first = next(iter(attacks.values()))
+        table.add_column("clean", justify="right")
+        robust_attacks = [a for a in attacks if a != "clean"]
+        for a in robust_attacks:
+            table.add_column(f"robust {a}", justify="right")
+        worst = {a: _argmin(attacks[a]["robust_acc_per_class"]) for a in robust_attacks}
+        for i, name in enumerate(names):
+            cells = [_fmt(first["clean_acc_per_class"][i])]
+            for a in robust_attacks:
+                cell = _fmt(attacks[a]["robust_acc_per_class"][i])
+                cells.append(f"[bold red]{cell} <[/]" if worst[a] == i else cell)
+            table.add_row(name, *cells)
+        table.add_section()
+        for label, key in (("average", "avg_robust"), ("worst class", "worst_robust"),
+                           ("worst 20%", "worst20_robust"), ("CV (fraction^2)", "cv"), ("MCD", "mcd")):
+            clean_key = {"avg_robust": "avg_clean", "worst_robust": "worst_clean", "cv": "cv_clean"}.get(key)
+            clean_cell = _fmt(first.get(clean_key), 4 if key == "cv" else 3) if clean_key else ""
+            table.add_row(label, clean_cell, *[_fmt(attacks[a].get(key), 4 if key == "cv" else 3)
+                                               for a in robust_attacks])
+        tables.append(table)
+    return tables
+
+
+def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
+    """The run as one JSON-ready document (for ``--json``)."""
+    fin = view.finished or {}
+    epochs = view.epochs
+    keep = ("split", "checkpoint", "epoch", "attack", "avg_clean", "avg_robust", "worst_robust",
+            "worst20_robust", "cv", "mcd", "clean_acc_per_class", "robust_acc_per_class")
+    return {
+        "run_id": view.run_id, "name": view.name, "run_dir": str(view.run_dir), "status": view.status(),
+        "error": fin.get("error"), "exit_code": exit_code, "class_names": view.class_names(),
+        "epochs_done": epochs[-1]["epoch"] if epochs else 0, "epochs": view.total_epochs(),
+        "best_epoch": epochs[-1].get("best_epoch") if epochs else None,
+        "method": view.config.get("method", {}).get("name"),
+        "dataset": view.config.get("data", {}).get("dataset"),
+        "results": [{k: r.get(k) for k in keep} for r in view.results().values()],
+    }

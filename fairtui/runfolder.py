@@ -1,0 +1,165 @@
+"""Reading a run folder (the source of truth): metadata, events, status and results.
+
+Plain Python, no Textual and no torch: the commands, the index and the app share it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.events import read_events
+from engine.run import process_start_time
+
+FINAL_STATUSES = ("completed", "failed", "stopped")
+
+
+class EventTail:
+    """Follows a growing ``events.jsonl``: each call returns the complete lines added since the last."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self._partial = path, 0, b""
+
+    def read_new(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                print(f"warning: {self.path}: skipped an unreadable event line", file=sys.stderr)
+                continue
+            if isinstance(event, dict):
+                out.append(event)
+        return out
+
+
+def engine_process(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "engine.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def engine_alive(run_dir: Path) -> bool:
+    """True when the engine recorded in ``engine.json`` is alive on this host (pid and start time match)."""
+    info = engine_process(run_dir)
+    if not info or info.get("host") != socket.gethostname():
+        return False
+    pid = info.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    start = process_start_time(pid)
+    return info.get("proc_start") is None or start == info.get("proc_start")
+
+
+@dataclass
+class RunView:
+    run_dir: Path
+    meta: dict[str, Any]
+    events: list[dict]
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "RunView":
+        try:
+            meta = json.loads((run_dir / "meta.json").read_text())
+        except (OSError, ValueError):
+            meta = {}
+        events, warnings = read_events(run_dir / "events.jsonl")
+        return cls(run_dir, meta, events, warnings)
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name") or self.run_id
+
+    def of_type(self, type_: str) -> list[dict]:
+        return [e for e in self.events if e.get("type") == type_]
+
+    @property
+    def started(self) -> dict | None:
+        found = self.of_type("run_started")
+        return found[0] if found else None
+
+    @property
+    def config(self) -> dict:
+        if self.started:
+            return self.started.get("config", {})
+        try:
+            from engine.config import read_toml
+
+            return read_toml(self.run_dir / "profile.toml")
+        except Exception:  # a broken profile leaves the view usable
+            return {}
+
+    @property
+    def epochs(self) -> list[dict]:
+        """The last `epoch_end` of each epoch, in order (a resume may repeat one)."""
+        by_epoch = {e["epoch"]: e for e in self.of_type("epoch_end") if isinstance(e.get("epoch"), int)}
+        return [by_epoch[k] for k in sorted(by_epoch)]
+
+    @property
+    def finished(self) -> dict | None:
+        """The `run_finished` that closes the latest session, if any."""
+        last = None
+        for e in self.events:
+            if e.get("type") in ("run_started", "run_resumed"):
+                last = None
+            elif e.get("type") == "run_finished":
+                last = e
+        return last
+
+    def status(self) -> str:
+        if self.finished is not None:
+            return self.finished.get("status", "failed")
+        if engine_alive(self.run_dir):
+            return "running"
+        if not self.events and (self.run_dir / "queued").exists():
+            return "queued"
+        return "lost"
+
+    def class_names(self) -> list[str]:
+        if self.started and self.started.get("class_names"):
+            return list(self.started["class_names"])
+        k = len(self.epochs[-1]["val"]["robust_acc_per_class"]) if self.epochs else 0
+        return [str(i) for i in range(k)]
+
+    def results(self) -> dict[tuple[str, str, str], dict]:
+        """The latest `eval_result` per (split, checkpoint, attack)."""
+        out = {}
+        for e in self.of_type("eval_result"):
+            out[(e.get("split", "test"), e.get("checkpoint", "last"), e.get("attack", "?"))] = e
+        return out
+
+    def total_epochs(self) -> int:
+        return int(self.config.get("train", {}).get("epochs", 0))
+
+    def progress(self) -> dict | None:
+        try:
+            return json.loads((self.run_dir / "progress.json").read_text())
+        except (OSError, ValueError):
+            return None
