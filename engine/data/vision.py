@@ -1,7 +1,15 @@
-"""torchvision data sets (and Tiny-ImageNet from folders), loaded into memory as uint8 tensors."""
+"""Image data sets read from their published file formats into uint8 tensors.
+
+The readers parse the formats directly (CIFAR's pickled batches, SVHN's .mat,
+STL-10's binary, MNIST's IDX, Tiny-ImageNet's folders); torchvision is used
+only to download, when ``data.download`` is true. A missing data set is a
+:class:`DataError` that says where it looked and how to get the files.
+"""
 
 from __future__ import annotations
 
+import gzip
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -9,114 +17,178 @@ import torch
 
 from engine.data.datasets import DataError, TensorData
 
-HOW_TO_GET = {
+Loaded = tuple[TensorData, TensorData, list[str]]
+
+EXPECTED = {
     "mnist": "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte",
     "fashion_mnist": "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte",
-    "cifar10": "cifar-10-batches-py/ (the python version of CIFAR-10)",
-    "cifar100": "cifar-100-python/ (the python version of CIFAR-100)",
+    "cifar10": "cifar-10-batches-py/ (data_batch_1..5, test_batch, batches.meta)",
+    "cifar100": "cifar-100-python/ (train, test, meta)",
     "svhn": "train_32x32.mat and test_32x32.mat",
     "stl10": "stl10_binary/ (train_X.bin, train_y.bin, test_X.bin, test_y.bin, class_names.txt)",
     "tiny_imagenet": "tiny-imagenet-200/train/<wnid>/... and tiny-imagenet-200/val/ (class folders, or "
                      "images/ with val_annotations.txt)",
 }
+FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot"]
+IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 
 
-def _missing(name: str, root: Path, download: bool, err: Exception) -> DataError:
-    how = ("set data.download = true (or --set data.download=true) on a machine with network access, "
-           f"or copy the files to {root}/{HOW_TO_GET[name]}")
-    if download:
-        how = f"the download failed ({err}); copy the files to {root}/{HOW_TO_GET[name]}"
-    return DataError(f"data set {name!r} not found under {root.resolve()}: {how}")
-
-
-def _as_data(x: np.ndarray | torch.Tensor, y) -> TensorData:
-    return TensorData(torch.as_tensor(np.asarray(x), dtype=torch.uint8).contiguous(),
+def _data(x: np.ndarray, y) -> TensorData:
+    return TensorData(torch.from_numpy(np.array(x, dtype=np.uint8, order="C")),
                       torch.as_tensor(np.asarray(y), dtype=torch.long))
 
 
-def _torchvision(name: str, root: Path, download: bool) -> tuple[TensorData, TensorData, list[str]]:
-    from torchvision import datasets as tvd
-
-    if name in ("mnist", "fashion_mnist"):
-        cls = tvd.MNIST if name == "mnist" else tvd.FashionMNIST
-        tr, te = cls(root, train=True, download=download), cls(root, train=False, download=download)
-        return _as_data(tr.data.unsqueeze(1), tr.targets), _as_data(te.data.unsqueeze(1), te.targets), \
-            list(tr.classes)
-    if name in ("cifar10", "cifar100"):
-        cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-        tr, te = cls(root, train=True, download=download), cls(root, train=False, download=download)
-        hwc = lambda d: np.ascontiguousarray(d.data.transpose(0, 3, 1, 2))  # noqa: E731  [N, 3, 32, 32]
-        return _as_data(hwc(tr), tr.targets), _as_data(hwc(te), te.targets), list(tr.classes)
-    if name == "svhn":
-        tr = tvd.SVHN(root, split="train", download=download)
-        te = tvd.SVHN(root, split="test", download=download)
-        return _as_data(tr.data, tr.labels), _as_data(te.data, te.labels), [str(i) for i in range(10)]
-    if name == "stl10":
-        tr = tvd.STL10(root, split="train", download=download)
-        te = tvd.STL10(root, split="test", download=download)
-        return _as_data(tr.data, tr.labels), _as_data(te.data, te.labels), list(tr.classes)
-    raise ValueError(name)
+def _unpickle(path: Path) -> dict:
+    with open(path, "rb") as fh:
+        return pickle.load(fh, encoding="latin1")
 
 
-def _read_images(paths: list[Path]) -> torch.Tensor:
+def read_cifar(root: Path, hundred: bool) -> Loaded:
+    base = root / ("cifar-100-python" if hundred else "cifar-10-batches-py")
+    train_files = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
+    label_key = "fine_labels" if hundred else "labels"
+
+    def read(files: list[str]) -> TensorData:
+        parts = [_unpickle(base / f) for f in files]
+        x = np.concatenate([p["data"] for p in parts]).reshape(-1, 3, 32, 32)  # [N, 3, 32, 32]
+        return _data(x, np.concatenate([p[label_key] for p in parts]))
+
+    meta = _unpickle(base / ("meta" if hundred else "batches.meta"))
+    names = meta["fine_label_names" if hundred else "label_names"]
+    return read(train_files), read(["test" if hundred else "test_batch"]), list(names)
+
+
+def read_svhn(root: Path) -> Loaded:
+    from scipy.io import loadmat
+
+    def read(split: str) -> TensorData:
+        mat = loadmat(root / f"{split}_32x32.mat")
+        y = mat["y"].astype(np.int64).squeeze(1)
+        y[y == 10] = 0  # the format stores digit 0 as label 10
+        return _data(mat["X"].transpose(3, 2, 0, 1), y)  # [32, 32, 3, N] -> [N, 3, 32, 32]
+
+    return read("train"), read("test"), [str(i) for i in range(10)]
+
+
+def read_stl10(root: Path) -> Loaded:
+    base = root / "stl10_binary"
+
+    def read(split: str) -> TensorData:
+        x = np.fromfile(base / f"{split}_X.bin", dtype=np.uint8).reshape(-1, 3, 96, 96).transpose(0, 1, 3, 2)
+        y = np.fromfile(base / f"{split}_y.bin", dtype=np.uint8).astype(np.int64) - 1  # labels are 1..10
+        return _data(x, y)
+
+    names = (base / "class_names.txt").read_text().split()
+    return read("train"), read("test"), names
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """An IDX file (MNIST's format), plain or gzipped."""
+    if not path.exists() and path.with_suffix(path.suffix + ".gz").exists():
+        path = path.with_suffix(path.suffix + ".gz")
+    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def read_mnist(root: Path, fashion: bool) -> Loaded:
+    base = root / ("FashionMNIST" if fashion else "MNIST") / "raw"
+
+    def read(prefix: str) -> TensorData:
+        x = _read_idx(base / f"{prefix}-images-idx3-ubyte")[:, None]  # [N, 1, 28, 28]
+        return _data(x, _read_idx(base / f"{prefix}-labels-idx1-ubyte"))
+
+    names = FASHION_CLASSES if fashion else [str(i) for i in range(10)]
+    return read("train"), read("t10k"), names
+
+
+def _read_images(paths: list[Path]) -> np.ndarray:
     from PIL import Image
 
     out = [np.asarray(Image.open(p).convert("RGB"), dtype=np.uint8).transpose(2, 0, 1) for p in paths]
-    return torch.from_numpy(np.stack(out)) if out else torch.zeros(0, 3, 64, 64, dtype=torch.uint8)
-
-
-IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
+    return np.stack(out) if out else np.zeros((0, 3, 64, 64), dtype=np.uint8)
 
 
 def _images_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def tiny_imagenet(root: Path) -> tuple[TensorData, TensorData, list[str]]:
-    """Tiny-ImageNet-200 as downloaded (train/<wnid>/images, val/images + val_annotations.txt)
-    or with val/ already sorted into class folders."""
+def read_tiny_imagenet(root: Path) -> Loaded:
+    """Tiny-ImageNet-200 as distributed (val/images + val_annotations.txt) or with val/ in class folders."""
     base = root / "tiny-imagenet-200"
     if not (base / "train").is_dir():
         raise FileNotFoundError(base / "train")
     wnids = sorted(d.name for d in (base / "train").iterdir() if d.is_dir())
     index = {w: i for i, w in enumerate(wnids)}
-    train_paths, train_y = [], []
-    for w in wnids:
-        paths = _images_under(base / "train" / w)
-        train_paths += paths
-        train_y += [index[w]] * len(paths)
+
+    def from_folders(split: str) -> tuple[list[Path], list[int]]:
+        paths, labels = [], []
+        for w in wnids:
+            found = _images_under(base / split / w)
+            paths += found
+            labels += [index[w]] * len(found)
+        return paths, labels
+
+    train_paths, train_y = from_folders("train")
     annotations = base / "val" / "val_annotations.txt"
     if annotations.exists():
-        val_paths, val_y = [], []
-        for line in annotations.read_text().splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 2:
-                val_paths.append(base / "val" / "images" / parts[0])
-                val_y.append(index[parts[1]])
+        rows = [line.split("\t") for line in annotations.read_text().splitlines() if "\t" in line]
+        val_paths = [base / "val" / "images" / r[0] for r in rows]
+        val_y = [index[r[1]] for r in rows]
     else:
-        val_paths, val_y = [], []
-        for w in wnids:
-            paths = _images_under(base / "val" / w)
-            val_paths += paths
-            val_y += [index[w]] * len(paths)
+        val_paths, val_y = from_folders("val")
     names = wnids
     words = base / "words.txt"
     if words.exists():
         lookup = dict(line.split("\t", 1) for line in words.read_text().splitlines() if "\t" in line)
         names = [lookup.get(w, w).split(",")[0].strip() for w in wnids]
-    return (TensorData(_read_images(train_paths), torch.tensor(train_y, dtype=torch.long)),
-            TensorData(_read_images(val_paths), torch.tensor(val_y, dtype=torch.long)), names)
+    return _data(_read_images(train_paths), train_y), _data(_read_images(val_paths), val_y), names
 
 
-def load_vision(name: str, root: Path, download: bool) -> tuple[TensorData, TensorData, list[str]]:
+READERS = {
+    "mnist": lambda root: read_mnist(root, fashion=False),
+    "fashion_mnist": lambda root: read_mnist(root, fashion=True),
+    "cifar10": lambda root: read_cifar(root, hundred=False),
+    "cifar100": lambda root: read_cifar(root, hundred=True),
+    "svhn": read_svhn,
+    "stl10": read_stl10,
+    "tiny_imagenet": read_tiny_imagenet,
+}
+
+
+def download(name: str, root: Path) -> None:
+    """Fetch a data set with torchvision into ``root`` (needs network access)."""
+    from torchvision import datasets as tvd
+
+    if name == "tiny_imagenet":
+        raise DataError("Tiny-ImageNet has no torchvision download: get tiny-imagenet-200.zip from the "
+                        f"CS231n site and unzip it into {root.resolve()}")
+    fetch = {
+        "mnist": lambda: [tvd.MNIST(root, train=t, download=True) for t in (True, False)],
+        "fashion_mnist": lambda: [tvd.FashionMNIST(root, train=t, download=True) for t in (True, False)],
+        "cifar10": lambda: tvd.CIFAR10(root, download=True),
+        "cifar100": lambda: tvd.CIFAR100(root, download=True),
+        "svhn": lambda: [tvd.SVHN(root, split=s, download=True) for s in ("train", "test")],
+        "stl10": lambda: tvd.STL10(root, split="train", download=True),
+    }
+    fetch[name]()
+
+
+def load_vision(name: str, root: Path, want_download: bool) -> Loaded:
     try:
-        if name == "tiny_imagenet":
-            if download:
-                raise DataError("Tiny-ImageNet has no torchvision download: get tiny-imagenet-200.zip from "
-                                f"the CS231n site and unzip it into {root.resolve()}")
-            return tiny_imagenet(root)
-        return _torchvision(name, root, download)
+        return READERS[name](root)
+    except (FileNotFoundError, OSError, KeyError, ValueError, pickle.UnpicklingError) as err:
+        if not want_download:
+            raise DataError(f"data set {name!r} not found under {root.resolve()} ({err}): set data.download = "
+                            "true (or --set data.download=true) on a machine with network access, or copy "
+                            f"the files to {root.resolve()}/{EXPECTED[name]}") from None
+    try:
+        download(name, root)
     except DataError:
         raise
-    except (RuntimeError, FileNotFoundError, OSError) as err:
-        raise _missing(name, root, download, err) from None
+    except Exception as err:
+        raise DataError(f"downloading {name!r} into {root.resolve()} failed ({err}); copy the files to "
+                        f"{root.resolve()}/{EXPECTED[name]}") from None
+    return READERS[name](root)

@@ -1,0 +1,90 @@
+"""Shared fixtures: tiny profiles on digits that train in seconds on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = """
+name = "tiny"
+seed = 3
+
+[data]
+dataset = "digits"
+val_per_class = 5
+train_per_class = 30
+test_per_class = 10
+batch_size = 50
+
+[model]
+arch = "small_cnn"
+
+[train]
+epochs = 2
+lr = 0.05
+device = "cpu"
+threads = 1
+
+[attack]
+eps = 0.2
+step = 0.07
+steps = 3
+
+[method]
+name = "pgd_at"
+
+[eval]
+attacks = ["pgd5"]
+val_attack = "pgd3"
+"""
+
+
+@pytest.fixture
+def tiny_profile(tmp_path: Path):
+    """Write the tiny profile (with extra TOML appended or `[section] key=value` lines) and return its path."""
+
+    def make(extra: str = "", name: str = "tiny.toml", base: str = TINY) -> Path:
+        path = tmp_path / name
+        path.write_text(base + "\n" + extra)
+        return path
+
+    return make
+
+
+def engine_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def make_run_dir(tmp_path: Path, profile_path: Path, name: str = "run", overrides: tuple[str, ...] = ()) -> Path:
+    from engine.config import dumps_profile, load_profile
+
+    run_dir = tmp_path / "runs" / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "profile.toml").write_text(dumps_profile(load_profile(profile_path, list(overrides))))
+    return run_dir
+
+
+def run_engine(run_dir: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", "train", str(run_dir)], env=engine_env(),
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def events_of(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def fairtui_cmd(*args: str, home: Path, timeout: float = 240, env_extra: dict | None = None):
+    env = engine_env()
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", "from fairtui.cli import main; main()", *args, "--home", str(home)],
+                          env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

@@ -1,0 +1,76 @@
+"""Profiles: strict parsing, clear `FILE: KEY: problem` errors, overrides and the resolved file."""
+
+import pytest
+
+from engine.config import dumps_profile, load_profile, parse_override
+from engine.profile_schema import ProfileError, parse_fraction
+from tests.conftest import ROOT, TINY
+
+
+@pytest.mark.parametrize("extra, key, words", [
+    ("[train]\nepochz = 3", "train.epochz", "unknown key; did you mean 'epochs'"),
+    ("[data]\nbatch_size = \"big\"", "data.batch_size", "expected an integer"),
+    ("[attack]\nnorm = \"linf\"\neps = -0.1", "attack.eps", "greater than 0"),
+    ("[train]\nepochs = 0", "train.epochs", "at least 1"),
+    ("[data]\ndataset = \"cifar11\"", "data.dataset", "did you mean 'cifar10'"),
+    ("[model]\narch = \"resnet50\"", "model.arch", "unknown value 'resnet50'"),
+    ("[eval]\nattacks = [\"pgd20\", \"deepfool\"]", "eval.attacks", "unknown attack 'deepfool'"),
+    ("[method]\nname = \"frll\"", "method.name", "unknown method 'frll'"),
+    ("[method]\nname = \"trades\"\nbeta = \"six\"", "method.beta", "expected a number"),
+    ("[method]\nname = \"pgd_at\"\nbeta = 6.0", "method.beta", "unknown key"),
+    ("[attack]\neps = \"8/0\"", "attack.eps", "fraction"),
+    ("[attack]\neps = 1.5", "attack.eps", "(0, 1]"),
+    ("[train]\nmilestones = [10, 5]", "train.milestones", "increasing"),
+    ("[trian]\nepochs = 3", "trian", "did you mean 'train'"),
+    ("[train]\nema_decay = true", "train.ema_decay", "expected a number"),
+])
+def test_bad_profile_names_file_key_and_problem(tmp_path, extra, key, words):
+    path = tmp_path / "bad.toml"
+    path.write_text(extra)  # everything else takes its default
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: {key}: "), message
+    assert words in message
+
+
+def test_eps_accepts_fraction_strings(tiny_profile):
+    p = load_profile(tiny_profile(base=TINY.replace("eps = 0.2", 'eps = "8/255"')))
+    assert p.attack.eps == pytest.approx(8 / 255)
+    assert p.eval.eps == pytest.approx(8 / 255)  # evaluation inherits the training eps
+    assert parse_fraction("2/255") == pytest.approx(2 / 255)
+
+
+def test_overrides_apply_and_are_checked(tiny_profile):
+    path = tiny_profile()
+    p = load_profile(path, ["train.epochs=5", "method.name=trades", "method.beta=3", "attack.eps=16/255"])
+    assert (p.train.epochs, p.method.name, p.method.beta) == (5, "trades", 3.0)
+    assert p.attack.eps == pytest.approx(16 / 255)
+    with pytest.raises(ProfileError, match=r"^--set: train.epochs: must be at least 1"):
+        load_profile(path, ["train.epochs=0"])
+    with pytest.raises(ProfileError, match=r"^--set: method.lambda9: unknown key"):
+        load_profile(path, ["method.lambda9=0.3"])
+    with pytest.raises(ProfileError, match="expected KEY=VALUE"):
+        load_profile(path, ["train.epochs"])
+    assert parse_override("data.dataset=digits") == ("data.dataset", "digits")
+
+
+def test_resolved_profile_round_trips(tiny_profile, tmp_path):
+    p = load_profile(tiny_profile(), ["method.name=trades", "method.beta=2.5"])
+    out = tmp_path / "resolved.toml"
+    out.write_text(dumps_profile(p))
+    assert load_profile(out) == p
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_profiles_load(path):
+    load_profile(path)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ProfileError, match="no such profile file"):
+        load_profile(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nepochs = 3")
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        load_profile(bad)
