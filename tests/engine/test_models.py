@@ -1,0 +1,60 @@
+"""Every registered model: right output shape, normalisation as the first layer."""
+
+import pytest
+import torch
+
+from engine.config import ModelConfig
+from engine.models import MODELS, Normalize, build_model
+
+
+@pytest.mark.parametrize("arch", sorted(MODELS))
+def test_forward_shape_and_normalisation_first(arch):
+    shape = (16,) if arch == "mlp" else (3, 32, 32)
+    stats = ((0.5,), (0.25,)) if arch == "mlp" else ((0.5,) * 3, (0.25,) * 3)
+    model = build_model(ModelConfig(arch=arch, depth=10, width=1), shape, 7, *stats)
+    assert isinstance(model[0], Normalize)
+    assert model(torch.rand(2, *shape)).shape == (2, 7)
+
+
+def test_normalize_layer_by_hand():
+    layer = Normalize((0.5, 0.0), (0.25, 2.0))
+    x = torch.tensor([[[[1.0]], [[4.0]]]])  # [1, 2, 1, 1]
+    assert layer(x).flatten().tolist() == [2.0, 2.0]
+
+
+def test_small_cnn_takes_any_image_size():
+    for shape in ((1, 8, 8), (1, 28, 28), (3, 96, 96)):
+        model = build_model(ModelConfig(arch="small_cnn"), shape, 10, (0.5,) * shape[0], (0.5,) * shape[0])
+        assert model(torch.rand(2, *shape)).shape == (2, 10)
+
+
+def test_wide_resnet_rejects_a_bad_depth():
+    with pytest.raises(ValueError, match="6n \\+ 4"):
+        build_model(ModelConfig(arch="wide_resnet", depth=30, width=1), (3, 32, 32), 10, (0.5,) * 3, (0.5,) * 3)
+
+
+def test_cpu_runtime_ignores_cuda_only_options():
+    from engine.config import TrainConfig
+    from engine.utils import make_runtime
+
+    rt = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=True))
+    assert rt.device.type == "cpu" and rt.autocast_dtype is None and not rt.channels_last
+
+
+def test_cuda_request_without_a_gpu_is_a_clear_error(monkeypatch):
+    from engine.config import TrainConfig
+    from engine.utils import make_runtime
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+        make_runtime(TrainConfig(device="cuda"))
+
+
+def test_auto_device_picks_cuda_when_the_inventory_has_one(monkeypatch):
+    from engine.config import TrainConfig
+    from engine.utils import make_runtime
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    rt = make_runtime(TrainConfig(device="auto", amp="bf16", channels_last=True))
+    assert rt.device == torch.device("cuda", 0)
+    assert rt.autocast_dtype == torch.bfloat16 and rt.channels_last

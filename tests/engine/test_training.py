@@ -1,0 +1,180 @@
+"""End to end on digits: events follow the schema, checkpoints load, a killed run resumes exactly."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, engine_env, events_of, make_run_dir, run_engine
+
+BASE_KEYS = {"v", "seq", "t", "run_id", "type"}
+
+
+def check_schema(events: list[dict], k: int = 10) -> None:
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    for e in events:
+        assert BASE_KEYS <= set(e), e
+    started = events[0]
+    assert started["type"] == "run_started"
+    assert {"config", "num_classes", "class_names", "device", "seed"} <= set(started)
+    for e in (e for e in events if e["type"] == "epoch_end"):
+        assert {"epoch", "lr", "time_s", "train", "val", "method_state"} <= set(e)
+        assert {"loss", "clean_acc", "robust_acc", "clean_acc_per_class", "robust_acc_per_class"} <= set(e["train"])
+        for key in ("clean_acc_per_class", "robust_acc_per_class"):
+            assert len(e["val"][key]) == k
+            assert all(0 <= a <= 1 for a in e["val"][key])
+    for e in (e for e in events if e["type"] == "eval_result"):
+        assert {"split", "checkpoint", "attack", "clean_acc_per_class", "robust_acc_per_class", "avg_clean",
+                "avg_robust", "worst_robust", "cv", "mcd"} <= set(e)
+    assert events[-1]["type"] == "run_finished"
+
+
+@pytest.mark.parametrize("method", ["natural", "pgd_at", "trades"])
+def test_method_trains_end_to_end(tmp_path, tiny_profile, method):
+    run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=(f"method.name={method}",))
+    proc = run_engine(run_dir)
+    assert proc.returncode == 0, proc.stderr
+    events = events_of(run_dir)
+    check_schema(events)
+    assert events[-1]["status"] == "completed"
+    assert [e["epoch"] for e in events if e["type"] == "epoch_end"] == [1, 2]
+    evals = [(e["checkpoint"], e["attack"]) for e in events if e["type"] == "eval_result"]
+    assert evals == [("last", "pgd5"), ("best", "pgd5")]
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert state["epoch"] == 2 and state["profile"]["method"]["name"] == method
+    assert torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)["model"]
+    assert (run_dir / "engine.json").exists()
+
+
+def wait_for(predicate, timeout: float = 120.0, step: float = 0.02) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        time.sleep(step)
+    raise TimeoutError
+
+
+def epoch_ends(run_dir) -> list[int]:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("type") == "epoch_end":
+            out.append(e["epoch"])
+    return out
+
+
+@pytest.mark.parametrize("method", ["pgd_at", "trades"])
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile, method):
+    profile = tiny_profile()
+    overrides = ("train.epochs=3", f"method.name={method}", "data.train_per_class=60", "train.ema_decay=0.5")
+    straight = make_run_dir(tmp_path, profile, "straight", overrides)
+    assert run_engine(straight).returncode == 0
+
+    killed = make_run_dir(tmp_path, profile, "killed", overrides)
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "train", str(killed)], env=engine_env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: 1 in epoch_ends(killed))
+    time.sleep(0.2)  # somewhere inside epoch 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert "run_finished" not in (killed / "events.jsonl").read_text()
+    resumed = run_engine(killed)
+    assert resumed.returncode == 0, resumed.stderr
+
+    a, b = events_of(straight), events_of(killed)
+    check_schema(b)
+    assert any(e["type"] == "run_resumed" for e in b)
+    finals = lambda evs: [(e["checkpoint"], e["robust_acc_per_class"], e["clean_acc_per_class"])  # noqa: E731
+                          for e in evs if e["type"] == "eval_result"]
+    assert finals(a) == finals(b)
+    ends = lambda evs: {e["epoch"]: e["val"] for e in evs if e["type"] == "epoch_end"}  # noqa: E731
+    assert ends(a) == ends(b)
+    sa = torch.load(straight / "checkpoints" / "last.pt", weights_only=False)
+    sb = torch.load(killed / "checkpoints" / "last.pt", weights_only=False)
+    for key in sa["model"]:
+        assert torch.equal(sa["model"][key], sb["model"][key]), key
+        assert torch.equal(sa["ema"][key], sb["ema"][key]), key
+
+
+def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):
+    run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=("train.epochs=50", "data.train_per_class=60"))
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "train", str(run_dir)], env=engine_env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: 1 in epoch_ends(run_dir))
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    last = events_of(run_dir)[-1]
+    assert last["type"] == "run_finished" and last["status"] == "stopped"
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert state["epoch"] >= 1
+    assert not list((run_dir / "checkpoints").glob(".*"))  # no temp files left behind
+
+
+def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, tiny_profile, monkeypatch):
+    from engine import trainer as trainer_mod
+    from engine.config import load_profile
+    from engine.events import EventWriter
+    from engine.progress import Progress
+    from engine.run import guarded
+    from engine.utils import make_runtime
+
+    run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=("train.epochs=3",))
+    profile = load_profile(run_dir / "profile.toml")
+    real_lr = trainer_mod.lr_at
+    monkeypatch.setattr(trainer_mod, "lr_at", lambda epoch, p: real_lr(epoch, p) if epoch == 1 else 1e30)
+    events = EventWriter(run_dir / "events.jsonl", "run")
+    t = trainer_mod.Trainer(run_dir, profile, make_runtime(profile.train), events, Progress(run_dir / "p.json"),
+                            lambda: False)
+    assert guarded(run_dir, events, t.fit) == 1
+    events.close()
+    last = events_of(run_dir)[-1]
+    assert last["status"] == "failed" and "loss became" in last["error"]
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert state["epoch"] == 1
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.dtype.is_floating_point)
+
+
+def test_bad_profile_in_run_folder_exits_2(tmp_path):
+    run_dir = tmp_path / "runs" / "bad"
+    run_dir.mkdir(parents=True)
+    (run_dir / "profile.toml").write_text("[train]\nepochs = -1\n")
+    proc = run_engine(run_dir)
+    assert proc.returncode == 2
+    assert "train.epochs: must be at least 1" in proc.stderr
+
+
+def test_second_engine_on_the_same_folder_is_refused(tmp_path, tiny_profile):
+    run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=("train.epochs=50",))
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "train", str(run_dir)], env=engine_env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (run_dir / "engine.json").exists())
+        second = run_engine(run_dir)
+        assert second.returncode == 2 and "already running" in second.stderr
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_lr_schedules():
+    from engine.config import Profile, TrainConfig
+    from engine.trainer import lr_at
+
+    p = Profile(train=TrainConfig(lr=0.1, epochs=200, milestones=(100, 150)))
+    assert [lr_at(e, p) for e in (1, 100, 101, 150, 151)] == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])
+    c = Profile(train=TrainConfig(lr=0.1, epochs=10, schedule="cosine"))
+    assert lr_at(1, c) == pytest.approx(0.1) and lr_at(6, c) == pytest.approx(0.05)
+    assert math.isclose(lr_at(10, c), 0.1 * 0.5 * (1 + math.cos(math.pi * 0.9)))

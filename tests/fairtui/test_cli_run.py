@@ -1,0 +1,85 @@
+"""`fairtui run` / `resume` headless: run folder contract, --json, exit codes, --gpus."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import ROOT, engine_env, fairtui_cmd
+
+
+def test_run_json_prints_one_document_and_fills_the_run_folder(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", str(tiny_profile()), "--json", "--name", "t1", "--tag", "a", home=home)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # exactly one JSON document on stdout
+    assert doc["status"] == "completed" and doc["name"] == "t1" and doc["exit_code"] == 0
+    assert len(doc["class_names"]) == 10
+    assert {(r["checkpoint"], r["attack"]) for r in doc["results"]} == {("last", "pgd5"), ("best", "pgd5")}
+    run_dir = home / "runs" / doc["run_id"]
+    for name in ("profile.toml", "events.jsonl", "engine.log", "meta.json", "checkpoints/last.pt",
+                 "checkpoints/best.pt"):
+        assert (run_dir / name).exists(), name
+    assert json.loads((run_dir / "meta.json").read_text())["tags"] == ["a"]
+
+
+def test_run_prints_a_per_class_table(tmp_path, tiny_profile):
+    proc = fairtui_cmd("run", str(tiny_profile()), home=tmp_path / "home")
+    assert proc.returncode == 0, proc.stderr
+    assert "robust pgd5" in proc.stdout and "worst class" in proc.stdout
+    assert "epoch   2/2" in proc.stderr
+
+
+def test_bad_profile_exits_2_and_creates_nothing(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", str(tiny_profile()), "--set", "attack.eps=-1", home=home)
+    assert proc.returncode == 2
+    assert "--set: attack.eps: must be greater than 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (home / "runs").exists()
+    missing = fairtui_cmd("run", str(tmp_path / "nope.toml"), home=home)
+    assert missing.returncode == 2 and "no such profile file" in missing.stderr
+
+
+def test_gpus_sets_the_engine_environment(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", str(tiny_profile()), "--gpus", "cpu", "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = home / "runs" / json.loads(proc.stdout)["run_id"]
+    started = json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])
+    assert started["provenance"]["cuda_visible_devices"] == ""
+    assert started["config"]["train"]["device"] == "cpu"
+    bad = fairtui_cmd("run", str(tiny_profile()), "--gpus", "zero", home=home)
+    assert bad.returncode == 2 and "--gpus" in bad.stderr
+
+
+def test_gpu_choice_environment():
+    from fairtui.launcher import GpuChoice
+
+    assert GpuChoice.parse("0,2").env() == {"CUDA_VISIBLE_DEVICES": "0,2"}
+    assert GpuChoice.parse("cpu").overrides() == ['train.device="cpu"']
+    assert GpuChoice.parse(None) is None
+
+
+def test_ctrl_c_stops_then_resume_completes(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    cmd = [sys.executable, "-c", "from fairtui.cli import main; main()", "run", str(tiny_profile()),
+           "--set", "train.epochs=40", "--set", "data.train_per_class=60", "--home", str(home)]
+    proc = subprocess.Popen(cmd, env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        runs = list((home / "runs").glob("*/events.jsonl")) if (home / "runs").exists() else []
+        if runs and '"epoch_end"' in runs[0].read_text():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "fairtui resume" in err
+    run_id = runs[0].parent.name
+    resumed = fairtui_cmd("resume", run_id[:12], "--json", home=home)
+    assert resumed.returncode == 0, resumed.stderr
+    doc = json.loads(resumed.stdout)
+    assert doc["status"] == "completed" and doc["epochs_done"] == 40
