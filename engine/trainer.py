@@ -111,6 +111,9 @@ class Trainer:
         stats = EpochStats(torch.zeros((), dtype=torch.float64, device=dev),
                            clean=metrics.ClassCounter(self.k, dev), robust=metrics.ClassCounter(self.k, dev))
         batches = (len(data) + bs - 1) // bs
+        labels: list[torch.Tensor] = []  # per-batch flags, counted once at the end of the epoch
+        clean_hits: list[torch.Tensor] = []
+        robust_hits: list[torch.Tensor] = []
         self.model.train()
         for b in range(batches):
             idx = order[b * bs:(b + 1) * bs]
@@ -125,16 +128,22 @@ class Trainer:
             self.optimizer.step()
             stats.loss_sum += out.loss.detach() * len(y)
             stats.n += len(y)
+            labels.append(y)
             if out.logits_clean is not None:
-                stats.clean.add(y, out.logits_clean.argmax(1) == y)
+                clean_hits.append(out.logits_clean.argmax(1) == y)
             if out.logits_adv is not None:
-                stats.robust.add(y, out.logits_adv.argmax(1) == y)
+                robust_hits.append(out.logits_adv.argmax(1) == y)
             if self.stop_flag():
                 raise StopRequested()
             if self.progress.due():
                 self._check_finite(stats, epoch)
                 self.progress.update("train", epoch, b + 1, batches)
         self._check_finite(stats, epoch)
+        y_all = torch.cat(labels)
+        if clean_hits:
+            stats.clean.add(y_all, torch.cat(clean_hits))
+        if robust_hits:
+            stats.robust.add(y_all, torch.cat(robust_hits))
         return stats
 
     def _check_finite(self, stats: EpochStats, epoch: int) -> None:
