@@ -70,6 +70,7 @@ class TrainConfig:
     milestones: tuple[int, ...] = field((), items_min=1)
     gamma: float = field(0.1, gt=0.0, max=1.0)
     ema_decay: float = field(0.0, min=0.0, max=0.99999)  # 0: no EMA of weights
+    ema_start_epoch: int = field(1, min=1)  # CFA's paper starts weight averaging at epoch 50 of 200
     device: str = field("auto", choices=("auto", "cpu", "cuda"))
     amp: str = field("none", choices=("none", "bf16"))
     channels_last: bool = field(False)
@@ -141,7 +142,7 @@ def _build_method(table: Any, file: str) -> MethodParams:
     params = build(METHOD_PARAMS[name], {k: v for k, v in table.items() if k != "name"}, file, "method.",
                    skip=("name",))
     params.validate(file)
-    return params
+    return params.resolved()
 
 
 def profile_from_table(raw: dict, file: str) -> Profile:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from engine import metrics
+from engine.averaging import WeightAverage
 from engine.attacks.suite import AttackSettings, build_attack
 from engine.checkpoint import CheckpointStore
 from engine.config import Profile
@@ -51,22 +52,6 @@ def epoch_order(n: int, seed: int, epoch: int) -> tuple[torch.Tensor, torch.Gene
     return torch.randperm(n, generator=gen), gen
 
 
-class WeightEMA:
-    """theta_bar <- d * theta_bar + (1 - d) * theta over the whole state dict, once per epoch."""
-
-    def __init__(self, model: torch.nn.Module, decay: float):
-        self.decay = decay
-        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-    @torch.no_grad()
-    def update(self, model: torch.nn.Module) -> None:
-        for k, v in model.state_dict().items():
-            if v.dtype.is_floating_point:
-                self.state[k].mul_(self.decay).add_(v.detach(), alpha=1 - self.decay)
-            else:
-                self.state[k].copy_(v)
-
-
 @dataclass
 class EpochStats:
     loss_sum: torch.Tensor
@@ -91,8 +76,8 @@ class Trainer:
         t = profile.train
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
                                          weight_decay=t.weight_decay, nesterov=t.nesterov)
-        self.method: Method = build_method(MethodContext(self.k, profile, runtime.device))
-        self.ema = WeightEMA(self.model, t.ema_decay) if t.ema_decay > 0 else None
+        self.method: Method = build_method(MethodContext(self.k, profile, runtime.device, self.splits.val))
+        self.ema = WeightAverage(t.ema_decay) if t.ema_decay > 0 else None
         self.store = CheckpointStore(run_dir / "checkpoints")
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}
         self.val_attack = build_attack(profile.eval.val_attack, self.model, self.attack_settings())
@@ -169,6 +154,7 @@ class Trainer:
         state = self.store.load_last(self.rt.device)
         if state is None:
             self.events.emit("run_started", **self.run_started_payload())
+            self.method.initialize(self.model)
             return 1
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -213,13 +199,13 @@ class Trainer:
 
     def run_epoch(self, epoch: int) -> None:
         started = time.time()
-        lr = lr_at(epoch, self.profile)
+        lr = self.method.lr_for(epoch, lr_at(epoch, self.profile))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.method.start_epoch(epoch, self.last_val)
         method_state = self.method.method_state()  # what epoch t trains with
         stats = self.train_epoch(epoch)
-        if self.ema is not None:
+        if self.ema is not None and epoch >= self.profile.train.ema_start_epoch:
             self.ema.update(self.model)
         val = self.validate(epoch)
         train_clean, train_robust = stats.clean.per_class(), stats.robust.per_class()

@@ -88,6 +88,9 @@ class PGD:
     temperature: float = 1.0
     kappa: float = 50.0
     restarts: int = 1
+    # FAT (Zhang et al. 2020): a sample's attack stops `early_stop_tau` steps after it is first
+    # misclassified. None: every sample takes every step.
+    early_stop_tau: int | None = None
 
     def perturb(self, x: Tensor, y: Tensor, eps: float | Tensor | None = None,
                 step: float | Tensor | None = None) -> Tensor:
@@ -109,12 +112,24 @@ class PGD:
     def _run(self, x: Tensor, y: Tensor, eps: Tensor, step: Tensor, loss_fn) -> tuple[Tensor, Tensor]:
         delta = random_start(x, eps, self.norm) if self.random_start else torch.zeros_like(x)
         delta = (x + delta).clamp(0, 1) - x
+        early = self.early_stop_tau is not None
+        budget = torch.full_like(y, self.early_stop_tau or 0)
+        active = torch.ones_like(y, dtype=torch.bool)
         for _ in range(self.steps):
             delta.requires_grad_(True)
-            loss = loss_fn(self.model(x + delta), y)
-            (grad,) = torch.autograd.grad(loss.sum(), delta)
-            delta = ascent_step(delta.detach(), grad, step, self.norm)
-            delta = (x + project(delta, eps, self.norm)).clamp(0, 1) - x
+            logits = self.model(x + delta)
+            (grad,) = torch.autograd.grad(loss_fn(logits, y).sum(), delta)
+            moved = ascent_step(delta.detach(), grad, step, self.norm)
+            moved = (x + project(moved, eps, self.norm)).clamp(0, 1) - x
+            if early:
+                wrong = active & (logits.argmax(1) != y)
+                active = active & ~(wrong & (budget == 0))
+                budget = torch.where(wrong & (budget > 0), budget - 1, budget)
+                moved = torch.where(active.view(-1, *([1] * (x.dim() - 1))), moved, delta.detach())
+                if not active.any():
+                    delta = moved
+                    break
+            delta = moved
         x_adv = (x + delta).detach()
         with torch.no_grad():
             final = loss_fn(self.model(x_adv), y) if self.restarts > 1 else torch.zeros(len(y), device=x.device)

@@ -9,7 +9,7 @@ per-class vectors that the shared losses read: ``eps_per_class`` (margins),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -41,13 +41,19 @@ class MethodContext:
     num_classes: int
     profile: Profile
     device: torch.device
-    # Runs a model over the validation split with the given per-batch function (for methods that
-    # need their own validation pass, e.g. WAT's TRADES losses).
-    val_batches: Callable[[], Any] | None = None
+    # The validation split, for methods that measure more than the loop does (WAT's TRADES losses).
+    val: Any = None  # engine.data.TensorData
 
     @property
     def attack(self) -> AttackConfig:
         return self.profile.attack
+
+    def val_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
+        """The validation split in evaluation-sized batches, on the device. x: [B, ...], y: [B]"""
+        bs = self.profile.data.eval_batch_size
+        for start in range(0, len(self.val), bs):
+            yield (self.val.images(slice(start, start + bs)).to(self.device),
+                   self.val.y[start:start + bs].to(self.device))
 
 
 def weighted_mean(values: Tensor, weights: Tensor) -> Tensor:
@@ -80,6 +86,13 @@ class Method:
         return self.ctx.attack.step
 
     # -- between epochs -------------------------------------------------------------------------
+    def initialize(self, model: torch.nn.Module) -> None:
+        """Called once when a run starts fresh (not on resume): e.g. load a pre-trained model."""
+
+    def lr_for(self, epoch: int, scheduled_lr: float) -> float:
+        """The learning rate of ``epoch``; the profile's schedule unless the method has its own."""
+        return scheduled_lr
+
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:
         """Set the class-wise state epoch ``epoch`` (1-based) trains with."""
 

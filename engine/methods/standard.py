@@ -52,6 +52,16 @@ class PGDAT(Method):
         return StepOutput(loss, logits_adv.detach(), logits_clean)
 
 
+class FAT(PGDAT):
+    """PGD-AT on early-stopped PGD examples (Zhang et al. 2020, friendly adversarial training)."""
+
+    name = "fat"
+
+    def __init__(self, params: MethodParams, ctx: MethodContext, tau: int | None = None):
+        super().__init__(params, ctx)
+        self.attack.early_stop_tau = getattr(params, "tau", 0) if tau is None else tau
+
+
 class TRADES(Method):
     """CE(f(x), y) + beta_y * KL(f(x) || f(x')), each term class-weighted.
 

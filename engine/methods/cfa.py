@@ -1,0 +1,93 @@
+"""CFA: Class-wise Calibrated Fair Adversarial training (Wei, Wang, Guo, Wang, CVPR 2023).
+
+t_k is class k's robust accuracy on the training batches' own adversarial
+predictions in the previous epoch (the authors' code: no extra pass).
+- CCM (Eq. 6): eps_k = (lambda1 + t_k) * eps.
+- CCR (TRADES only): beta_k = (lambda2 + t_k) * beta, loss (CE + beta_y KL) / (1 + beta_y).
+  (Algorithm 1 misprints this update with eps.)
+- FAWA: after each epoch from `fawa_start_epoch`, if the validation worst-class robust
+  accuracy is >= delta, theta_bar <- d theta_bar + (1 - d) theta (the first accepted copies).
+Calibration applies from `calibration_start_epoch` (2 in Algorithm 1: epoch 1 has no t_k).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.averaging import WeightAverage
+from engine.method_params import CFAParams, MethodParams, PGDATParams, TRADESParams
+from engine.methods.base import Method, MethodContext, StepOutput, ValResult
+from engine.methods.standard import FAT, PGDAT, TRADES
+
+Tensor = torch.Tensor
+
+
+def calibrated(base_value: float, lam: float, t: Tensor) -> Tensor:
+    """(lambda + t_k) * base: CCM's margins (Eq. 6) and CCR's betas."""
+    return (lam + t) * base_value
+
+
+class CFA(Method):
+    name = "cfa"
+
+    def __init__(self, params: MethodParams, ctx: MethodContext):
+        super().__init__(params, ctx)
+        assert isinstance(params, CFAParams)
+        self.p: CFAParams = params
+        if params.base == "trades":
+            self.inner: Method = TRADES(TRADESParams(beta=params.beta, scale_by_one_plus_beta=True), ctx)
+        elif params.base == "fat":
+            self.inner = FAT(PGDATParams(), ctx, tau=params.fat_tau)
+        else:
+            self.inner = PGDAT(PGDATParams(), ctx)
+        # One set of class-wise vectors: CFA writes them, the base method's loss reads them.
+        self.eps_per_class, self.beta_per_class = self.inner.eps_per_class, self.inner.beta_per_class
+        self.weight_nat, self.weight_bndy = self.inner.weight_nat, self.inner.weight_bndy
+        self.t = torch.zeros(ctx.num_classes, dtype=torch.float64)  # t_k of the latest epoch
+        self.fawa = WeightAverage(params.fawa_decay) if params.fawa else None
+        self.fawa_accepted: bool | None = None
+        self.val_worst_robust: float | None = None
+
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+        return self.inner.loss(model, x, y)
+
+    def end_epoch(self, epoch: int, model: torch.nn.Module, train_robust_acc: list[float | None],
+                  val: ValResult) -> None:
+        # A class absent from this epoch's batches keeps its previous t_k.
+        self.t = torch.tensor([a if a is not None else float(self.t[i]) for i, a in enumerate(train_robust_acc)],
+                              dtype=torch.float64)
+        if epoch + 1 >= self.p.calibration_start_epoch:  # the values epoch + 1 trains with
+            if self.p.ccm:
+                self.eps_per_class.copy_(calibrated(self.ctx.attack.eps, self.p.lambda1, self.t))
+            if self.p.ccr:
+                self.beta_per_class.copy_(calibrated(self.p.beta, self.p.lambda2, self.t))
+        self.fawa_accepted, self.val_worst_robust = None, min(val.robust_acc_per_class)
+        if self.fawa is not None and epoch >= self.p.fawa_start_epoch:
+            self.fawa_accepted = self.val_worst_robust >= self.p.fawa_threshold
+            if self.fawa_accepted:
+                self.fawa.update(model)
+
+    def method_state(self) -> dict[str, Any]:
+        state = {"eps_per_class": self.eps_per_class.tolist()}
+        if self.p.base == "trades":
+            state["beta_per_class"] = self.beta_per_class.tolist()
+        return state
+
+    def measurements(self) -> dict[str, Any]:
+        return {"train_robust_acc_per_class": self.t.tolist(), "fawa_accepted": self.fawa_accepted,
+                "val_worst_robust": self.val_worst_robust}
+
+    def averaged_models(self) -> dict[str, dict[str, Tensor]]:
+        return {"fawa": self.fawa.state} if self.fawa is not None and self.fawa.state is not None else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "t": self.t,
+                "fawa": self.fawa.state if self.fawa is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.t = state["t"].cpu()
+        if self.fawa is not None:
+            self.fawa.state = state["fawa"]

@@ -1,0 +1,169 @@
+"""FRL: Fair Robust Learning (Xu, Liu, Li, Jain, Tang, ICML 2021), Sec. 4 and Algorithm 1.
+
+Between epochs, on the validation split (PGD-20 at eps, measured by the loop):
+    clean_err_k = 1 - clean_acc_k,  bndy_err_k = clean_acc_k - robust_acc_k
+    gamma_nat_k  = clean_err_k - mean(clean_err) - tau1
+    gamma_bndy_k = bndy_err_k  - mean(bndy_err)  - tau2
+Reweight (Algorithm 1, steps 7-8): lambda_nat += alpha1 gamma_nat, lambda_bndy += alpha2 gamma_bndy,
+each projected onto {lambda >= 0, sum(lambda) <= cap}; w_k = 1/K + lambda_k - sum(lambda)/K.
+Remargin (Eq. 11, as a multiplier): lambda_margin += alpha_margin gamma_bndy,
+eps_k = eps * clamp(exp(lambda_margin_k), floor, cap) (or the authors' code form).
+Loss: sum(w_nat[y] CE) / sum(w_nat[y]) + beta * sum(w_bndy[y] KL) / sum(w_bndy[y]).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.method_params import FRLParams, MethodParams, PGDATParams, TRADESParams
+from engine.methods.base import MethodContext, StepOutput, ValResult
+from engine.methods.standard import PGDAT, TRADES
+from engine.profile_schema import ProfileError
+
+Tensor = torch.Tensor
+
+
+def project_multipliers(lam: Tensor, cap: float) -> Tensor:
+    """Clamp at >= 0; if the sum exceeds ``cap``, rescale to sum to ``cap`` (the authors' code)."""
+    lam = lam.clamp(min=0)
+    total = lam.sum()
+    return lam * (cap / total) if total > cap else lam
+
+
+def class_weights(lam: Tensor) -> Tensor:
+    """w_k = 1/K + lambda_k - (1/K) sum(lambda): weights that sum to 1, uniform at lambda = 0."""
+    k = lam.numel()
+    return 1.0 / k + lam - lam.sum() / k
+
+
+def violations(val: ValResult, tau1: float, tau2: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-class clean / boundary errors and their constraint violations gamma_nat / gamma_bndy."""
+    clean = torch.tensor(val.clean_acc_per_class, dtype=torch.float64)
+    robust = torch.tensor(val.robust_acc_per_class, dtype=torch.float64)
+    clean_err, bndy_err = 1 - clean, clean - robust
+    return clean_err, bndy_err, clean_err - clean_err.mean() - tau1, bndy_err - bndy_err.mean() - tau2
+
+
+def resolve_init_checkpoint(ref: str) -> Path:
+    """``init_from`` as a checkpoint file: a .pt file, or a run folder (its best checkpoint)."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        for name in ("best.pt", "last.pt"):
+            if (path / "checkpoints" / name).exists():
+                return path / "checkpoints" / name
+    if path.is_file():
+        return path
+    raise ProfileError("profile", "method.init_from", f"no checkpoint at {ref!r}: give a run (id or name, "
+                       "resolved by `fairtui run`), a run folder or a .pt file")
+
+
+class FRL(TRADES):
+    name = "frl"
+    needs_initial_val = True
+
+    def __init__(self, params: MethodParams, ctx: MethodContext):
+        super().__init__(params, ctx)
+        assert isinstance(params, FRLParams)
+        self.p: FRLParams = params
+        k = ctx.num_classes
+        self.lambda_nat = torch.zeros(k, dtype=torch.float64)
+        self.lambda_bndy = torch.zeros(k, dtype=torch.float64)
+        self.lambda_margin = torch.zeros(k, dtype=torch.float64)
+        self.clean_err = torch.zeros(k, dtype=torch.float64)
+        self.bndy_err = torch.zeros(k, dtype=torch.float64)
+        self.epoch = 0
+        self.pretrain = None
+        if params.pretrain_epochs:
+            self.pretrain = (PGDAT(PGDATParams(), ctx) if params.pretrain_method == "pgd_at"
+                             else TRADES(TRADESParams(beta=params.pretrain_beta), ctx))
+
+    # -- schedule ---------------------------------------------------------------------------------
+    def pretraining(self, epoch: int) -> bool:
+        return epoch <= self.p.pretrain_epochs
+
+    def decay(self, epoch: int) -> float:
+        """lr and alphas x decay_factor every decay_every fine-tuning epochs (paper Sec. 5.1)."""
+        return self.p.decay_factor ** ((epoch - self.p.pretrain_epochs - 1) // self.p.decay_every)
+
+    def lr_for(self, epoch: int, scheduled_lr: float) -> float:
+        return scheduled_lr if self.pretraining(epoch) else self.p.finetune_lr * self.decay(epoch)
+
+    def initialize(self, model: torch.nn.Module) -> None:
+        if self.p.init_from:
+            state = torch.load(resolve_init_checkpoint(self.p.init_from), map_location=self.ctx.device,
+                               weights_only=False)
+            model.load_state_dict(state["model"])
+
+    # -- the multiplier updates ---------------------------------------------------------------------
+    def start_epoch(self, epoch: int, val: ValResult | None) -> None:
+        self.epoch = epoch
+        if self.pretraining(epoch) or val is None:
+            return
+        p, scale = self.p, self.decay(epoch)
+        self.clean_err, self.bndy_err, gamma_nat, gamma_bndy = violations(val, p.tau1, p.tau2)
+        if p.variant == "baseline_reweight":
+            self._baseline_reweight(val, scale)
+            return
+        if p.variant in ("reweight", "reweight_remargin"):
+            self.lambda_nat = project_multipliers(self.lambda_nat + p.alpha1 * scale * gamma_nat, p.lambda_cap)
+            self.lambda_bndy = project_multipliers(self.lambda_bndy + p.alpha2 * scale * gamma_bndy, p.lambda_cap)
+            self.weight_nat.copy_(class_weights(self.lambda_nat))
+            self.weight_bndy.copy_(class_weights(self.lambda_bndy))
+        if p.variant in ("remargin", "reweight_remargin"):
+            self.lambda_margin = self.lambda_margin + p.alpha_margin * scale * gamma_bndy
+            self.eps_per_class.copy_(self.margins())
+
+    def margins(self) -> Tensor:
+        eps = self.ctx.attack.eps
+        if self.p.margin_form == "code":
+            return eps * torch.exp(2 * self.lambda_margin).clamp(0.98, 3.0)
+        return eps * torch.exp(self.lambda_margin).clamp(self.p.margin_floor, self.p.margin_cap)
+
+    def _baseline_reweight(self, val: ValResult, scale: float) -> None:
+        """FRL Table 2's "Baseline Reweight": raise the weight of the class with the highest robust error."""
+        robust_err = 1 - torch.tensor(val.robust_acc_per_class, dtype=torch.float64)
+        worst = int(robust_err.argmax())
+        step = torch.zeros_like(robust_err)
+        step[worst] = robust_err[worst] - robust_err.mean()
+        self.lambda_nat = project_multipliers(self.lambda_nat + self.p.alpha1 * scale * step, self.p.lambda_cap)
+        w = class_weights(self.lambda_nat)
+        self.weight_nat.copy_(w)
+        self.weight_bndy.copy_(w)
+
+    def step_for(self, eps: Tensor) -> Tensor | float:
+        if self.p.margin_form == "code":
+            return float(eps.max()) / 4  # the authors' code: a quarter of the batch's largest margin
+        return self.ctx.attack.step
+
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+        if self.pretraining(self.epoch):
+            return self.pretrain.loss(model, x, y)
+        return super().loss(model, x, y)
+
+    # -- reporting and state ----------------------------------------------------------------------
+    def method_state(self) -> dict[str, Any]:
+        if self.pretraining(self.epoch):
+            return {"phase": f"pretrain ({self.p.pretrain_method})"}
+        state = {"phase": "frl", "clean_err_per_class": self.clean_err.tolist(),
+                 "bndy_err_per_class": self.bndy_err.tolist(), "lambda_nat": self.lambda_nat.tolist(),
+                 "lambda_bndy": self.lambda_bndy.tolist(), "weight_nat": self.weight_nat.tolist(),
+                 "weight_bndy": self.weight_bndy.tolist(), "eps_per_class": self.eps_per_class.tolist()}
+        if self.p.variant in ("remargin", "reweight_remargin"):
+            state["lambda_margin"] = self.lambda_margin.tolist()
+        if self.p.variant == "baseline_reweight":
+            state["class_weights"] = self.weight_nat.tolist()
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "lambda_nat": self.lambda_nat, "lambda_bndy": self.lambda_bndy,
+                "lambda_margin": self.lambda_margin, "clean_err": self.clean_err, "bndy_err": self.bndy_err,
+                "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        for key in ("lambda_nat", "lambda_bndy", "lambda_margin", "clean_err", "bndy_err"):
+            setattr(self, key, state[key].cpu())
+        self.epoch = state["epoch"]
