@@ -1,0 +1,3 @@
+from fairtui.cli import main
+
+main()
