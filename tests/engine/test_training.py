@@ -76,10 +76,25 @@ def epoch_ends(run_dir) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("method", ["pgd_at", "trades"])
+METHOD_CASES = {
+    "pgd_at": ((), set()),
+    "trades": ((), set()),
+    "frl": (("method.pretrain_epochs=1", "method.finetune_lr=0.01"),
+            {"clean_err_per_class", "bndy_err_per_class", "lambda_nat", "lambda_bndy", "lambda_margin",
+             "weight_nat", "weight_bndy", "eps_per_class"}),
+    "cfa": (('method.base="trades"', "method.fawa_start_epoch=1", "method.fawa_threshold=0.0"),
+            {"train_robust_acc_per_class", "eps_per_class", "beta_per_class", "fawa_accepted",
+             "val_worst_robust"}),
+    "wat": ((), {"weights", "val_cost", "val_cost_sum"}),
+}
+
+
+@pytest.mark.parametrize("method", list(METHOD_CASES))
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile, method):
     profile = tiny_profile()
-    overrides = ("train.epochs=3", f"method.name={method}", "data.train_per_class=60", "train.ema_decay=0.5")
+    extra, state_keys = METHOD_CASES[method]
+    overrides = ("train.epochs=3", f"method.name={method}", "data.train_per_class=60", "train.ema_decay=0.5",
+                 *extra)
     straight = make_run_dir(tmp_path, profile, "straight", overrides)
     assert run_engine(straight).returncode == 0
 
@@ -96,6 +111,10 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
 
     a, b = events_of(straight), events_of(killed)
     check_schema(b)
+    last_state = [e for e in b if e["type"] == "epoch_end"][-1]["method_state"]
+    assert state_keys <= set(last_state), state_keys - set(last_state)
+    states = lambda evs: [e["method_state"] for e in evs if e["type"] == "epoch_end"]  # noqa: E731
+    assert states(a) == states(b)  # the method's class-wise state continues exactly
     assert any(e["type"] == "run_resumed" for e in b)
     finals = lambda evs: [(e["checkpoint"], e["robust_acc_per_class"], e["clean_acc_per_class"])  # noqa: E731
                           for e in evs if e["type"] == "eval_result"]
@@ -107,6 +126,9 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
     for key in sa["model"]:
         assert torch.equal(sa["model"][key], sb["model"][key]), key
         assert torch.equal(sa["ema"][key], sb["ema"][key]), key
+    for name, weights in sa["averaged"].items():  # FAWA
+        for key in weights:
+            assert torch.equal(weights[key], sb["averaged"][name][key]), (name, key)
 
 
 def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):
