@@ -50,7 +50,7 @@ def per_class_result(y: torch.Tensor, clean_pred: torch.Tensor, adv_pred: torch.
         "boundary_error_per_class": [None if c is None or r is None else c - r
                                      for c, r in zip(clean_acc, robust_acc)],
         "confusion_matrix": confusion_matrix(y, adv_pred, num_classes),
-        "n_per_class": clean_c.total.long().tolist(),
+        "count_per_class": clean_c.total.long().tolist(),
     }
 
 

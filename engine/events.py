@@ -45,33 +45,77 @@ def read_events(path: str | Path) -> tuple[list[dict], list[str]]:
     return events, warnings
 
 
+def _last_seq(fh) -> int:
+    """The ``seq`` of the last complete event in an open file, or -1."""
+    fh.seek(0, os.SEEK_END)
+    end = fh.tell()
+    chunk = 4096
+    while True:
+        start = max(0, end - chunk)
+        fh.seek(start)
+        lines = fh.read(end - start).split(b"\n")
+        for line in reversed(lines[1:] if start else lines):
+            if line.strip():
+                try:
+                    return int(json.loads(line)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+        if start == 0:
+            return -1
+        chunk *= 4
+
+
 class EventWriter:
-    """Appends events with gap-free ``seq`` numbers, continuing an existing file."""
+    """Appends events with gap-free ``seq`` numbers, continuing an existing file.
+
+    Every write holds an exclusive lock on the file and numbers the event after
+    the file's last one, so a training engine and an evaluation of the same run
+    can append at once without a gap or a repeated ``seq``.
+    """
 
     def __init__(self, path: str | Path, run_id: str):
         self.path = Path(path)
         self.run_id = run_id
-        self._repair_tail()
-        events, _ = read_events(self.path)
-        self.seq = events[-1]["seq"] + 1 if events else 0
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh = open(self.path, "a+b")
+        with self._locked():
+            self._repair_tail()
+            self.seq = _last_seq(self._fh) + 1
+
+    def _locked(self):
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def locked():
+            fcntl.flock(self._fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._fh, fcntl.LOCK_UN)
+        return locked()
 
     def _repair_tail(self) -> None:
         """Drop a half-written last line left by a killed process."""
-        if not self.path.exists():
+        self._fh.seek(0, os.SEEK_END)
+        size = self._fh.tell()
+        if size == 0:
             return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            with open(self.path, "r+b") as fh:
-                fh.truncate(cut)
+        self._fh.seek(size - 1)
+        if self._fh.read(1) != b"\n":
+            self._fh.seek(0)
+            data = self._fh.read()
+            self._fh.truncate(data.rfind(b"\n") + 1)
 
     def emit(self, type_: str, **payload: Any) -> dict:
-        event = {"v": SCHEMA_VERSION, "seq": self.seq, "t": time.time(), "run_id": self.run_id,
-                 "type": type_, **_clean(payload)}
-        self._fh.write(json.dumps(event, separators=(",", ":")) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        with self._locked():
+            self._repair_tail()
+            self.seq = _last_seq(self._fh) + 1
+            event = {"v": SCHEMA_VERSION, "seq": self.seq, "t": time.time(), "run_id": self.run_id,
+                     "type": type_, **_clean(payload)}
+            self._fh.seek(0, os.SEEK_END)
+            self._fh.write((json.dumps(event, separators=(",", ":")) + "\n").encode())
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
         self.seq += 1
         return event
 

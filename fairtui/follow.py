@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
 
@@ -28,11 +29,17 @@ def _progress_bar(console: Console) -> Progress:
                     TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True)
 
 
-def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False) -> int:
-    """Show the run until its engine exits; return the engine's exit code (Ctrl-C is forwarded)."""
+def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
+           eval_request: dict | None = None) -> int:
+    """Show the run (or an evaluation of it) until its engine exits; return the engine's exit code.
+
+    Ctrl-C is forwarded to the engine, which stops cleanly.
+    """
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False, soft_wrap=True)
     tail = EventTail(run_dir / "events.jsonl")
+    if eval_request is not None:
+        tail.read_new()  # an evaluation shows only what it adds
     interrupted = {"n": 0}
 
     def on_sigint(signum: int, frame: Any) -> None:
@@ -46,10 +53,13 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False) -> int
     epochs_task = bar.add_task("epochs", total=None)
     batch_task = bar.add_task("", total=None)
     class_names: list[str] = []
+    warnings = LogWarnings(run_dir / "engine.log")
     try:
         with bar:
             while True:
                 done = proc.poll() is not None
+                for line in warnings.read_new():
+                    err.print(Text(line, style="yellow"))
                 for event in tail.read_new():
                     class_names = _show_event(event, bar, epochs_task, err, class_names)
                 _show_progress(run_dir, bar, batch_task)
@@ -60,6 +70,8 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False) -> int
         signal.signal(signal.SIGINT, previous)
     code = proc.returncode
     view = RunView.load(run_dir)
+    if eval_request is not None:
+        return _eval_outcome(view, eval_request, code, json_out, out, err)
     if json_out:
         out.print_json(json.dumps(run_summary(view, exit_code=code)))
     else:
@@ -67,6 +79,26 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False) -> int
             out.print(table)
         _show_outcome(view, code, err)
     return code
+
+
+class LogWarnings:
+    """The WARNING lines the engine adds to ``engine.log`` (AutoAttack's pre-flight checks among them)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def read_new(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        cut = data.rfind(b"\n") + 1
+        self.offset += cut
+        lines = data[:cut].decode(errors="replace").splitlines()
+        return [line for line in lines if " WARNING " in line]
 
 
 def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list[str]) -> list[str]:
@@ -95,12 +127,13 @@ def _show_progress(run_dir: Path, bar: Progress, task: Any) -> None:
         p = json.loads((run_dir / "progress.json").read_text())
     except (OSError, ValueError):
         return
-    label = {"train": "train", "val": "validate", "test": f"test {p.get('attack', '')}"}.get(p.get("phase"), "")
-    if p.get("phase") == "done":
+    phase = p.get("phase")
+    if phase == "done":
         bar.update(task, visible=False)
         return
-    bar.update(task, description=f"  {label} (epoch {p.get('epoch')})", completed=p.get("batch", 0),
-               total=p.get("batches") or None, visible=True)
+    label = {"train": f"  train (epoch {p.get('epoch')})", "val": f"  validate (epoch {p.get('epoch')})",
+             "test": f"  test {p.get('attack', '')}", "eval": f"  {p.get('attack', '')} batches"}.get(phase, "")
+    bar.update(task, description=label, completed=p.get("batch", 0), total=p.get("batches") or None, visible=True)
 
 
 def _show_outcome(view: RunView, code: int, err: Console) -> None:
@@ -114,3 +147,21 @@ def _show_outcome(view: RunView, code: int, err: Console) -> None:
             err.print(f"continue it with: fairtui resume {view.run_id}")
         else:
             err.print(f"engine log: {view.run_dir / 'engine.log'}")
+
+
+def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Console, err: Console) -> int:
+    from fairtui.report import result_rows
+
+    wanted = {(req["split"], req["checkpoint"], a) for a in req["attacks"]}
+    results = {k: v for k, v in view.results().items() if k in wanted}
+    if json_out:
+        out.print_json(json.dumps({"run_id": view.run_id, "exit_code": code, "class_names": view.class_names(),
+                                   "results": result_rows(results.values())}))
+        return code
+    for table in per_class_tables(view, keys=set(results)):
+        out.print(table)
+    if code == 130:
+        err.print("[yellow]stopped[/]: finished batches are kept; run the same command again to continue")
+    elif code not in (0, 2):  # for 2 the caller prints the engine's one-line reason
+        err.print(f"[red]evaluation failed[/] (exit {code}); see {view.run_dir / 'engine.log'}")
+    return code

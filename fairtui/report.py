@@ -31,11 +31,13 @@ def epoch_line(event: dict, names: list[str]) -> str:
             f"lr {event.get('lr', 0):.3g}  {event.get('time_s', 0):.1f}s{best}")
 
 
-def per_class_tables(view: RunView) -> list[Table]:
+def per_class_tables(view: RunView, keys: set | None = None) -> list[Table]:
     """One table per evaluated checkpoint: a row per class, a column per attack, summary rows below."""
     names = view.class_names()
     by_ckpt: dict[str, dict[str, dict]] = {}
     for (split, ckpt, attack), result in view.results().items():
+        if keys is not None and (split, ckpt, attack) not in keys:
+            continue
         by_ckpt.setdefault(f"{split} @ {ckpt} (epoch {result.get('epoch', '?')})", {})[attack] = result
     tables = []
     for title, attacks in by_ckpt.items():
@@ -68,8 +70,6 @@ def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
     """The run as one JSON-ready document (for ``--json``)."""
     fin = view.finished or {}
     epochs = view.epochs
-    keep = ("split", "checkpoint", "epoch", "attack", "avg_clean", "avg_robust", "worst_robust",
-            "worst20_robust", "cv", "mcd", "clean_acc_per_class", "robust_acc_per_class")
     return {
         "run_id": view.run_id, "name": view.name, "run_dir": str(view.run_dir), "status": view.status(),
         "error": fin.get("error"), "exit_code": exit_code, "class_names": view.class_names(),
@@ -77,5 +77,13 @@ def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
         "best_epoch": epochs[-1].get("best_epoch") if epochs else None,
         "method": view.config.get("method", {}).get("name"),
         "dataset": view.config.get("data", {}).get("dataset"),
-        "results": [{k: r.get(k) for k in keep} for r in view.results().values()],
+        "results": result_rows(view.results().values()),
     }
+
+
+RESULT_KEYS = ("split", "checkpoint", "epoch", "attack", "eps", "n_per_class", "avg_clean", "avg_robust",
+               "worst_robust", "worst20_robust", "cv", "mcd", "clean_acc_per_class", "robust_acc_per_class")
+
+
+def result_rows(results) -> list[dict]:
+    return [{k: r.get(k) for k in RESULT_KEYS} for r in results]

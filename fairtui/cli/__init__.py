@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+from fairtui.cli import eval as _eval
 from fairtui.cli import resume as _resume
 from fairtui.cli import run as _run
 
@@ -17,6 +18,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=
 
 app.command("run", help=_run.HELP)(_run.run)
 app.command("resume", help=_resume.HELP)(_resume.resume)
+app.command("eval", help=_eval.HELP)(_eval.evaluate)
 
 
 @app.callback(invoke_without_command=True)

@@ -1,0 +1,184 @@
+"""`python -m engine eval RUN_DIR --request JSON`: evaluate a checkpoint under named attacks.
+
+Appends one `eval_result` event per attack to the run's `events.jsonl`. Results
+already in the stream for the same checkpoint, split, attack, eps and subset
+are reused unless ``force``. Per-batch predictions are cached in
+``<run>/eval_cache/`` as they are computed, so an interrupted evaluation (an
+AutoAttack that takes hours) continues where it stopped when run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.config import ATTACK_NAME, Profile, load_profile
+from engine.events import EventWriter, read_events
+
+log = logging.getLogger("engine")
+
+
+class EvalRequestError(ValueError):
+    """A bad request: exit 2 with a message that says what exists instead."""
+
+
+def check_request(request: dict, profile: Profile) -> dict:
+    attacks = request.get("attacks") or list(profile.eval.attacks)
+    for name in attacks:
+        if not ATTACK_NAME.match(name):
+            raise EvalRequestError(f"unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, pgd100), "
+                                   "cw<N>, tpgd<N>, aa, aa-fast")
+    eps = request.get("eps") or profile.eval.eps
+    if not (0 < eps <= 1) and profile.attack.norm == "linf":
+        raise EvalRequestError(f"eps must be in (0, 1] (inputs are in [0, 1]), got {eps}")
+    split = request.get("split", "test")
+    if split not in ("test", "val"):
+        raise EvalRequestError(f"unknown split {split!r}; choose test or val")
+    return {"attacks": attacks, "eps": float(eps), "split": split,
+            "checkpoint": request.get("checkpoint", "best"), "n_per_class": int(request.get("n_per_class") or 0),
+            "batch_size": int(request.get("batch_size") or profile.data.eval_batch_size),
+            "force": bool(request.get("force"))}
+
+
+def _same(event: dict, req: dict, attack: str) -> bool:
+    return (event.get("type") == "eval_result" and event.get("split") == req["split"]
+            and event.get("checkpoint") == req["checkpoint"] and event.get("attack") == attack
+            and math.isclose(event.get("eps", req["eps"]), req["eps"])
+            and int(event.get("n_per_class", 0)) == req["n_per_class"])
+
+
+class PredictionCache:
+    """Per-batch predictions on disk, so an interrupted evaluation resumes batch by batch."""
+
+    def __init__(self, folder: Path, key: dict):
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        folder.mkdir(exist_ok=True)
+        self.path = folder / f"{key['checkpoint']}-{key['split']}-{key['attack']}-{digest}.pt"
+        self.key = key
+        self.batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        if self.path.exists():
+            state = torch.load(self.path, weights_only=False)
+            if state.get("key") == key:
+                self.batches = state["batches"]
+
+    def save(self) -> None:
+        from engine.utils import atomic_torch_save
+
+        atomic_torch_save({"key": self.key, "batches": self.batches}, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def evaluate_run(run_dir: Path, request: dict) -> int:
+    from engine.run import EXIT_USAGE, setup_logging
+
+    setup_logging()
+    profile = load_profile(run_dir / "profile.toml")
+    try:
+        req = check_request(request, profile)
+    except EvalRequestError as err:
+        print(f"fairtui eval: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from engine.checkpoint import CheckpointError, CheckpointStore
+
+    store = CheckpointStore(run_dir / "checkpoints")
+    try:
+        weights, epoch = store.weights(req["checkpoint"])
+    except CheckpointError as err:
+        print(f"fairtui eval: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    from engine.run import StopFlag
+
+    stop = StopFlag()
+    stop.install()
+    events = EventWriter(run_dir / "events.jsonl", run_dir.name)
+    try:
+        return _evaluate(run_dir, profile, req, weights, epoch, events, stop)
+    finally:
+        events.close()
+
+
+def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: int, events: EventWriter,
+              stop: Any) -> int:
+    import dataclasses
+
+    from engine.attacks.suite import AttackSettings, build_attack
+    from engine.data import load_splits
+    from engine.data.datasets import stratified_pick
+    from engine.evaluate import per_class_result
+    from engine.models import build_model
+    from engine.progress import Progress
+    from engine.run import EXIT_OK, EXIT_STOPPED
+    from engine.utils import make_runtime
+
+    runtime = make_runtime(profile.train)
+    splits = load_splits(profile.data, profile.seed)
+    data = splits.test if req["split"] == "test" else splits.val
+    if req["n_per_class"]:
+        data = data.subset(stratified_pick(data.y.numpy(), req["n_per_class"], 1.0, np.random.default_rng(0),
+                                           splits.num_classes))
+    model = build_model(profile.model, splits.input_shape, splits.num_classes, splits.mean, splits.std)
+    model.load_state_dict(weights)
+    model.to(runtime.device).eval()
+    e = profile.eval
+    settings = AttackSettings(eps=req["eps"], step=e.step * req["eps"] / e.eps, norm=profile.attack.norm,
+                              cw_kappa=e.cw_kappa, tpgd_inv_temperature=e.tpgd_inv_temperature,
+                              restarts=e.restarts, seed=profile.seed)
+    progress = Progress(run_dir / "progress.json")
+    existing, _ = read_events(run_dir / "events.jsonl")
+    for attack_name in req["attacks"]:
+        if not req["force"] and any(_same(ev, req, attack_name) for ev in existing):
+            log.info("%s @ %s on %s: reusing the stored result (--force to recompute)", attack_name,
+                     req["checkpoint"], req["split"])
+            continue
+        key = {"checkpoint": req["checkpoint"], "epoch": epoch, "split": req["split"], "attack": attack_name,
+               "eps": req["eps"], "n_per_class": req["n_per_class"], "batch_size": req["batch_size"],
+               "settings": dataclasses.asdict(settings)}
+        cache = PredictionCache(run_dir / "eval_cache", key)
+        attack = build_attack(attack_name, model, settings)
+        try:
+            clean, adv = _predict_cached(model, data, attack, runtime, req["batch_size"], cache, progress,
+                                         stop, attack_name)
+        except KeyboardInterrupt:
+            log.warning("evaluation stopped; finished batches are kept and a rerun continues from them")
+            return EXIT_STOPPED
+        result = per_class_result(data.y, clean, adv, splits.num_classes)
+        events.emit("eval_result", split=req["split"], checkpoint=req["checkpoint"], epoch=epoch,
+                    attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"], **result)
+        cache.remove()
+        log.info("%s %s @ %s (epoch %d): clean %.3f robust %.3f worst %.3f", req["split"], attack_name,
+                 req["checkpoint"], epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])
+    progress.update("done", epoch, 0, 0)
+    return EXIT_OK
+
+
+def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, stop, attack_name):
+    n = len(data)
+    batches = (n + batch_size - 1) // batch_size
+    for b in range(batches):
+        if b in cache.batches:
+            continue
+        if stop():
+            raise KeyboardInterrupt
+        sl = slice(b * batch_size, (b + 1) * batch_size)
+        x, y = data.images(sl).to(runtime.device), data.y[sl].to(runtime.device)
+        with torch.no_grad(), runtime.autocast():
+            clean = model(x).argmax(1).cpu()
+        x_adv = attack.perturb(x, y)
+        with torch.no_grad(), runtime.autocast():
+            adv = model(x_adv).argmax(1).cpu()
+        cache.batches[b] = (clean, adv)
+        cache.save()
+        progress.update("eval", 0, len(cache.batches), batches, attack=attack_name)
+    clean = torch.cat([cache.batches[b][0] for b in range(batches)])
+    adv = torch.cat([cache.batches[b][1] for b in range(batches)])
+    return clean, adv

@@ -1,0 +1,74 @@
+"""`fairtui eval RUN`: evaluate a run's checkpoint under named attacks, per class."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from fairtui.cli.options import Gpus, Home, HomeT, Json, fail
+
+HELP = ("Evaluate a checkpoint under named attacks (clean, fgsm, pgd20, pgd100, cw, tpgd, aa, aa-fast); "
+        "results are appended to the run and reused unless --force.")
+
+
+def evaluate(
+    run_ref: str = typer.Argument(..., metavar="RUN", help="run id, unique id prefix, or name"),
+    attack: List[str] = typer.Option([], "--attack", help="attack names, comma-separated or repeated "
+                                     "(default: the profile's eval.attacks)"),
+    checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, ema or fawa"),
+    split: str = typer.Option("test", "--split", help="test or val"),
+    n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="a class-balanced subset of N per class"),
+    batch_size: int = typer.Option(0, "--batch-size", min=0, help="default: the profile's eval batch size"),
+    eps: Optional[str] = typer.Option(None, "--eps", help="override the eps, e.g. 8/255"),
+    force: bool = typer.Option(False, "--force", help="recompute results already stored"),
+    allow_running: bool = typer.Option(False, "--allow-running",
+                                       help="evaluate the last checkpoint of a run that is still training"),
+    gpus: Optional[str] = Gpus,
+    json_out: bool = Json,
+    home: HomeT = Home,
+) -> None:
+    import json
+
+    from engine.config import ATTACK_NAME
+    from engine.profile_schema import ProfileError, parse_fraction
+    from fairtui.follow import follow
+    from fairtui.home import RunNotFound, find_run, resolve_home
+    from fairtui.launcher import GpuChoice, start_engine
+    from fairtui.runfolder import RunView
+
+    try:
+        run_dir = find_run(resolve_home(home), run_ref)
+        choice = GpuChoice.parse(gpus)
+        eps_value = parse_fraction(eps) if eps is not None else None
+    except (RunNotFound, ProfileError, ValueError) as err:
+        raise fail(str(err)) from None
+    names = [a.strip() for item in attack for a in item.split(",") if a.strip()]
+    for name in names:
+        if not ATTACK_NAME.match(name):
+            raise fail(f"unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, pgd100), cw<N>, tpgd<N>, "
+                       "aa, aa-fast")
+    if eps_value is not None and not 0 < eps_value <= 1:
+        raise fail(f"--eps must be in (0, 1], got {eps_value}")
+    if split not in ("test", "val"):
+        raise fail(f"--split must be test or val, got {split!r}")
+    if RunView.load(run_dir).status() == "running":
+        if not allow_running:
+            raise fail(f"run {run_dir.name} is still training; --allow-running evaluates its last checkpoint")
+        checkpoint = "last"
+    request = {"attacks": names, "checkpoint": checkpoint, "split": split, "n_per_class": n_per_class,
+               "batch_size": batch_size, "eps": eps_value, "force": force}
+    command = ["-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
+    import sys
+
+    proc = start_engine(run_dir, choice, command=[sys.executable, *command])
+    from engine.config import load_profile
+
+    request["attacks"] = names or list(load_profile(run_dir / "profile.toml").eval.attacks)
+    code = follow(run_dir, proc, json_out, eval_request=request)
+    if code == 2:
+        log = (run_dir / "engine.log").read_text().splitlines()
+        reason = next((line for line in reversed(log) if line.startswith("fairtui eval:")), None)
+        if reason:
+            typer.echo(reason, err=True)
+    raise typer.Exit(code)
