@@ -9,20 +9,25 @@ classes (the class-balanced accuracy).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:  # torch-free at import: the command line computes metrics on stored results
+    import torch
 
 
 class ClassCounter:
     """Per-class hit and total counts accumulated on the device, no Python loop over samples."""
 
-    def __init__(self, num_classes: int, device: torch.device | str = "cpu"):
+    def __init__(self, num_classes: int, device: "torch.device | str" = "cpu"):
+        import torch
+
         self.k = num_classes
         self.hits = torch.zeros(num_classes, dtype=torch.float64, device=device)
         self.total = torch.zeros(num_classes, dtype=torch.float64, device=device)
 
-    def add(self, y: torch.Tensor, correct: torch.Tensor) -> None:
+    def add(self, y: "torch.Tensor", correct: "torch.Tensor") -> None:
+        import torch
+
         self.total += torch.bincount(y, minlength=self.k)
         self.hits += torch.bincount(y, weights=correct.to(torch.float64), minlength=self.k)
 

@@ -60,8 +60,11 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
                 done = proc.poll() is not None
                 for line in warnings.read_new():
                     err.print(Text(line, style="yellow"))
-                for event in tail.read_new():
+                new = tail.read_new()
+                for event in new:
                     class_names = _show_event(event, bar, epochs_task, err, class_names)
+                if any(e.get("type") in ("run_started", "epoch_end", "run_finished") for e in new):
+                    _update_index(run_dir)
                 _show_progress(run_dir, bar, batch_task)
                 if done:
                     break
@@ -69,6 +72,7 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
     finally:
         signal.signal(signal.SIGINT, previous)
     code = proc.returncode
+    _update_index(run_dir)
     view = RunView.load(run_dir)
     if eval_request is not None:
         return _eval_outcome(view, eval_request, code, json_out, out, err)
@@ -79,6 +83,12 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
             out.print(table)
         _show_outcome(view, code, err)
     return code
+
+
+def _update_index(run_dir: Path) -> None:
+    from fairtui.store import RunIndex
+
+    RunIndex(run_dir.parent.parent).register(run_dir)
 
 
 class LogWarnings:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -63,9 +64,7 @@ def create_run(home: Path, profile: Profile, profile_path: str, name: str | None
 
 
 def write_meta(run_dir: Path, meta: dict) -> None:
-    tmp = run_dir / ".meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=1))
-    os.replace(tmp, run_dir / "meta.json")
+    write_json(run_dir / "meta.json", meta)
 
 
 def engine_command(run_dir: Path) -> list[str]:
@@ -80,7 +79,20 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
     env.setdefault("PYTHONUNBUFFERED", "1")
     log = open(run_dir / "engine.log", "ab")
     try:
-        return subprocess.Popen(command or engine_command(run_dir), stdin=subprocess.DEVNULL, stdout=log,
+        proc = subprocess.Popen(command or engine_command(run_dir), stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=log, env=env, start_new_session=True, cwd=os.getcwd())
     finally:
         log.close()
+    if (command or engine_command(run_dir))[2:4] == ["engine", "train"]:
+        # Known to be alive from this moment; the engine rewrites the file with the same pid.
+        from engine.run import process_start_time
+
+        write_json(run_dir / "engine.json", {"pid": proc.pid, "host": socket.gethostname(), "started": time.time(),
+                                             "command": "train", "proc_start": process_start_time(proc.pid)})
+    return proc
+
+
+def write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)

@@ -87,3 +87,46 @@ RESULT_KEYS = ("split", "checkpoint", "epoch", "attack", "eps", "n_per_class", "
 
 def result_rows(results) -> list[dict]:
     return [{k: r.get(k) for k in RESULT_KEYS} for r in results]
+
+
+def comparison_tables(cmp) -> list[Table]:
+    """The compare command's tables: per class, summary with deltas and rho, configuration diff."""
+    cols = cmp.columns
+    labels = [f"{c.view.name} [{c.view.run_id[-6:]}]" + (" (base)" if i == cmp.baseline else "")
+              for i, c in enumerate(cols)]
+    per_class = Table(title=f"clean / robust per class ({cmp.attack} @ {cmp.checkpoint}); < marks each run's "
+                      "worst class", title_justify="left")
+    per_class.add_column("class")
+    for label in labels:
+        per_class.add_column(label, justify="right")
+    for i, name in enumerate(cmp.class_names):
+        cells = []
+        for c in cols:
+            cell = f"{_fmt(c.result['clean_acc_per_class'][i])} / {_fmt(c.result['robust_acc_per_class'][i])}"
+            cells.append(f"[bold red]{cell} <[/]" if c.worst_class == i else cell)
+        per_class.add_row(name, *cells)
+    summary = Table(title="summary (delta against the baseline)", title_justify="left")
+    summary.add_column("metric")
+    for label in labels:
+        summary.add_column(label, justify="right")
+    for key, label in (("avg_clean", "clean average"), ("avg_robust", "robust average"),
+                       ("worst_robust", "robust worst class"), ("worst20_robust", "robust worst 20%"),
+                       ("cv", "CV (fraction^2)"), ("mcd", "MCD")):
+        digits = 4 if key == "cv" else 3
+        cells = []
+        for i, c in enumerate(cols):
+            delta = "" if i == cmp.baseline else f" ({c.deltas[key]:+.{digits}f})"
+            cells.append(f"{_fmt(c.summary[key], digits)}{delta}")
+        summary.add_row(label, *cells)
+    summary.add_row("rho (WAT Eq. 7)", *["" if i == cmp.baseline or c.rho is None else f"{c.rho:+.3f}"
+                                         for i, c in enumerate(cols)])
+    tables = [per_class, summary]
+    if cmp.diff:
+        diff = Table(title="configuration: the keys that differ", title_justify="left")
+        diff.add_column("key")
+        for label in labels:
+            diff.add_column(label)
+        for key, values in cmp.diff.items():
+            diff.add_row(key, *["-" if v is None else str(v) for v in values])
+        tables.append(diff)
+    return tables

@@ -9,9 +9,14 @@ import sys
 
 import typer
 
+from fairtui.cli import compare as _compare
 from fairtui.cli import eval as _eval
+from fairtui.cli import export as _export
+from fairtui.cli import ls as _ls
+from fairtui.cli import manage as _manage
 from fairtui.cli import resume as _resume
 from fairtui.cli import run as _run
+from fairtui.cli import show as _show
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
                   help="fairtui: fairness-aware adversarial training runs, from the terminal.")
@@ -19,6 +24,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=
 app.command("run", help=_run.HELP)(_run.run)
 app.command("resume", help=_resume.HELP)(_resume.resume)
 app.command("eval", help=_eval.HELP)(_eval.evaluate)
+app.command("ls", help=_ls.HELP)(_ls.ls)
+app.command("show", help=_show.HELP)(_show.show)
+app.command("compare", help=_compare.HELP)(_compare.compare)
+app.command("export", help=_export.HELP)(_export.export)
+app.command("stop", help=_manage.STOP_HELP)(_manage.stop)
+app.command("rm", help=_manage.RM_HELP)(_manage.rm)
+app.command("reindex", help=_manage.REINDEX_HELP)(_manage.reindex)
+app.command("tag", help=_manage.TAG_HELP)(_manage.tag)
+app.command("note", help=_manage.NOTE_HELP)(_manage.note)
 
 
 @app.callback(invoke_without_command=True)

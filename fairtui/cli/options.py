@@ -17,3 +17,16 @@ HomeT = Optional[str]
 def fail(message: str, code: int = 2) -> "typer.Exit":
     typer.echo(f"fairtui: {message}", err=True)
     return typer.Exit(code)
+
+
+def resolve_run(home: "str | None", ref: str):
+    """RUN -> its folder, or exit 2 with close matches / the ambiguous candidates."""
+    from fairtui.home import RunNotFound, find_run, resolve_home
+    from fairtui.store import RunIndex
+
+    home_dir = resolve_home(home)
+    try:
+        names = RunIndex(home_dir).names() if (home_dir / "runs.json").exists() else None
+        return find_run(home_dir, ref, names or None)
+    except RunNotFound as err:
+        raise fail(str(err)) from None

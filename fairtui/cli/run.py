@@ -35,6 +35,9 @@ def run(
         raise fail(str(err)) from None
     run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
     proc = start_engine(run_dir, choice)
+    from fairtui.store import RunIndex
+
+    RunIndex(run_dir.parent.parent).register(run_dir)
     typer.echo(f"run {run_dir.name} started in {run_dir}", err=True)
     if detach:
         if json_out:

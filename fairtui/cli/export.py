@@ -1,0 +1,49 @@
+"""`fairtui export RUN... --format csv|md|latex|json`: paper tables, seeds grouped as mean ± std."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fairtui.cli.options import Home, HomeT, fail, resolve_run
+
+HELP = "Export runs as a paper table; runs differing only in seed are grouped as mean ± std."
+
+
+def export(
+    runs: List[str] = typer.Argument(None, metavar="RUN..."),
+    fmt: str = typer.Option("md", "--format", help="csv, md, latex or json"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write to a file instead of stdout"),
+    attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
+    checkpoint: str = typer.Option("best", "--checkpoint"),
+    tag: Optional[str] = typer.Option(None, "--tag", help="export every run with this tag"),
+    home: HomeT = Home,
+) -> None:
+    from fairtui.compare import CompareError, export_rows
+    from fairtui.export import render
+    from fairtui.runfolder import RunView
+
+    if fmt not in ("csv", "md", "latex", "json"):
+        raise fail(f"--format must be csv, md, latex or json, got {fmt!r}")
+    dirs = [resolve_run(home, r) for r in runs or []]
+    if tag:
+        from fairtui.home import resolve_home, runs_dir
+        from fairtui.store import RunIndex
+
+        home_dir = resolve_home(home)
+        dirs += [runs_dir(home_dir) / d["run_id"] for d in RunIndex(home_dir).read()
+                 if tag in (d.get("tags") or []) and d.get("status") == "completed"]
+    if not dirs:
+        raise fail("name the runs to export (or --tag TAG)")
+    try:
+        rows = export_rows([RunView.load(d) for d in sorted(set(dirs))], attack, checkpoint)
+    except CompareError as err:
+        raise fail(str(err)) from None
+    text = render(rows, fmt, attack or "first robust attack", checkpoint)
+    if output:
+        output.write_text(text)
+        typer.echo(f"wrote {output}", err=True)
+    else:
+        typer.echo(text, nl=False)

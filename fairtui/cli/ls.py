@@ -1,0 +1,78 @@
+"""`fairtui ls`: the run history, newest first."""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Optional
+
+import typer
+
+from fairtui.cli.options import Home, HomeT, Json
+
+HELP = "List runs, newest first, with filters."
+
+
+def headline(doc: dict) -> tuple[str, dict | None]:
+    """The result a row shows: the best checkpoint's first robust attack (else the last's)."""
+    summary = doc.get("summary") or {}
+    for ckpt in ("best", "last"):
+        for key, value in summary.items():
+            if key.startswith(ckpt + "/") and not key.endswith("/clean"):
+                return key, value
+    return "", None
+
+
+def filter_docs(docs: list[dict], method, dataset, status, tag, name) -> list[dict]:
+    out = []
+    for d in docs:
+        if method and d.get("method") != method or dataset and d.get("dataset") != dataset:
+            continue
+        if status and d.get("status") != status or tag and tag not in (d.get("tags") or []):
+            continue
+        if name and not fnmatch.fnmatch(d.get("name") or "", name):
+            continue
+        out.append(d)
+    return out
+
+
+def ls(
+    method: Optional[str] = typer.Option(None, "--method"),
+    dataset: Optional[str] = typer.Option(None, "--dataset"),
+    status: Optional[str] = typer.Option(None, "--status", help="completed, failed, stopped, running, lost"),
+    tag: Optional[str] = typer.Option(None, "--tag"),
+    name: Optional[str] = typer.Option(None, "--name", help="a glob pattern, e.g. 'cfa-*'"),
+    limit: int = typer.Option(50, "--limit", help="rows to show (0: all); --json always lists all"),
+    json_out: bool = Json,
+    home: HomeT = Home,
+) -> None:
+    import json
+    import time
+
+    from fairtui.home import resolve_home
+    from fairtui.store import RunIndex
+
+    docs = filter_docs(RunIndex(resolve_home(home)).read(), method, dataset, status, tag, name)
+    if json_out:
+        typer.echo(json.dumps(docs))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(docs)} runs (accuracies: best checkpoint, first robust attack)",
+                  title_justify="left")
+    for col in ("id", "name", "method", "data", "status", "epoch", "clean", "robust", "worst", "started"):
+        table.add_column(col, justify="right" if col in ("epoch", "clean", "robust", "worst") else "left",
+                         no_wrap=col in ("id", "started"))
+    shown = docs if limit == 0 else docs[:limit]
+    for d in shown:
+        _, r = headline(d)
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        started = time.strftime("%m-%d %H:%M", time.localtime(d["started"])) if d.get("started") else "-"
+        table.add_row(d["run_id"], d.get("name") or "", d.get("method") or "", d.get("dataset") or "",
+                      d.get("status") or "", f"{d.get('epoch', 0)}/{d.get('epochs', 0)}",
+                      fmt(r and r.get("avg_clean")), fmt(r and r.get("avg_robust")),
+                      fmt(r and r.get("worst_robust")), started)
+    console = Console()
+    console.print(table)
+    if len(shown) < len(docs):
+        typer.echo(f"{len(docs) - len(shown)} more; --limit 0 shows all", err=True)

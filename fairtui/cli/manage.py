@@ -1,0 +1,75 @@
+"""`fairtui stop | rm | reindex | tag | note`: managing runs and the index."""
+
+from __future__ import annotations
+
+from typing import List
+
+import typer
+
+from fairtui.cli.options import Home, HomeT, fail, resolve_run
+
+STOP_HELP = "Stop a running run cleanly (it finishes its batch and keeps its last checkpoint)."
+RM_HELP = "Delete a run's folder and its index entry."
+REINDEX_HELP = "Rebuild the index (runs.json) from the run folders."
+TAG_HELP = "Add tags to a run (--remove to take them off)."
+NOTE_HELP = "Set a run's note."
+
+
+def stop(run_ref: str = typer.Argument(..., metavar="RUN"), home: HomeT = Home,
+         wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until the engine has stopped")) -> None:
+    from fairtui.control import StopError, stop_run
+
+    run_dir = resolve_run(home, run_ref)
+    try:
+        status = stop_run(run_dir, wait=wait)
+    except StopError as err:
+        raise fail(str(err)) from None
+    typer.echo(f"run {run_dir.name}: {status}", err=True)
+
+
+def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Option(False, "--yes", "-y"),
+       home: HomeT = Home) -> None:
+    import shutil
+
+    from fairtui.runfolder import RunView
+    from fairtui.store import RunIndex
+
+    run_dir = resolve_run(home, run_ref)
+    view = RunView.load(run_dir)
+    if view.status() == "running":
+        raise fail(f"run {run_dir.name} is running; `fairtui stop {run_dir.name}` first")
+    if not yes:
+        if not typer.confirm(f"delete run {view.name} [{run_dir.name}] and its folder {run_dir}?", err=True):
+            raise typer.Exit(1)
+    shutil.rmtree(run_dir)
+    RunIndex(run_dir.parent.parent).remove(run_dir.name)
+    typer.echo(f"deleted {run_dir.name}", err=True)
+
+
+def reindex(home: HomeT = Home) -> None:
+    from fairtui.home import resolve_home
+    from fairtui.store import RunIndex
+
+    count, dropped = RunIndex(resolve_home(home)).reindex()
+    typer.echo(f"indexed {count} runs" + (f"; dropped {dropped} entries without a folder" if dropped else ""),
+               err=True)
+
+
+def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typer.Argument(...),
+        remove: bool = typer.Option(False, "--remove"), home: HomeT = Home) -> None:
+    from fairtui.control import update_meta
+
+    run_dir = resolve_run(home, run_ref)
+
+    def change(meta: dict) -> None:
+        current = [t for t in meta.get("tags", []) if not (remove and t in tags)]
+        meta["tags"] = current + ([] if remove else [t for t in tags if t not in current])
+
+    update_meta(run_dir, change)
+
+
+def note(run_ref: str = typer.Argument(..., metavar="RUN"), text: str = typer.Argument(...),
+         home: HomeT = Home) -> None:
+    from fairtui.control import update_meta
+
+    update_meta(resolve_run(home, run_ref), lambda meta: meta.__setitem__("notes", text))

@@ -1,0 +1,48 @@
+"""Acting on runs: stopping an engine, changing a run's metadata. Shared by the commands and the app."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+from fairtui.runfolder import RunView, engine_alive, engine_process
+
+
+class StopError(RuntimeError):
+    pass
+
+
+def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
+    """SIGTERM the run's engine (it stops after its batch, keeping its checkpoint); return the new status."""
+    view = RunView.load(run_dir)
+    if view.status() != "running" or not engine_alive(run_dir):
+        raise StopError(f"run {run_dir.name} is not running (status {view.status()})")
+    pid = engine_process(run_dir)["pid"]
+    os.kill(pid, signal.SIGTERM)
+    if not wait:
+        return "stopping"
+    end = time.time() + timeout
+    while time.time() < end and engine_alive(run_dir):
+        time.sleep(0.2)
+    status = RunView.load(run_dir).status()
+    from fairtui.store import RunIndex
+
+    RunIndex(run_dir.parent.parent).register(run_dir)
+    return status
+
+
+def update_meta(run_dir: Path, change: Callable[[dict], None]) -> dict:
+    """Change ``meta.json`` (the source of truth for name, tags, notes) and the index entry."""
+    from fairtui.launcher import write_meta
+    from fairtui.store import RunIndex
+
+    path = run_dir / "meta.json"
+    meta = json.loads(path.read_text()) if path.exists() else {"run_id": run_dir.name}
+    change(meta)
+    write_meta(run_dir, meta)
+    RunIndex(run_dir.parent.parent).register(run_dir)
+    return meta

@@ -1,0 +1,182 @@
+"""The run index: ``<home>/runs.json``, a TinyDB file over the run folders.
+
+The run folders are the source of truth; the index holds one small document per
+run (no per-epoch data) and can be rebuilt from them (`reindex`). It is safe
+with several writers (headless runs, the app, a second SSH session):
+- every transaction takes an exclusive lock on ``runs.json.lock``;
+- every transaction opens a fresh TinyDB (a long-lived handle caches document
+  ids and loses other processes' inserts);
+- the file is written to a temp file and renamed, so a crash mid-write leaves
+  the previous version whole.
+Entries whose status may have changed without anyone telling the index
+(running, starting, queued) are reconciled with their folders whenever it is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from tinydb import Query, TinyDB
+from tinydb.storages import Storage
+
+from fairtui.home import list_run_dirs, runs_dir
+from fairtui.runfolder import FINAL_STATUSES, RunView
+
+LIVE_STATUSES = ("running", "starting", "queued")
+
+
+class AtomicJSONStorage(Storage):
+    """TinyDB storage that writes by temp file + rename and reads a damaged file as empty."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def read(self) -> dict | None:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        if not text.strip():
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            print(f"warning: {self.path} is damaged; `fairtui reindex` rebuilds it from the run folders",
+                  file=sys.stderr)
+            return None
+
+    def write(self, data: dict) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".runs.json.")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, separators=(",", ":"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def close(self) -> None:
+        pass
+
+
+def summary_numbers(view: RunView) -> dict[str, dict[str, float]]:
+    """Final numbers per evaluated checkpoint and attack: ``{"best/pgd20": {...}}`` (test split)."""
+    out = {}
+    for (split, ckpt, attack), r in view.results().items():
+        if split == "test":
+            out[f"{ckpt}/{attack}"] = {k: r.get(k) for k in ("avg_clean", "avg_robust", "worst_robust",
+                                                              "worst_clean", "cv", "mcd")}
+    return out
+
+
+def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
+    """The index document of one run, derived from its folder."""
+    view = view or RunView.load(run_dir)
+    cfg = view.config
+    meta = view.meta
+    started = view.started or {}
+    process = {}
+    with contextlib.suppress(OSError, ValueError):
+        process = json.loads((run_dir / "engine.json").read_text())
+    epochs = view.epochs
+    finished = view.finished
+    return {
+        "run_id": view.run_id, "name": view.name, "profile": meta.get("profile_path"),
+        "method": cfg.get("method", {}).get("name"), "dataset": cfg.get("data", {}).get("dataset"),
+        "model": cfg.get("model", {}).get("arch"), "seed": cfg.get("seed"), "status": view.status(),
+        "host": process.get("host"), "pid": process.get("pid"), "proc_start": process.get("proc_start"),
+        "gpus": meta.get("gpus"), "tags": meta.get("tags", []), "notes": meta.get("notes", ""),
+        "created": meta.get("created"), "started": started.get("t"),
+        "finished": finished.get("t") if finished else None, "error": finished.get("error") if finished else None,
+        "epoch": epochs[-1]["epoch"] if epochs else 0, "epochs": view.total_epochs(),
+        "summary": summary_numbers(view), "sweep": meta.get("sweep"), "launcher": meta.get("launcher", "local"),
+    }
+
+
+class RunIndex:
+    def __init__(self, home: Path):
+        self.home = home
+        self.path = home / "runs.json"
+        self.lock_path = home / "runs.json.lock"
+
+    @contextlib.contextmanager
+    def transaction(self, exclusive: bool = True) -> Iterator[TinyDB]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            db = TinyDB(str(self.path), storage=AtomicJSONStorage)
+            try:
+                yield db
+            finally:
+                db.close()
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def upsert(self, doc: dict) -> None:
+        with self.transaction() as db:
+            db.upsert(doc, Query().run_id == doc["run_id"])
+
+    def register(self, run_dir: Path) -> dict:
+        doc = document_for(run_dir)
+        self.upsert(doc)
+        return doc
+
+    def remove(self, run_id: str) -> None:
+        with self.transaction() as db:
+            db.remove(Query().run_id == run_id)
+
+    def read(self) -> list[dict]:
+        """Every document, newest first, with live entries reconciled against their folders."""
+        with self.transaction(exclusive=False) as db:
+            docs = [dict(d) for d in db.all()]
+        stale = self._unindexed({d["run_id"] for d in docs})  # folders nobody registered (yet)
+        docs += stale
+        for i, doc in enumerate(docs):
+            if doc.get("status") in LIVE_STATUSES:
+                run_dir = runs_dir(self.home) / doc["run_id"]
+                if not run_dir.exists():
+                    continue
+                fresh = document_for(run_dir)
+                if fresh["status"] != doc["status"] or fresh["epoch"] != doc.get("epoch"):
+                    fresh["notes"] = doc.get("notes", fresh["notes"])
+                    docs[i] = fresh
+                    stale.append(fresh)
+        if stale:
+            with self.transaction() as db:
+                for doc in stale:
+                    db.upsert(doc, Query().run_id == doc["run_id"])
+        docs.sort(key=lambda d: d["run_id"], reverse=True)
+        return docs
+
+    def _unindexed(self, known: set[str]) -> list[dict]:
+        folder = runs_dir(self.home)
+        if not folder.is_dir():
+            return []
+        missing = [name for name in os.listdir(folder) if name not in known]
+        return [document_for(folder / name) for name in sorted(missing) if (folder / name / "profile.toml").exists()]
+
+    def reindex(self) -> tuple[int, int]:
+        """Rebuild from the run folders; return (runs indexed, entries dropped for missing folders)."""
+        docs = [document_for(d) for d in list_run_dirs(self.home)]
+        with self.transaction() as db:
+            before = len(db)
+            db.truncate()
+            db.insert_multiple(docs)
+        return len(docs), max(0, before - len(docs))
+
+    def names(self) -> dict[str, str]:
+        with self.transaction(exclusive=False) as db:
+            return {d["run_id"]: d.get("name", d["run_id"]) for d in db.all()}
+
+
+def is_final(status: str) -> bool:
+    return status in FINAL_STATUSES

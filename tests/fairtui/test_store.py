@@ -1,0 +1,94 @@
+"""The run index: concurrent writers, crashes, reindex, status reconciliation, damaged event lines."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fairtui.runfolder import RunView
+from fairtui.store import RunIndex, document_for
+from fairtui.synthetic import make_run
+from tests.conftest import ROOT
+
+
+def _writer(home: str, worker: int, n: int) -> None:
+    index = RunIndex(__import__("pathlib").Path(home))
+    for i in range(n):
+        doc = {"run_id": f"w{worker:02d}-{i:03d}", "name": f"w{worker}", "status": "running", "epoch": 0,
+               "summary": {}}
+        index.upsert(doc)
+        index.upsert({**doc, "status": "completed", "epoch": 1})
+
+
+def test_eight_concurrent_writers_lose_nothing(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 50)) for w in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=240)
+        assert p.exitcode == 0
+    docs = RunIndex(tmp_path).read()
+    assert len(docs) == 400
+    assert len({d["run_id"] for d in docs}) == 400
+    assert all(d["status"] == "completed" and d["epoch"] == 1 for d in docs)
+    json.loads((tmp_path / "runs.json").read_text())  # well-formed
+
+
+def test_a_writer_killed_mid_write_leaves_a_loadable_index_and_reindex_restores(tmp_path):
+    for i in range(5):
+        make_run(tmp_path, f"r{i}", name=f"run{i}")
+    RunIndex(tmp_path).reindex()
+    code = ("import sys, pathlib\nfrom fairtui.store import RunIndex\nidx = RunIndex(pathlib.Path(sys.argv[1]))\n"
+            "i = 0\nwhile True:\n    idx.upsert({'run_id': f'x{i}', 'status': 'running', 'summary': {}, 'pad': 'p' * 5000})\n"
+            "    i += 1\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT)
+    time.sleep(1.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    docs = RunIndex(tmp_path).read()  # loads: the file was replaced whole or not at all
+    assert {f"r{i}" for i in range(5)} <= {d["run_id"] for d in docs}
+    (tmp_path / "runs.json").write_text("{garbage")  # even a damaged index is survivable:
+    assert {d["run_id"] for d in RunIndex(tmp_path).read()} == {f"r{i}" for i in range(5)}  # healed from folders
+    count, _ = RunIndex(tmp_path).reindex()
+    assert count == 5 and len(RunIndex(tmp_path).read()) == 5
+
+
+def test_stale_running_entries_become_lost(tmp_path):
+    run_dir = make_run(tmp_path, "r1", status="running")
+    (run_dir / "engine.json").write_text(json.dumps({"pid": 999999, "host": os.uname().nodename,
+                                                     "proc_start": 1.0}))
+    index = RunIndex(tmp_path)
+    index.upsert({**document_for(run_dir), "status": "running"})
+    assert index.read()[0]["status"] == "lost"
+    assert json.loads((tmp_path / "runs.json").read_text())["_default"]["1"]["status"] == "lost"
+
+
+def test_live_process_is_running(tmp_path):
+    from engine.run import process_start_time
+
+    run_dir = make_run(tmp_path, "r1", status="running")
+    (run_dir / "engine.json").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+                                                     "proc_start": process_start_time(os.getpid())}))
+    assert RunView.load(run_dir).status() == "running"
+    (run_dir / "engine.json").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+                                                     "proc_start": 12345.0}))  # a reused pid
+    assert RunView.load(run_dir).status() == "lost"
+
+
+def test_damaged_event_lines_are_skipped_with_a_warning(tmp_path):
+    run_dir = make_run(tmp_path, "r1", epochs=3)
+    path = run_dir / "events.jsonl"
+    lines = path.read_text().splitlines()
+    lines.insert(2, "this is not json")
+    lines[4] = lines[4][:25]  # truncated
+    path.write_text("\n".join(lines) + "\n")
+    view = RunView.load(run_dir)
+    assert len(view.warnings) == 2
+    assert f"{path}:3:" in view.warnings[0] and f"{path}:5:" in view.warnings[1]
+    assert view.status() == "completed" and len(view.epochs) == 2
