@@ -38,16 +38,18 @@ def list_run_dirs(home: Path) -> list[Path]:
 
 def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
     """Resolve RUN: an id, a unique id prefix, or a run name (newest run of that name)."""
-    dirs = list_run_dirs(home)
-    ids = {p.name: p for p in dirs}
-    if ref in ids:
-        return ids[ref]
-    prefixed = [p for p in dirs if p.name.startswith(ref)]
+    folder = runs_dir(home)
+    if ref and "/" not in ref and (folder / ref / "profile.toml").exists():
+        return folder / ref
+    ids = {name: folder / name for name in sorted(os.listdir(folder))} if folder.is_dir() else {}
+    dirs = list(ids.values())
+    prefixed = [p for p in dirs if p.name.startswith(ref) and (p / "profile.toml").exists()]
     if len(prefixed) == 1:
         return prefixed[0]
     if len(prefixed) > 1:
         raise RunNotFound(f"{ref!r} is ambiguous; it starts {len(prefixed)} runs: "
                           + ", ".join(p.name for p in prefixed[:10]))
+    dirs = [p for p in dirs if (p / "profile.toml").exists()]
     names = names if names is not None else {p.name: read_name(p) for p in dirs}
     named = [ids[i] for i, n in names.items() if n == ref and i in ids]
     if named:

@@ -74,8 +74,7 @@ def summary_numbers(view: RunView) -> dict[str, dict[str, float]]:
     out = {}
     for (split, ckpt, attack), r in view.results().items():
         if split == "test":
-            out[f"{ckpt}/{attack}"] = {k: r.get(k) for k in ("avg_clean", "avg_robust", "worst_robust",
-                                                              "worst_clean", "cv", "mcd")}
+            out[f"{ckpt}/{attack}"] = {k: r.get(k) for k in ("avg_clean", "avg_robust", "worst_robust")}
     return out
 
 

@@ -53,7 +53,7 @@ def ls(
 
     docs = filter_docs(RunIndex(resolve_home(home)).read(), method, dataset, status, tag, name)
     if json_out:
-        typer.echo(json.dumps(docs))
+        typer.echo(json.dumps(docs, separators=(",", ":")))
         return
     from rich.console import Console
     from rich.table import Table

@@ -25,6 +25,9 @@ def resolve_run(home: "str | None", ref: str):
     from fairtui.store import RunIndex
 
     home_dir = resolve_home(home)
+    direct = home_dir / "runs" / ref
+    if "/" not in ref and (direct / "profile.toml").exists():  # an exact id needs no index
+        return direct
     try:
         names = RunIndex(home_dir).names() if (home_dir / "runs.json").exists() else None
         return find_run(home_dir, ref, names or None)
