@@ -78,6 +78,16 @@ def summary_numbers(view: RunView) -> dict[str, dict[str, float]]:
     return out
 
 
+def headline(doc: dict) -> tuple[str, dict | None]:
+    """The result a row shows: the best checkpoint's first robust attack (else the last's)."""
+    summary = doc.get("summary") or {}
+    for ckpt in ("best", "last"):
+        for key, value in summary.items():
+            if key.startswith(ckpt + "/") and not key.endswith("/clean"):
+                return key, value
+    return "", None
+
+
 def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
     """The index document of one run, derived from its folder."""
     view = view or RunView.load(run_dir)

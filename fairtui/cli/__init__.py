@@ -36,9 +36,15 @@ app.command("note", help=_manage.NOTE_HELP)(_manage.note)
 
 
 @app.callback(invoke_without_command=True)
-def _root(ctx: typer.Context) -> None:
+def _root(ctx: typer.Context,
+          home: str = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)"),
+          profiles: str = typer.Option(None, "--profiles", help="the folder the launch dialog lists"),
+          per_gpu: int = typer.Option(1, "--per-gpu", min=1, help="runs at once on each GPU")) -> None:
+    """Without a command: open the terminal app."""
     if ctx.invoked_subcommand is None:
-        typer.echo(ctx.get_help())
+        from fairtui.app import run_app
+
+        run_app(home=home, profiles_dir=profiles, per_gpu=per_gpu)
 
 
 def main() -> None:

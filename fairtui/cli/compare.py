@@ -38,7 +38,7 @@ def compare(
     if tui:
         from fairtui.app import run_app
 
-        run_app(home=home, compare=[d.name for d in dirs])
+        run_app(home=home, compare=[d.name for d in dirs])  # the baseline is the first
         return
     try:
         result = do_compare([RunView.load(d) for d in dirs], attack, checkpoint, base_index)

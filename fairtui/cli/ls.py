@@ -12,16 +12,6 @@ from fairtui.cli.options import Home, HomeT, Json
 HELP = "List runs, newest first, with filters."
 
 
-def headline(doc: dict) -> tuple[str, dict | None]:
-    """The result a row shows: the best checkpoint's first robust attack (else the last's)."""
-    summary = doc.get("summary") or {}
-    for ckpt in ("best", "last"):
-        for key, value in summary.items():
-            if key.startswith(ckpt + "/") and not key.endswith("/clean"):
-                return key, value
-    return "", None
-
-
 def filter_docs(docs: list[dict], method, dataset, status, tag, name) -> list[dict]:
     out = []
     for d in docs:
@@ -49,7 +39,7 @@ def ls(
     import time
 
     from fairtui.home import resolve_home
-    from fairtui.store import RunIndex
+    from fairtui.store import RunIndex, headline
 
     docs = filter_docs(RunIndex(resolve_home(home)).read(), method, dataset, status, tag, name)
     if json_out:

@@ -1,0 +1,58 @@
+"""The compare screen: per-class robust bars grouped by class, summary with deltas and rho, config diff."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from fairtui.app.widgets.bars import GroupedBars
+
+
+class CompareScreen(Screen):
+    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("b", "next_baseline", "baseline")]
+
+    def __init__(self, run_ids: list[str], attack: str | None = None, checkpoint: str = "best"):
+        super().__init__()
+        self.run_ids, self.attack, self.checkpoint = run_ids, attack, checkpoint
+        self.baseline = 0
+        self.comparison = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="compare-body"):
+            yield Static("", id="compare-title")
+            yield Static("", id="compare-summary")
+            yield GroupedBars(id="compare-bars")
+            yield Static("", id="compare-diff")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.render_comparison()
+
+    def render_comparison(self) -> None:
+        from fairtui.compare import CompareError, compare
+        from fairtui.report import comparison_tables
+        from fairtui.runfolder import RunView
+
+        views = [RunView.load(self.app.home / "runs" / r) for r in self.run_ids]
+        try:
+            self.comparison = compare(views, self.attack, self.checkpoint, self.baseline)
+        except CompareError as err:
+            self.query_one("#compare-title", Static).update(f"cannot compare: {err}")
+            return
+        cmp = self.comparison
+        self.query_one("#compare-title", Static).update(
+            f"{len(views)} runs, robust accuracy under {cmp.attack} @ {cmp.checkpoint}; baseline "
+            f"{cmp.columns[cmp.baseline].view.name} (b: next baseline)")
+        tables = comparison_tables(cmp)
+        self.query_one("#compare-summary", Static).update(tables[1])
+        self.query_one(GroupedBars).show(cmp.class_names, [
+            (f"{c.view.name} [{c.view.run_id[-6:]}]", c.result["robust_acc_per_class"]) for c in cmp.columns])
+        self.query_one("#compare-diff", Static).update(tables[2] if len(tables) > 2 else "configurations are equal")
+
+    def action_next_baseline(self) -> None:
+        self.baseline = (self.baseline + 1) % len(self.run_ids)
+        self.render_comparison()

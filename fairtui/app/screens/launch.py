@@ -1,0 +1,86 @@
+"""The launch dialog: a profile, overrides (checked as `--set` is), name, tags and GPUs."""
+
+from __future__ import annotations
+
+import shlex
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
+
+
+class LaunchDialog(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+l", "launch", "launch")]
+
+    def compose(self) -> ComposeResult:
+        profiles = sorted(self.app.profiles_dir.glob("*.toml")) if self.app.profiles_dir.is_dir() else []
+        self.profiles = profiles
+        self.gpus = self.app.inventory()
+        with Vertical(classes="dialog launch"):
+            yield Label(f"new run: profile ({self.app.profiles_dir})")
+            yield OptionList(*[p.name for p in profiles], id="profile")
+            yield Input(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
+            yield Input(placeholder="name (default: the profile's)", id="name")
+            yield Input(placeholder="tags, space-separated", id="tags")
+            if self.gpus:
+                yield Label(f"GPUs (at most {self.app.queue.per_gpu} run each; busy GPUs queue the run)")
+                yield SelectionList(*[(g.label(), g.index) for g in self.gpus], id="gpus")
+            else:
+                yield Label("GPUs: none found (NVML, nvidia-smi): CPU only")
+            yield Static("", id="launch-error")
+            yield Button("launch (ctrl+l)", id="launch", variant="primary")
+            yield Label("tab: next field   enter on a profile or button: launch   escape: cancel", classes="hint")
+
+    def on_mount(self) -> None:
+        options = self.query_one("#profile", OptionList)
+        if self.profiles:
+            options.highlighted = 0
+        options.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#overrides", Input).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_launch()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_launch()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def action_launch(self) -> None:
+        from engine.config import load_profile
+        from engine.profile_schema import ProfileError
+        from fairtui.launcher import GpuChoice, create_run
+
+        error = self.query_one("#launch-error", Static)
+        index = self.query_one("#profile", OptionList).highlighted
+        if index is None or not self.profiles:
+            error.update("choose a profile")
+            return
+        path = self.profiles[index]
+        try:
+            overrides = shlex.split(self.query_one("#overrides", Input).value)
+        except ValueError as err:
+            error.update(f"overrides: {err}")
+            return
+        if self.gpus:
+            chosen = sorted(self.query_one("#gpus", SelectionList).selected)
+            choice = GpuChoice(devices=tuple(chosen)) if chosen else GpuChoice(cpu=True)
+        else:
+            choice = GpuChoice(cpu=True)
+        try:
+            profile = load_profile(path, overrides + choice.overrides())
+        except ProfileError as err:
+            error.update(str(err))
+            return
+        name = self.query_one("#name", Input).value.strip() or None
+        tags = self.query_one("#tags", Input).value.split()
+        run_dir = create_run(self.app.home, profile, str(path), name, tags, choice)
+        self.app.queue.submit(run_dir, choice)
+        self.app.index.register(run_dir)
+        self.app.tick_queue()
+        self.dismiss(run_dir.name)

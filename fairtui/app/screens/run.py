@@ -1,0 +1,111 @@
+"""The run screen: the epoch log as it streams, per-class bars, class-wise state trajectories, results.
+
+It follows ``events.jsonl`` from the start, so a finished run replays from its
+folder and a live one keeps updating: the same code path for both.
+"""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, RichLog, Static
+
+from fairtui.app.messages import EventsArrived
+from fairtui.app.widgets.bars import ClassBars
+from fairtui.app.widgets.plot import LinePlot
+from fairtui.runfolder import EventTail
+from fairtui.runstate import RunState, describe_summary, result_lines
+
+
+class RunScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back"), Binding("left_square_bracket", "state(-1)", "prev state"),
+        Binding("right_square_bracket", "state(1)", "next state"), Binding("left", "highlight(-1)", "class -"),
+        Binding("right", "highlight(1)", "class +"), Binding("s", "stop", "stop"),
+    ]
+
+    def __init__(self, run_id: str):
+        super().__init__()
+        self.run_id = run_id
+        self.state = RunState(run_id=run_id)
+        self.state_index = 0
+        self.highlight = 0
+        self.tail: EventTail | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"run {self.run_id}", id="run-title")
+        yield Static("", id="run-summary")
+        with Horizontal(id="run-main"):
+            with VerticalScroll(id="bars-pane"):
+                yield ClassBars(id="bars")
+            with Vertical(id="plot-pane"):
+                yield LinePlot(id="plot")
+        yield Static("", id="results")
+        yield RichLog(id="log", max_lines=2000, wrap=False, markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        run_dir = self.app.home / "runs" / self.run_id
+        from fairtui.runfolder import RunView
+
+        view = RunView.load(run_dir)
+        self.query_one("#run-title", Static).update(f"{view.name} [{self.run_id}]  {view.status()}")
+        self.tail = EventTail(run_dir / "events.jsonl")
+        self.poll()
+        self.set_interval(self.app.poll_interval / 2, self.poll)
+
+    @work(thread=True, exclusive=True, group="events")
+    def poll(self) -> None:
+        events = self.tail.read_new() if self.tail else []
+        if events:
+            self.post_message(EventsArrived(self.run_id, events))
+
+    def on_events_arrived(self, message: EventsArrived) -> None:
+        log = self.query_one(RichLog)
+        for event in message.events:
+            self.state.ingest(event)
+            line = self.state.log_line(event)
+            if line:
+                log.write(line)
+        self.refresh_widgets()
+
+    def refresh_widgets(self) -> None:
+        clean, robust, caption = self.state.latest_bars()
+        self.query_one(ClassBars).show(self.state.names, clean, robust, caption)
+        self.query_one("#run-summary", Static).update(describe_summary(self.state))
+        self.query_one("#results", Static).update("\n".join(result_lines(self.state)))
+        self.query_one("#run-title", Static).update(f"{self.state.config.get('name', '')} [{self.run_id}]  "
+                                                     f"{self.state.status}")
+        self.refresh_plot()
+
+    def refresh_plot(self) -> None:
+        keys = self.state.state_keys()
+        plot = self.query_one(LinePlot)
+        if not keys:
+            plot.show("class-wise state: none logged by this method", [], [], [])
+            return
+        key = keys[self.state_index % len(keys)]
+        epochs, series, labels = self.state.trajectory(key)
+        self.highlight %= max(1, len(series))
+        plot.show(f"{key}  ([ / ] {len(keys)} quantities)", epochs, series, labels, self.highlight)
+
+    def action_state(self, step: int) -> None:
+        self.state_index += step
+        self.refresh_plot()
+
+    def action_highlight(self, step: int) -> None:
+        self.highlight += step
+        self.refresh_plot()
+
+    def action_stop(self) -> None:
+        from fairtui.control import StopError, stop_run
+
+        try:
+            stop_run(self.app.home / "runs" / self.run_id, wait=False)
+            self.notify("stopping: the engine finishes its batch and keeps its checkpoint")
+        except StopError as err:
+            self.notify(str(err), severity="warning")

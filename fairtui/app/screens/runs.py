@@ -1,0 +1,273 @@
+"""The runs screen (the home): the history as a table, live status, filter, sort and the run actions."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from fairtui.app.messages import RunsLoaded
+
+COLUMNS = [("mark", ""), ("name", "name"), ("method", "method"), ("dataset", "data"), ("model", "model"),
+           ("status", "status"), ("epoch", "epoch"), ("avg_robust", "robust"), ("worst_robust", "worst"),
+           ("gpus", "gpus"), ("started", "started")]
+SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "worst_robust"]
+
+
+def headline(doc: dict) -> dict:
+    from fairtui.store import headline as pick
+
+    return pick(doc)[1] or {}
+
+
+def row_for(doc: dict, marked: bool) -> tuple:
+    h = headline(doc)
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    started = time.strftime("%m-%d %H:%M", time.localtime(doc["started"])) if doc.get("started") else "-"
+    return ("*" if marked else "", doc.get("name") or doc["run_id"], doc.get("method") or "",
+            doc.get("dataset") or "", doc.get("model") or "", doc.get("status") or "",
+            f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}", fmt(h.get("avg_robust")), fmt(h.get("worst_robust")),
+            doc.get("gpus") or "", started)
+
+
+def sort_key(doc: dict, column: str):
+    if column in ("avg_robust", "worst_robust"):
+        value = headline(doc).get(column)
+        return -1.0 if value is None else value
+    if column == "started":
+        return doc.get("started") or doc.get("created") or 0
+    return str(doc.get(column) or "")
+
+
+class RunsScreen(Screen):
+    BINDINGS = [
+        Binding("n", "new_run", "new"), Binding("enter", "open_run", "open"),
+        Binding("space", "mark", "mark"), Binding("c", "compare", "compare"),
+        Binding("s", "stop", "stop"), Binding("r", "resume", "resume"), Binding("R", "rerun", "rerun"),
+        Binding("t", "tag", "tag"), Binding("d", "delete", "delete"), Binding("slash", "filter", "filter"),
+        Binding("o", "sort", "sort"), Binding("O", "reverse", "reverse", show=False),
+        Binding("escape", "clear_filter", "clear", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.docs: list[dict] = []
+        self.marked: set[str] = set()
+        self.filter_text = ""
+        self.sort_column, self.sort_reverse = "started", True
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="/ filter by name, method, data, status or tag", id="filter")
+        yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="status-line")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        table.focus()
+        self.load()
+        self.set_interval(self.app.poll_interval, self.load)
+
+    @work(thread=True, exclusive=True, group="runs")
+    def load(self) -> None:
+        self.post_message(RunsLoaded(self.app.index.read()))
+
+    def on_runs_loaded(self, message: RunsLoaded) -> None:
+        self.docs = message.docs
+        self.render_rows()
+
+    def visible(self) -> list[dict]:
+        needle = self.filter_text.lower()
+        docs = [d for d in self.docs if not needle or needle in " ".join(
+            str(d.get(k) or "") for k in ("name", "method", "dataset", "status", "run_id", "model")).lower()
+            or any(needle in t.lower() for t in d.get("tags") or [])]
+        return sorted(docs, key=lambda d: sort_key(d, self.sort_column), reverse=self.sort_reverse)
+
+    def render_rows(self) -> None:
+        table = self.query_one(DataTable)
+        current = self.selected_id()
+        table.clear()
+        docs = self.visible()
+        for doc in docs:
+            table.add_row(*row_for(doc, doc["run_id"] in self.marked), key=doc["run_id"])
+        ids = [d["run_id"] for d in docs]
+        if current in ids:
+            table.move_cursor(row=ids.index(current))
+        running = sum(d.get("status") == "running" for d in self.docs)
+        queued = sum(d.get("status") == "queued" for d in self.docs)
+        self.query_one("#status-line", Static).update(
+            f"{len(docs)} of {len(self.docs)} runs, {running} running, {queued} queued, {len(self.marked)} marked; "
+            f"sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}  |  ? help")
+
+    def selected_id(self) -> str | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:  # the cursor is outside a table being rebuilt
+            return None
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.app.home / "runs" / run_id
+
+    # -- actions ----------------------------------------------------------------------------------
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_run()
+
+    def action_open_run(self) -> None:
+        run_id = self.selected_id()
+        if run_id:
+            from fairtui.app.screens.run import RunScreen
+
+            self.app.push_screen(RunScreen(run_id))
+
+    def action_mark(self) -> None:
+        run_id = self.selected_id()
+        if run_id:
+            self.marked.symmetric_difference_update({run_id})
+            self.render_rows()
+
+    def action_compare(self) -> None:
+        ids = [d["run_id"] for d in self.visible()]
+        chosen = [i for i in ids if i in self.marked]
+        if len(chosen) < 2:
+            current = self.selected_id()
+            if current and current in ids and ids.index(current) + 1 < len(ids):
+                chosen = [current, ids[ids.index(current) + 1]]
+        if len(chosen) < 2:
+            self.notify("mark two or more runs with space, then press c", severity="warning")
+            return
+        from fairtui.app.screens.compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(chosen))
+
+    def action_new_run(self) -> None:
+        from fairtui.app.screens.launch import LaunchDialog
+
+        self.app.push_screen(LaunchDialog(), self.launched)
+
+    def launched(self, run_id: str | None) -> None:
+        if run_id:
+            self.notify(f"run {run_id} queued")
+            self.load()
+
+    def action_stop(self) -> None:
+        run_id = self.selected_id()
+        if run_id:
+            from fairtui.control import StopError, stop_run
+
+            try:
+                stop_run(self.run_dir(run_id), wait=False)
+                self.notify(f"stopping {run_id}: it finishes its batch and keeps its checkpoint")
+            except StopError as err:
+                self.notify(str(err), severity="warning")
+
+    def action_resume(self) -> None:
+        run_id = self.selected_id()
+        if not run_id:
+            return
+        from fairtui.runfolder import RunView
+
+        status = RunView.load(self.run_dir(run_id)).status()
+        if status not in ("stopped", "failed", "lost"):
+            self.notify(f"run {run_id} is {status}; only stopped, failed or lost runs resume", severity="warning")
+            return
+        from fairtui.launcher import GpuChoice
+
+        gpus = RunView.load(self.run_dir(run_id)).meta.get("gpus")
+        self.app.queue.submit(self.run_dir(run_id), GpuChoice.parse(gpus))
+        self.app.tick_queue()
+        self.notify(f"run {run_id} queued to resume")
+
+    def action_rerun(self) -> None:
+        run_id = self.selected_id()
+        if not run_id:
+            return
+        from engine.config import load_profile
+        from fairtui.launcher import GpuChoice, create_run
+        from fairtui.runfolder import RunView
+
+        view = RunView.load(self.run_dir(run_id))
+        profile = load_profile(self.run_dir(run_id) / "profile.toml")
+        gpus = GpuChoice.parse(view.meta.get("gpus"))
+        new_dir = create_run(self.app.home, profile, view.meta.get("profile_path") or "", view.name,
+                             view.meta.get("tags", []), gpus)
+        self.app.queue.submit(new_dir, gpus)
+        self.app.index.register(new_dir)
+        self.app.tick_queue()
+        self.notify(f"rerun of {view.name} queued as {new_dir.name}")
+        self.load()
+
+    def action_tag(self) -> None:
+        run_id = self.selected_id()
+        if not run_id:
+            return
+        from fairtui.app.screens.dialogs import TextDialog
+
+        doc = next((d for d in self.docs if d["run_id"] == run_id), {})
+
+        def apply(text: str | None) -> None:
+            if text is None:
+                return
+            from fairtui.control import update_meta
+
+            update_meta(self.run_dir(run_id), lambda m: m.__setitem__("tags", text.split()))
+            self.load()
+
+        self.app.push_screen(TextDialog("tags (space-separated)", " ".join(doc.get("tags") or [])), apply)
+
+    def action_delete(self) -> None:
+        run_id = self.selected_id()
+        if not run_id:
+            return
+        from fairtui.app.screens.dialogs import ConfirmDialog
+
+        def apply(yes: bool | None) -> None:
+            if not yes:
+                return
+            import shutil
+
+            from fairtui.runfolder import RunView
+
+            if RunView.load(self.run_dir(run_id)).status() == "running":
+                self.notify("stop the run first (s)", severity="warning")
+                return
+            self.app.queue.cancel(run_id)
+            shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+            self.app.index.remove(run_id)
+            self.marked.discard(run_id)
+            self.load()
+
+        self.app.push_screen(ConfirmDialog(f"delete run {run_id} and its folder?"), apply)
+
+    def action_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self.render_rows()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one(DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        self.query_one(DataTable).focus()
+
+    def action_sort(self) -> None:
+        self.sort_column = SORTABLE[(SORTABLE.index(self.sort_column) + 1) % len(SORTABLE)]
+        self.render_rows()
+
+    def action_reverse(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.render_rows()

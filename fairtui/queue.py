@@ -1,0 +1,107 @@
+"""The local run queue: runs wait for their GPUs (at most `per_gpu` runs on each) and start in order.
+
+The queue lives in ``<home>/queue.json`` under a file lock, so it survives the
+app and is shared by every process that schedules (the app, headless sweeps).
+``cpu`` counts as one device with the same limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from fairtui.launcher import GpuChoice, start_engine
+from fairtui.runfolder import RunView
+
+CPU = "cpu"
+
+
+def devices_of(label: str | None) -> list[str]:
+    """A run's devices from its GPU label: 'cpu', '0,1', or None (the engine's choice: GPU 0 or the CPU)."""
+    if not label:
+        return [CPU]
+    return [CPU] if label == CPU else label.split(",")
+
+
+class LocalQueue:
+    def __init__(self, home: Path, per_gpu: int = 1):
+        self.home, self.per_gpu = home, per_gpu
+        self.path, self.lock_path = home / "queue.json", home / "queue.lock"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[list[dict]]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                entries = json.loads(self.path.read_text()) if self.path.exists() else []
+            except ValueError:
+                entries = []
+            yield entries
+            tmp = self.path.with_name(".queue.json.tmp")
+            tmp.write_text(json.dumps(entries))
+            os.replace(tmp, self.path)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def submit(self, run_dir: Path, gpus: GpuChoice | None) -> None:
+        (run_dir / "queued").touch()
+        with self._locked() as entries:
+            entries.append({"run_id": run_dir.name, "gpus": gpus.label() if gpus else None,
+                            "enqueued": time.time()})
+
+    def entries(self) -> list[dict]:
+        with self._locked() as entries:
+            return list(entries)
+
+    def cancel(self, run_id: str) -> bool:
+        with self._locked() as entries:
+            before = len(entries)
+            entries[:] = [e for e in entries if e["run_id"] != run_id]
+            return len(entries) < before
+
+    def busy(self) -> dict[str, int]:
+        """Runs per device among the running runs of this home."""
+        counts: dict[str, int] = {}
+        runs = self.home / "runs"
+        for run_dir in (runs.iterdir() if runs.is_dir() else []):
+            if (run_dir / "engine.json").exists() and not (run_dir / "queued").exists():
+                view = RunView.load(run_dir)
+                if view.finished is None and view.status() == "running":
+                    for d in devices_of(view.meta.get("gpus")):
+                        counts[d] = counts.get(d, 0) + 1
+        return counts
+
+    def tick(self, start: Callable = start_engine) -> list[str]:
+        """Start every queued run whose devices have room, in order; return the started run ids."""
+        started = []
+        with self._locked() as entries:
+            counts = self.busy()
+            reserved: set[str] = set()
+            keep = []
+            for entry in entries:
+                devs = devices_of(entry["gpus"])
+                run_dir = self.home / "runs" / entry["run_id"]
+                if not run_dir.exists():
+                    continue  # deleted while it waited
+                if any(d in reserved or counts.get(d, 0) >= self.per_gpu for d in devs):
+                    reserved.update(devs)  # later entries may not jump ahead on these devices
+                    keep.append(entry)
+                    continue
+                (run_dir / "queued").unlink(missing_ok=True)
+                start(run_dir, GpuChoice.parse(entry["gpus"]))
+                for d in devs:
+                    counts[d] = counts.get(d, 0) + 1
+                started.append(entry["run_id"])
+            entries[:] = keep
+        if started:
+            from fairtui.store import RunIndex
+
+            index = RunIndex(self.home)
+            for run_id in started:
+                index.register(self.home / "runs" / run_id)
+        return started

@@ -1,0 +1,121 @@
+"""A run's live state, built event by event: what the run screen shows. No Textual, no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import metrics
+
+
+@dataclass
+class RunState:
+    run_id: str = ""
+    class_names: list[str] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    epochs: list[dict] = field(default_factory=list)  # the latest epoch_end of each epoch, in order
+    results: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+    status: str = "starting"
+    error: str | None = None
+    total_epochs: int = 0
+
+    def ingest(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "run_started":
+            self.run_id = event.get("run_id", self.run_id)
+            self.class_names = list(event.get("class_names", []))
+            self.config = event.get("config", {})
+            self.total_epochs = int(self.config.get("train", {}).get("epochs", 0))
+            self.status = "running"
+        elif kind == "run_resumed":
+            self.status, self.error = "running", None
+        elif kind == "epoch_end":
+            self.epochs = [e for e in self.epochs if e["epoch"] < event["epoch"]] + [event]
+            self.total_epochs = event.get("epochs", self.total_epochs)
+        elif kind == "eval_result":
+            self.results[(event.get("split", "test"), event.get("checkpoint", "last"), event.get("attack", "?"))] = event
+        elif kind == "run_finished":
+            self.status, self.error = event.get("status", "failed"), event.get("error")
+
+    @property
+    def names(self) -> list[str]:
+        if self.class_names:
+            return self.class_names
+        k = len(self.epochs[-1]["val"]["robust_acc_per_class"]) if self.epochs else 0
+        return [str(i) for i in range(k)]
+
+    def latest_bars(self) -> tuple[list[float | None], list[float | None], str]:
+        """Validation clean and robust accuracy per class at the latest epoch."""
+        if not self.epochs:
+            return [], [], "validation accuracy per class"
+        last = self.epochs[-1]
+        val = last.get("val", {})
+        return (val.get("clean_acc_per_class", []), val.get("robust_acc_per_class", []),
+                f"validation accuracy per class, epoch {last['epoch']}/{self.total_epochs}")
+
+    def summary(self) -> dict[str, float]:
+        _, robust, _ = self.latest_bars()
+        return metrics.summary(robust) if robust else {}
+
+    def state_keys(self) -> list[str]:
+        """The method_state keys that hold one value per class (or K + 1 for WAT), in first-seen order."""
+        keys: list[str] = []
+        k = len(self.names)
+        for e in self.epochs:
+            for key, value in (e.get("method_state") or {}).items():
+                if isinstance(value, list) and len(value) in (k, k + 1) and key not in keys \
+                        and all(isinstance(v, (int, float)) or v is None for v in value):
+                    keys.append(key)
+        return keys
+
+    def trajectory(self, key: str) -> tuple[list[int], list[list[float | None]], list[str]]:
+        """Epochs and one series per class of ``method_state[key]`` (WAT's K + 1: 'overall' first)."""
+        rows = [(e["epoch"], (e.get("method_state") or {}).get(key)) for e in self.epochs]
+        rows = [(ep, v) for ep, v in rows if isinstance(v, list)]
+        if not rows:
+            return [], [], []
+        width = max(len(v) for _, v in rows)
+        labels = list(self.names)
+        if width == len(labels) + 1:
+            labels = ["overall"] + labels
+        series = [[v[i] if i < len(v) else None for _, v in rows] for i in range(width)]
+        return [ep for ep, _ in rows], series, labels[:width]
+
+    def log_line(self, event: dict) -> str | None:
+        from fairtui.report import epoch_line
+
+        kind = event.get("type")
+        if kind == "epoch_end":
+            return epoch_line(event, self.names)
+        if kind == "run_started":
+            return f"started on {event.get('device')}, seed {event.get('seed')}"
+        if kind == "run_resumed":
+            return f"resumed after epoch {event.get('epoch')}"
+        if kind == "eval_result":
+            return (f"{event.get('split')} {event.get('attack')} @ {event.get('checkpoint')}: clean "
+                    f"{event.get('avg_clean', 0):.3f} robust {event.get('avg_robust', 0):.3f} "
+                    f"worst {event.get('worst_robust', 0):.3f}")
+        if kind == "run_finished":
+            return f"finished: {event.get('status')}" + (f" ({event['error']})" if event.get("error") else "")
+        return None
+
+
+def describe_summary(state: RunState) -> str:
+    s = state.summary()
+    head = f"{state.status}"
+    if state.error:
+        head += f": {state.error}"
+    if not s:
+        return head
+    return (f"{head} | val robust avg {s['avg']:.3f}  worst {s['worst']:.3f}  CV {s['cv']:.4f}  "
+            f"MCD {s['mcd']:.3f}")
+
+
+def result_lines(state: RunState) -> list[str]:
+    out = []
+    for (split, ckpt, attack), r in state.results.items():
+        out.append(f"{split} {attack:>8} @ {ckpt:<5} clean {r.get('avg_clean', 0):.3f}  robust "
+                   f"{r.get('avg_robust', 0):.3f}  worst {r.get('worst_robust', 0):.3f}  CV {r.get('cv', 0):.4f}")
+    return out
+
+

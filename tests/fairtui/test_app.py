@@ -1,0 +1,183 @@
+"""The terminal app, driven with Pilot: launch, live bars, replay, compare, quit and re-attach."""
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from fairtui.app import make_app
+from fairtui.app.widgets.bars import ClassBars, GroupedBars
+from fairtui.app.widgets.plot import LinePlot
+from fairtui.gpus import GpuInfo
+from fairtui.runfolder import engine_alive, engine_process
+from fairtui.synthetic import make_run
+from tests.conftest import ROOT, TINY
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+FAKE_GPUS = [GpuInfo(0, "Fake GPU", 1024.0, 81920.0, 3.0)]
+
+
+@pytest.fixture(autouse=True)
+def engine_on_path(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.fixture
+def profiles(tmp_path):
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "tiny.toml").write_text(TINY)
+    return folder
+
+
+async def wait_until(pilot, predicate, timeout: float = 180.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        await pilot.pause(0.2)
+    raise TimeoutError
+
+
+def last_val(run_dir: Path) -> dict:
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [e for e in events if e["type"] == "epoch_end"][-1]["val"]
+
+
+def replayed_run(home: Path) -> str:
+    run_dir = home / "runs" / "20261122-000000-cfa001"
+    run_dir.mkdir(parents=True)
+    shutil.copy(DATA / "cfa_digits_events.jsonl", run_dir / "events.jsonl")
+    shutil.copy(DATA / "cfa_digits_profile.toml", run_dir / "profile.toml")
+    (run_dir / "meta.json").write_text(json.dumps({"name": "recorded-cfa"}))
+    return run_dir.name
+
+
+async def test_launch_from_the_dialog_and_watch_it_complete(tmp_path, profiles):
+    app = make_app(home=tmp_path / "home", profiles_dir=profiles, gpu_inventory=lambda: FAKE_GPUS,
+                   poll_interval=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("enter")  # the highlighted profile (tiny.toml)
+        await pilot.press(*"train.epochs=3")
+        await pilot.press("tab", "tab", "tab", "space")  # name, tags, then the GPU list: pick GPU 0
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: list((tmp_path / "home" / "runs").glob("*/engine.json")))
+        run_dir = next((tmp_path / "home" / "runs").iterdir())
+        assert json.loads((run_dir / "meta.json").read_text())["gpus"] == "0"  # the fake GPU was picked
+        await wait_until(pilot, lambda: app.screen.query("DataTable") and app.screen.query_one("DataTable").row_count)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.epochs)
+        first = len(app.screen.state.epochs)
+        await wait_until(pilot, lambda: app.screen.state.status == "completed")
+        assert len(app.screen.state.epochs) == 3 and first <= 3
+        bars = app.screen.query_one(ClassBars)
+        assert bars.robust == last_val(run_dir)["robust_acc_per_class"]
+        assert len(bars.names) == 10
+        log_text = "\n".join(str(line.text) for line in app.screen.query_one("RichLog").lines)
+        assert "epoch   3/3" in log_text and "finished: completed" in log_text
+
+
+async def test_replay_of_a_recorded_cfa_run(tmp_path):
+    home = tmp_path / "home"
+    run_id = replayed_run(home)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, open_run=run_id)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "completed")
+        screen = app.screen
+        expected = last_val(home / "runs" / run_id)
+        bars = screen.query_one(ClassBars)
+        assert bars.robust == expected["robust_acc_per_class"] and bars.clean == expected["clean_acc_per_class"]
+        plot = screen.query_one(LinePlot)
+        assert plot.title.startswith("eps_per_class")
+        assert plot.points() == 4  # one point per recorded epoch
+        eps = [e["method_state"]["eps_per_class"] for e in screen.state.epochs]
+        assert plot.series[0] == [row[0] for row in eps]
+        await pilot.press("right")
+        assert screen.query_one(LinePlot).highlight == 1
+        await pilot.press("right_square_bracket")
+        assert not screen.query_one(LinePlot).title.startswith("eps_per_class")
+
+
+async def test_compare_screen_shows_the_right_deltas(tmp_path):
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base", robust_centre=0.4)
+    make_run(home, "20260101-000001-bbbbbb", name="fair", robust_centre=0.5)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   compare=["20260101-000000-aaaaaa", "20260101-000001-bbbbbb"])
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        cmp = app.screen.comparison
+        base, fair = cmp.columns
+        b, f = base.result["robust_acc_per_class"], fair.result["robust_acc_per_class"]
+        assert fair.deltas["avg_robust"] == pytest.approx(sum(f) / len(f) - sum(b) / len(b))
+        assert fair.deltas["worst_robust"] == pytest.approx(min(f) - min(b))
+        bars = app.screen.query_one(GroupedBars)
+        assert [values for _, values in bars.runs] == [b, f]
+        await pilot.press("b")  # the other run becomes the baseline
+        assert app.screen.comparison.columns[0].deltas["avg_robust"] == pytest.approx(-fair.deltas["avg_robust"])
+
+
+async def test_keyboard_only_at_80x24_with_no_color(tmp_path, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base")
+    make_run(home, "20260101-000001-bbbbbb", name="fair")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
+        await pilot.press("question_mark")
+        assert "fairtui keys" in str(app.screen.query_one("Static").render())
+        await pilot.press("escape")
+        await pilot.press("slash", *"fair", "enter")
+        assert app.screen.query_one("DataTable").row_count == 1
+        await pilot.press("escape")
+        assert app.screen.query_one("DataTable").row_count == 2
+        await pilot.press("space", "down", "space", "c")
+        assert type(app.screen).__name__ == "CompareScreen"
+        await pilot.press("escape", "t", *"paper", "enter")
+        await pilot.pause(0.5)
+        tagged = [json.loads((d / "meta.json").read_text()).get("tags") for d in (home / "runs").iterdir()]
+        assert ["paper"] in tagged
+
+
+async def test_quit_while_training_then_reattach(tmp_path, profiles):
+    home = tmp_path / "home"
+    slow = profiles / "slow.toml"
+    slow.write_text(TINY.replace("epochs = 2", "epochs = 400"))
+    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("ctrl+l")  # the first profile: slow.toml
+        await wait_until(pilot, lambda: list(home.glob("runs/*/engine.json")))
+    run_dir = next((home / "runs").iterdir())
+    try:
+        events = run_dir / "events.jsonl"
+        end = time.time() + 120
+        while time.time() < end and not (events.exists() and '"epoch_end"' in events.read_text()):
+            await asyncio.sleep(0.2)
+        assert json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])["config"]["train"]["epochs"] == 400
+        await asyncio.sleep(1.0)
+        assert engine_alive(run_dir)  # the app is gone, the engine trains on
+        app2 = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2)
+        async with app2.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: app2.screen.query_one("DataTable").row_count == 1)
+            assert app2.screen.docs[0]["status"] == "running"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: getattr(app2.screen, "state", None) and app2.screen.state.epochs)
+            seen = len(app2.screen.state.epochs)
+            await wait_until(pilot, lambda: len(app2.screen.state.epochs) > seen)  # still streaming
+            await pilot.press("s")  # stop from the run screen
+            await wait_until(pilot, lambda: app2.screen.state.status == "stopped", timeout=60)
+    finally:
+        info = engine_process(run_dir)
+        if info and engine_alive(run_dir):
+            os.kill(info["pid"], signal.SIGKILL)
