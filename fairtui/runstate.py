@@ -30,7 +30,9 @@ class RunState:
         elif kind == "run_resumed":
             self.status, self.error = "running", None
         elif kind == "epoch_end":
-            self.epochs = [e for e in self.epochs if e["epoch"] < event["epoch"]] + [event]
+            if self.epochs and self.epochs[-1]["epoch"] >= event["epoch"]:  # a resume repeats epochs
+                self.epochs = [e for e in self.epochs if e["epoch"] < event["epoch"]]
+            self.epochs.append(event)
             self.total_epochs = event.get("epochs", self.total_epochs)
         elif kind == "eval_result":
             self.results[(event.get("split", "test"), event.get("checkpoint", "last"), event.get("attack", "?"))] = event

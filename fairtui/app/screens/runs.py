@@ -81,6 +81,8 @@ class RunsScreen(Screen):
         self.post_message(RunsLoaded(self.app.index.read()))
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
+        if message.docs == self.docs:  # nothing changed: keep the table (and the cursor) as it is
+            return
         self.docs = message.docs
         self.render_rows()
 
