@@ -148,6 +148,8 @@ def _build_method(table: Any, file: str) -> MethodParams:
 def profile_from_table(raw: dict, file: str) -> Profile:
     """Build and check a whole profile from its parsed TOML table."""
     known = list(TOP_LEVEL) + list(SECTIONS) + ["method"]
+    if "sweep" in raw:
+        raise ProfileError(file, "sweep", "this profile describes a sweep: run it with `fairtui sweep`")
     for key in raw:
         if key not in known:
             raise ProfileError(file, key, unknown_key_message(key, known))

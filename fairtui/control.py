@@ -19,6 +19,12 @@ class StopError(RuntimeError):
 def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
     """SIGTERM the run's engine (it stops after its batch, keeping its checkpoint); return the new status."""
     view = RunView.load(run_dir)
+    if view.meta.get("launcher") == "slurm" and view.meta.get("slurm_cluster", "slurm") == "slurm" \
+            and view.status() in ("running", "queued"):
+        from fairtui.slurm import cancel
+
+        cancel(run_dir)
+        return "cancelled (scancel)"
     if view.status() != "running" or not engine_alive(run_dir):
         raise StopError(f"run {run_dir.name} is not running (status {view.status()})")
     pid = engine_process(run_dir)["pid"]

@@ -48,10 +48,11 @@ class LocalQueue:
             os.replace(tmp, self.path)
             fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def submit(self, run_dir: Path, gpus: GpuChoice | None) -> None:
+    def submit(self, run_dir: Path, gpus: GpuChoice | None, pool: list[str] | None = None) -> None:
+        """Queue a run on fixed devices (``gpus``) or on any one device of ``pool`` (a sweep's GPUs)."""
         (run_dir / "queued").touch()
         with self._locked() as entries:
-            entries.append({"run_id": run_dir.name, "gpus": gpus.label() if gpus else None,
+            entries.append({"run_id": run_dir.name, "gpus": gpus.label() if gpus else None, "pool": pool,
                             "enqueued": time.time()})
 
     def entries(self) -> list[dict]:
@@ -63,6 +64,21 @@ class LocalQueue:
             before = len(entries)
             entries[:] = [e for e in entries if e["run_id"] != run_id]
             return len(entries) < before
+
+    def _devices_for(self, entry: dict, counts: dict[str, int], reserved: set[str]) -> list[str] | None:
+        """The devices this entry can start on now, or None (and its devices are reserved: FIFO)."""
+        free = lambda d: d not in reserved and counts.get(d, 0) < self.per_gpu  # noqa: E731
+        if entry.get("pool"):
+            for d in entry["pool"]:
+                if free(d):
+                    return [d]
+            reserved.update(entry["pool"])
+            return None
+        devs = devices_of(entry["gpus"])
+        if all(free(d) for d in devs):
+            return devs
+        reserved.update(devs)
+        return None
 
     def busy(self) -> dict[str, int]:
         """Runs per device among the running runs of this home."""
@@ -84,16 +100,18 @@ class LocalQueue:
             reserved: set[str] = set()
             keep = []
             for entry in entries:
-                devs = devices_of(entry["gpus"])
                 run_dir = self.home / "runs" / entry["run_id"]
                 if not run_dir.exists():
                     continue  # deleted while it waited
-                if any(d in reserved or counts.get(d, 0) >= self.per_gpu for d in devs):
-                    reserved.update(devs)  # later entries may not jump ahead on these devices
+                devs = self._devices_for(entry, counts, reserved)
+                if devs is None:
                     keep.append(entry)
                     continue
                 (run_dir / "queued").unlink(missing_ok=True)
-                start(run_dir, GpuChoice.parse(entry["gpus"]))
+                label = ",".join(devs)
+                if entry.get("pool"):
+                    _set_gpus(run_dir, label)
+                start(run_dir, GpuChoice.parse(label))
                 for d in devs:
                     counts[d] = counts.get(d, 0) + 1
                 started.append(entry["run_id"])
@@ -105,3 +123,12 @@ class LocalQueue:
             for run_id in started:
                 index.register(self.home / "runs" / run_id)
         return started
+
+
+def _set_gpus(run_dir: Path, label: str) -> None:
+    from fairtui.launcher import write_meta
+
+    path = run_dir / "meta.json"
+    meta = json.loads(path.read_text()) if path.exists() else {}
+    meta["gpus"] = label
+    write_meta(run_dir, meta)

@@ -17,6 +17,7 @@ from engine.events import read_events
 from engine.run import process_start_time
 
 FINAL_STATUSES = ("completed", "failed", "stopped")
+HEARTBEAT_S = 600.0  # a run on another host with no sign of life for this long is lost
 
 
 class EventTail:
@@ -134,13 +135,24 @@ class RunView:
         return last
 
     def status(self) -> str:
-        if self.finished is not None:
+        if self.finished is not None and not (self.run_dir / "queued").exists():
             return self.finished.get("status", "failed")
+        if (self.run_dir / "queued").exists():
+            return "queued"
+        info = engine_process(self.run_dir)
+        if info and info.get("host") != socket.gethostname():
+            # On another node (Slurm): alive while its heartbeat (progress.json, events) is fresh.
+            return "running" if self.heartbeat_age() < HEARTBEAT_S else "lost"
         if engine_alive(self.run_dir):
             return "running"
-        if not self.events and (self.run_dir / "queued").exists():
-            return "queued"
         return "lost"
+
+    def heartbeat_age(self) -> float:
+        import time
+
+        ages = [time.time() - (self.run_dir / f).stat().st_mtime for f in ("progress.json", "events.jsonl")
+                if (self.run_dir / f).exists()]
+        return min(ages, default=float("inf"))
 
     def class_names(self) -> list[str]:
         if self.started and self.started.get("class_names"):

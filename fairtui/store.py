@@ -109,6 +109,7 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
         "finished": finished.get("t") if finished else None, "error": finished.get("error") if finished else None,
         "epoch": epochs[-1]["epoch"] if epochs else 0, "epochs": view.total_epochs(),
         "summary": summary_numbers(view), "sweep": meta.get("sweep"), "launcher": meta.get("launcher", "local"),
+        "slurm_job_id": meta.get("slurm_job_id"), "node": meta.get("node"),
     }
 
 

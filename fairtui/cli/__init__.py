@@ -17,6 +17,7 @@ from fairtui.cli import manage as _manage
 from fairtui.cli import resume as _resume
 from fairtui.cli import run as _run
 from fairtui.cli import show as _show
+from fairtui.cli import sweep as _sweep
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
                   help="fairtui: fairness-aware adversarial training runs, from the terminal.")
@@ -33,6 +34,8 @@ app.command("rm", help=_manage.RM_HELP)(_manage.rm)
 app.command("reindex", help=_manage.REINDEX_HELP)(_manage.reindex)
 app.command("tag", help=_manage.TAG_HELP)(_manage.tag)
 app.command("note", help=_manage.NOTE_HELP)(_manage.note)
+app.command("sweep", help=_sweep.HELP)(_sweep.sweep)
+app.command("queue-worker", hidden=True)(_sweep.queue_worker)
 
 
 @app.callback(invoke_without_command=True)

@@ -19,6 +19,7 @@ def export(
     attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
     checkpoint: str = typer.Option("best", "--checkpoint"),
     tag: Optional[str] = typer.Option(None, "--tag", help="export every run with this tag"),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="export a sweep: mean ± std over seeds per grid point"),
     home: HomeT = Home,
 ) -> None:
     from fairtui.compare import CompareError, export_rows
@@ -35,8 +36,23 @@ def export(
         home_dir = resolve_home(home)
         dirs += [runs_dir(home_dir) / d["run_id"] for d in RunIndex(home_dir).read()
                  if tag in (d.get("tags") or []) and d.get("status") == "completed"]
+    if sweep:
+        from engine.profile_schema import ProfileError
+        from fairtui.home import resolve_home, runs_dir
+        from fairtui.sweep import load_record
+
+        try:
+            record = load_record(resolve_home(home), sweep)
+        except ProfileError as err:
+            raise fail(str(err)) from None
+        finished = [runs_dir(resolve_home(home)) / r for r in record["runs"]
+                    if RunView.load(runs_dir(resolve_home(home)) / r).status() == "completed"]
+        if len(finished) < len(record["runs"]):
+            typer.echo(f"{len(record['runs']) - len(finished)} of {len(record['runs'])} runs of the sweep have not "
+                       "completed; exporting the rest", err=True)
+        dirs += finished
     if not dirs:
-        raise fail("name the runs to export (or --tag TAG)")
+        raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
     try:
         rows = export_rows([RunView.load(d) for d in sorted(set(dirs))], attack, checkpoint)
     except CompareError as err:

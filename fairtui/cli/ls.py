@@ -12,9 +12,11 @@ from fairtui.cli.options import Home, HomeT, Json
 HELP = "List runs, newest first, with filters."
 
 
-def filter_docs(docs: list[dict], method, dataset, status, tag, name) -> list[dict]:
+def filter_docs(docs: list[dict], method, dataset, status, tag, name, sweep=None) -> list[dict]:
     out = []
     for d in docs:
+        if sweep and not (d.get("sweep") or "").startswith(sweep):
+            continue
         if method and d.get("method") != method or dataset and d.get("dataset") != dataset:
             continue
         if status and d.get("status") != status or tag and tag not in (d.get("tags") or []):
@@ -31,6 +33,7 @@ def ls(
     status: Optional[str] = typer.Option(None, "--status", help="completed, failed, stopped, running, lost"),
     tag: Optional[str] = typer.Option(None, "--tag"),
     name: Optional[str] = typer.Option(None, "--name", help="a glob pattern, e.g. 'cfa-*'"),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="the children of a sweep (id or prefix)"),
     limit: int = typer.Option(50, "--limit", help="rows to show (0: all); --json always lists all"),
     json_out: bool = Json,
     home: HomeT = Home,
@@ -41,7 +44,7 @@ def ls(
     from fairtui.home import resolve_home
     from fairtui.store import RunIndex, headline
 
-    docs = filter_docs(RunIndex(resolve_home(home)).read(), method, dataset, status, tag, name)
+    docs = filter_docs(RunIndex(resolve_home(home)).read(), method, dataset, status, tag, name, sweep)
     if json_out:
         typer.echo(json.dumps(docs, separators=(",", ":")))
         return

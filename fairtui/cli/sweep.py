@@ -1,0 +1,136 @@
+"""`fairtui sweep PROFILE --grid KEY=V1,V2 --seeds N`: a grid of runs on local GPUs or on Slurm."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from fairtui.cli.options import Detach, Home, HomeT, Json, fail
+
+HELP = ("Run the cross product of grids over profile keys and seeds, each child a normal run, on the local "
+        "GPU queue or as a Slurm job array.")
+
+
+def sweep(
+    profile: str = typer.Argument(..., help="a TOML profile (its [sweep] table, if any, is used)"),
+    grid: List[str] = typer.Option([], "--grid", help="KEY=V1,V2,... (repeatable)"),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="seeds 0..N-1"),
+    seed_list: Optional[str] = typer.Option(None, "--seed-list", help="explicit seeds, e.g. 0,1,7"),
+    set_: List[str] = typer.Option([], "--set", help="override a profile key for every child"),
+    name: Optional[str] = typer.Option(None, "--name", help="base name of the children"),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="local (default) or slurm"),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="local: the GPUs to spread over, or cpu"),
+    per_gpu: int = typer.Option(1, "--per-gpu", min=1, help="local: runs at once on each GPU"),
+    partition: Optional[str] = typer.Option(None, "--partition", help="slurm: the partition"),
+    time_min: Optional[int] = typer.Option(None, "--time", help="slurm: minutes per child"),
+    gpus_per_task: Optional[int] = typer.Option(None, "--gpus-per-task"),
+    cpus: Optional[int] = typer.Option(None, "--cpus", help="slurm: CPUs per task"),
+    mem_gb: Optional[int] = typer.Option(None, "--mem-gb", help="slurm: memory per task"),
+    parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="slurm: children at once"),
+    sbatch: List[str] = typer.Option([], "--sbatch", help="slurm: extra sbatch option KEY=VALUE"),
+    detach: bool = Detach,
+    json_out: bool = Json,
+    home: HomeT = Home,
+) -> None:
+    import json
+
+    from engine.config import apply_overrides
+    from engine.profile_schema import ProfileError
+    from fairtui.home import resolve_home
+    from fairtui.sweep import build_spec, expand, split_profile
+    from fairtui.sweep_run import create_children
+
+    home_dir = resolve_home(home)
+    try:
+        raw, table = split_profile(profile)
+        raw = apply_overrides(raw, list(set_))
+        chosen = [int(s) for s in seed_list.split(",")] if seed_list else None
+        spec = build_spec(profile, table, grid, seeds, chosen, launcher)
+        children = expand(profile, raw, spec)
+        slurm_settings = None
+        if spec.launcher == "slurm":
+            from fairtui.slurm import SlurmSettings
+
+            slurm_settings = SlurmSettings.from_sources(spec.slurm, partition=partition, time_min=time_min,
+                                                        gpus_per_task=gpus_per_task, cpus=cpus, mem_gb=mem_gb,
+                                                        parallelism=parallelism, sbatch=sbatch)
+    except ValueError as err:  # ProfileError and bad --seed-list values
+        raise fail(str(err)) from None
+    record = create_children(home_dir, profile, children, spec, name, spec.launcher)
+    typer.echo(f"sweep {record['sweep_id']}: {len(record['runs'])} runs ({spec.launcher})", err=True)
+    if spec.launcher == "slurm":
+        from fairtui.slurm import submit_sweep
+
+        try:
+            submit_sweep(home_dir, record, slurm_settings)
+        except ProfileError as err:
+            raise fail(str(err)) from None
+        if json_out:
+            typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"]}))
+        raise typer.Exit(0)
+    raise typer.Exit(_run_local(home_dir, record, gpus, spec.per_gpu if per_gpu == 1 else per_gpu, detach,
+                                json_out))
+
+
+def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach: bool, json_out: bool) -> int:
+    import json
+
+    from fairtui.sweep_run import queue_locally, start_background_worker, stop_children, wait_local
+
+    pool = ["cpu"] if not gpus or gpus.strip().lower() == "cpu" else [g.strip() for g in gpus.split(",")]
+    queue = queue_locally(home_dir, record, pool, per_gpu)
+    if detach:
+        start_background_worker(home_dir, record["sweep_id"], per_gpu)
+        if json_out:
+            typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"]}))
+        return 0
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err, transient=True)
+    task = bar.add_task(f"sweep {record['sweep_id']}", total=len(record["runs"]))
+
+    def show(now: dict[str, str]) -> None:
+        done = sum(s in ("completed", "failed", "stopped", "lost") for s in now.values())
+        running = sum(s == "running" for s in now.values())
+        bar.update(task, completed=done, description=f"sweep {record['sweep_id']} ({running} running)")
+
+    try:
+        with bar:
+            final = wait_local(home_dir, record, queue, show)
+    except KeyboardInterrupt:
+        stop_children(home_dir, record)
+        err.print("stopped: queued children cancelled, running ones stop after their batch")
+        return 130
+    failed = [r for r, s in final.items() if s != "completed"]
+    if json_out:
+        typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"], "statuses": final}))
+    else:
+        from fairtui.compare import CompareError, export_rows
+        from fairtui.export import render
+        from fairtui.runfolder import RunView
+
+        try:
+            views = [RunView.load(home_dir / "runs" / r) for r in record["runs"] if final[r] == "completed"]
+            typer.echo(render(export_rows(views, None, "best"), "md", "first robust attack", "best"), nl=False)
+        except CompareError as e:
+            err.print(str(e))
+    for run_id in failed:
+        err.print(f"run {run_id}: {final[run_id]}")
+    return 0 if not failed else 1
+
+
+def queue_worker(sweep_id: str = typer.Option(..., "--sweep"), per_gpu: int = typer.Option(1, "--per-gpu"),
+                 home: HomeT = Home) -> None:
+    """Keep starting a sweep's queued children until all have finished (started by --detach)."""
+    from fairtui.home import resolve_home
+    from fairtui.queue import LocalQueue
+    from fairtui.sweep import load_record
+    from fairtui.sweep_run import wait_local
+
+    home_dir = resolve_home(home)
+    record = load_record(home_dir, sweep_id)
+    wait_local(home_dir, record, LocalQueue(home_dir, per_gpu=per_gpu), lambda now: None, interval=2.0)

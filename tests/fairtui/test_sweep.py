@@ -1,0 +1,151 @@
+"""Sweeps: grids x seeds through the local queue and through submitit (local executor); bad input."""
+
+import json
+import statistics
+import sys
+import time
+
+import pytest
+
+from fairtui.sweep import build_spec, expand, split_profile
+from tests.conftest import TINY, fairtui_cmd
+
+FAST = TINY.replace("train_per_class = 30", "train_per_class = 20").replace("epochs = 2", "epochs = 1")
+
+
+def test_local_grid_of_2x2_with_2_seeds(tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_text(FAST)
+    home = tmp_path / "home"
+    out = fairtui_cmd("sweep", str(profile), "--grid", "attack.eps=0.1,0.2", "--grid", "method.name=pgd_at,trades",
+                      "--seeds", "2", "--per-gpu", "2", "--gpus", "cpu", "--json", home=home, timeout=600)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert len(doc["runs"]) == 8 and set(doc["statuses"].values()) == {"completed"}
+    listed = json.loads(fairtui_cmd("ls", "--json", "--sweep", doc["sweep_id"], home=home).stdout)
+    assert len(listed) == 8 and all(f"sweep:{doc['sweep_id']}" in d["tags"] for d in listed)
+    table = json.loads(fairtui_cmd("export", "--sweep", doc["sweep_id"], "--format", "json", home=home).stdout)
+    assert len(table["rows"]) == 4 and all(len(r["runs"]) == 2 for r in table["rows"])
+    for row in table["rows"]:  # mean and std of the two seeds' own numbers
+        values = []
+        for run_id in row["runs"]:
+            events = [json.loads(line) for line in (home / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+            best = [e for e in events if e["type"] == "eval_result" and e["checkpoint"] == "best"][0]
+            values.append(statistics.mean(best["robust_acc_per_class"]))
+        assert row["avg_robust"]["mean"] == pytest.approx(statistics.mean(values))
+        assert row["avg_robust"]["std"] == pytest.approx(statistics.stdev(values))
+        seeds = {json.loads((home / "runs" / r / "meta.json").read_text())["grid"]["seed"] for r in row["runs"]}
+        assert seeds == {0, 1}
+    md = fairtui_cmd("export", "--sweep", doc["sweep_id"], "--format", "latex", home=home).stdout
+    assert md.count(r"$\pm$") == 4 * 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--grid", "method.lambda9=1,2"], "--grid: method.lambda9: unknown key"),
+    (["--grid", "attack.eps="], "--grid: attack.eps: the value list is empty"),
+    (["--grid", "attack.eps=0.1", "--launcher", "slurm"], "needs a partition"),
+    (["--grid", "attack.eps=0.1", "--launcher", "pbs"], "unknown launcher 'pbs'"),
+    ([], "nothing to sweep"),
+])
+def test_bad_sweeps_exit_2_saying_what_to_fix(tmp_path, args, message):
+    profile = tmp_path / "p.toml"
+    profile.write_text(FAST)
+    out = fairtui_cmd("sweep", str(profile), *args, home=tmp_path / "home", timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert not (tmp_path / "home" / "runs").exists()  # nothing was created
+
+
+def test_sweep_table_in_the_profile_and_run_refuses_it(tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_text(FAST + '\n[sweep]\nseeds = [0, 5]\n[sweep.grid]\n"method.name" = ["pgd_at", "trades"]\n')
+    raw, table = split_profile(profile)
+    spec = build_spec(profile, table, [], None, None, None)
+    children = expand(profile, raw, spec)
+    assert [c.values for c, _ in children] == [{"method.name": "pgd_at", "seed": 0}, {"method.name": "pgd_at", "seed": 5},
+                                               {"method.name": "trades", "seed": 0}, {"method.name": "trades", "seed": 5}]
+    assert [p.method.name for _, p in children] == ["pgd_at", "pgd_at", "trades", "trades"]
+    refused = fairtui_cmd("run", str(profile), home=tmp_path / "home", timeout=60)
+    assert refused.returncode == 2 and "run it with `fairtui sweep`" in refused.stderr
+
+
+def test_slurm_launcher_without_submitit_is_a_clear_error(tmp_path, monkeypatch):
+    from engine.profile_schema import ProfileError
+    from fairtui.slurm import SlurmSettings, submit_sweep
+
+    monkeypatch.setitem(sys.modules, "submitit", None)
+    with pytest.raises(ProfileError, match="pip install 'fairtui\\[slurm\\]'"):
+        submit_sweep(tmp_path, {"sweep_id": "s", "runs": []}, SlurmSettings(partition="gpu"))
+
+
+def test_shared_storage_check():
+    from pathlib import Path
+
+    from fairtui.slurm import filesystem_type, shared_storage_warning
+
+    fs = filesystem_type(Path("/"))
+    assert fs  # this machine's root file system is found in /proc/mounts
+    warning = shared_storage_warning(Path("/"))
+    assert warning is None or "must see the same folder" in warning
+
+
+def preempt(job) -> None:
+    """What Slurm does to a preempted job: SIGUSR2 to the task process (below submitit's local controller)."""
+    import os
+    import signal
+    from pathlib import Path
+
+    def children(pid: int) -> list[int]:
+        found = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            text = (task / "children").read_text().split()
+            found += [int(c) for c in text]
+        return found
+
+    tasks = [c for c in children(job._process.pid) if b"submitit" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert tasks, "no submitit task process found"
+    for pid in tasks:
+        os.kill(pid, signal.SIGUSR2)
+
+
+def wait(predicate, timeout=300):
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise TimeoutError
+
+
+def test_submitit_job_array_completes_and_a_preempted_child_resumes(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    from fairtui.runfolder import RunView
+    from fairtui.slurm import SlurmSettings, submit_sweep
+    from fairtui.store import RunIndex
+    from fairtui.sweep_run import create_children
+
+    profile = tmp_path / "p.toml"
+    profile.write_text(FAST.replace("epochs = 1", "epochs = 30") + "\n")
+    raw, table = split_profile(profile)
+    spec = build_spec(profile, table, [], None, [0, 1], "slurm")
+    record = create_children(tmp_path, str(profile), expand(profile, raw, spec), spec, "s", "slurm")
+    jobs = submit_sweep(tmp_path, record, SlurmSettings(cluster="local", time_min=30, parallelism=2))
+    first = tmp_path / "runs" / record["runs"][0]
+    wait(lambda: (first / "events.jsonl").exists() and '"epoch_end"' in (first / "events.jsonl").read_text())
+    preempt(jobs[0])
+    for job in jobs:
+        job.wait()
+    docs = {d["run_id"]: d for d in RunIndex(tmp_path).read()}
+    for run_id, job in zip(record["runs"], jobs):
+        assert RunView.load(tmp_path / "runs" / run_id).status() == "completed", job.stderr()
+        assert docs[run_id]["slurm_job_id"] == str(job.job_id) and docs[run_id]["launcher"] == "slurm"
+    kinds = [json.loads(line)["type"] for line in (first / "events.jsonl").read_text().splitlines()]
+    assert "run_resumed" in kinds  # requeued, and continued from its checkpoint
+    assert kinds.count("run_started") == 1
+    epochs = [json.loads(line)["epoch"] for line in (first / "events.jsonl").read_text().splitlines()
+              if '"epoch_end"' in line]
+    assert max(epochs) == 30
