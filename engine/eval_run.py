@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
                "settings": dataclasses.asdict(settings)}
         cache = PredictionCache(run_dir / "eval_cache", key)
         attack = build_attack(attack_name, model, settings)
+        started = time.perf_counter()
         try:
             clean, adv = _predict_cached(model, data, attack, runtime, req["batch_size"], cache, progress,
                                          stop, attack_name)
@@ -153,7 +155,8 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
             return EXIT_STOPPED
         result = per_class_result(data.y, clean, adv, splits.num_classes)
         events.emit("eval_result", split=req["split"], checkpoint=req["checkpoint"], epoch=epoch,
-                    attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"], **result)
+                    attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"],
+                    time_s=time.perf_counter() - started, **result)
         cache.remove()
         log.info("%s %s @ %s (epoch %d): clean %.3f robust %.3f worst %.3f", req["split"], attack_name,
                  req["checkpoint"], epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from engine.attacks.suite import build_attack
@@ -45,9 +46,10 @@ def final_evaluation(trainer: "Trainer") -> None:
                 if trainer.progress.due():
                     trainer.progress.update("test", trainer.profile.train.epochs, b, n, attack=_a, checkpoint=_c)
 
+            started = time.perf_counter()
             clean, adv = predict(model, test, attack, trainer.rt, trainer.profile.data.eval_batch_size, progress)
             result = per_class_result(test.y, clean, adv, trainer.k)
             trainer.events.emit("eval_result", split="test", checkpoint=checkpoint, epoch=epoch,
-                                attack=attack_name, **result)
+                                attack=attack_name, time_s=time.perf_counter() - started, **result)
             log.info("test %s @ %s (epoch %d): clean %.3f  robust %.3f  worst %.3f", attack_name, checkpoint,
                      epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])
