@@ -181,3 +181,21 @@ async def test_quit_while_training_then_reattach(tmp_path, profiles):
         info = engine_process(run_dir)
         if info and engine_alive(run_dir):
             os.kill(info["pid"], signal.SIGKILL)
+
+
+async def test_launch_a_sweep_from_the_dialog_and_group_it(tmp_path, profiles):
+    home = tmp_path / "home"
+    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("enter", *"train.epochs=1", "tab", "tab", "tab", *"attack.eps=0.1,0.2", "tab", "2")
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: len(list((home / "runs").glob("*"))) == 4 if (home / "runs").exists() else False)
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 4)
+        await pilot.press("g")
+        names = [app.screen.query_one("DataTable").get_row_at(i)[1] for i in range(4)]
+        assert names == sorted(names) and names[0].startswith("tiny-eps=0.1-s0")
+        await wait_until(pilot, lambda: all(d.get("status") == "completed" for d in app.screen.docs), timeout=240)
+        tags = {t for d in app.screen.docs for t in d["tags"]}
+        assert {"attack.eps=0.1", "attack.eps=0.2"} <= tags

@@ -18,6 +18,7 @@ Runs screen
   R        rerun with the same profile      t        tag the run
   d        delete the run (asks first)      /        filter as you type
   o        sort by the next column          O        reverse the sort
+  g        group sweeps (a sweep's children together; its progress is in the status line)
 Run screen
   [ / ]    the previous / next class-wise quantity (eps, beta, weights, multipliers, Hedge weights)
   left / right   highlight another class    s        stop the run

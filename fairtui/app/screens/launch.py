@@ -24,6 +24,8 @@ class LaunchDialog(ModalScreen[str | None]):
             yield Input(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
             yield Input(placeholder="name (default: the profile's)", id="name")
             yield Input(placeholder="tags, space-separated", id="tags")
+            yield Input(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
+            yield Input(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
             if self.gpus:
                 yield Label(f"GPUs (at most {self.app.queue.per_gpu} run each; busy GPUs queue the run)")
                 yield SelectionList(*[(g.label(), g.index) for g in self.gpus], id="gpus")
@@ -79,8 +81,36 @@ class LaunchDialog(ModalScreen[str | None]):
             return
         name = self.query_one("#name", Input).value.strip() or None
         tags = self.query_one("#tags", Input).value.split()
+        grid = self.query_one("#grid", Input).value.split()
+        seeds = self.query_one("#seeds", Input).value.strip()
+        if grid or seeds:
+            self.launch_sweep(path, overrides + choice.overrides(), grid, seeds, name, choice)
+            return
         run_dir = create_run(self.app.home, profile, str(path), name, tags, choice)
         self.app.queue.submit(run_dir, choice)
         self.app.index.register(run_dir)
         self.app.tick_queue()
         self.dismiss(run_dir.name)
+
+    def launch_sweep(self, path, overrides: list[str], grid: list[str], seeds: str, name, choice) -> None:
+        """The dialog's sweep: the same expansion and checks as `fairtui sweep`, on the local queue."""
+        from engine.config import apply_overrides
+        from engine.profile_schema import ProfileError
+        from fairtui.sweep import build_spec, expand, split_profile
+        from fairtui.sweep_run import create_children, queue_locally
+
+        error = self.query_one("#launch-error", Static)
+        try:
+            raw, table = split_profile(path)
+            raw = apply_overrides(raw, overrides)
+            n_seeds = int(seeds) if seeds else None
+            spec = build_spec(path, table, grid, n_seeds, None, "local")
+            children = expand(path, raw, spec)
+        except (ProfileError, ValueError) as err:
+            error.update(str(err))
+            return
+        record = create_children(self.app.home, str(path), children, spec, name, "local")
+        pool = ["cpu"] if choice.cpu else [str(d) for d in choice.devices]
+        queue_locally(self.app.home, record, pool, self.app.queue.per_gpu)
+        self.app.tick_queue()
+        self.dismiss(record["sweep_id"])

@@ -16,7 +16,7 @@ from fairtui.app.messages import RunsLoaded
 COLUMNS = [("mark", ""), ("name", "name"), ("method", "method"), ("dataset", "data"), ("model", "model"),
            ("status", "status"), ("epoch", "epoch"), ("avg_robust", "robust"), ("worst_robust", "worst"),
            ("gpus", "gpus"), ("started", "started")]
-SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "worst_robust"]
+SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "worst_robust", "sweep"]
 
 
 def headline(doc: dict) -> dict:
@@ -32,7 +32,29 @@ def row_for(doc: dict, marked: bool) -> tuple:
     return ("*" if marked else "", doc.get("name") or doc["run_id"], doc.get("method") or "",
             doc.get("dataset") or "", doc.get("model") or "", doc.get("status") or "",
             f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}", fmt(h.get("avg_robust")), fmt(h.get("worst_robust")),
-            doc.get("gpus") or "", started)
+            where(doc), started)
+
+
+def where(doc: dict) -> str:
+    """GPUs for local runs; the Slurm job and node (or 'pending') for cluster runs."""
+    if doc.get("launcher") == "slurm":
+        return f"slurm {doc.get('slurm_job_id') or '?'}" + (f"@{doc['node']}" if doc.get("node") else " pending")
+    return doc.get("gpus") or ""
+
+
+def sweep_progress(docs: list[dict]) -> str:
+    """'sweep-…a1b2 3/8 done, 2 running' for every sweep with unfinished children."""
+    sweeps: dict[str, list[dict]] = {}
+    for d in docs:
+        if d.get("sweep"):
+            sweeps.setdefault(d["sweep"], []).append(d)
+    parts = []
+    for sweep_id, children in sorted(sweeps.items()):
+        done = sum(c.get("status") in ("completed", "failed", "stopped", "lost") for c in children)
+        if done < len(children):
+            running = sum(c.get("status") == "running" for c in children)
+            parts.append(f"{sweep_id}: {done}/{len(children)} done, {running} running")
+    return "; ".join(parts)
 
 
 def sort_key(doc: dict, column: str):
@@ -41,6 +63,8 @@ def sort_key(doc: dict, column: str):
         return -1.0 if value is None else value
     if column == "started":
         return doc.get("started") or doc.get("created") or 0
+    if column == "sweep":  # groups a sweep's children together, in name order
+        return (doc.get("sweep") or "", doc.get("name") or "")
     return str(doc.get(column) or "")
 
 
@@ -51,6 +75,7 @@ class RunsScreen(Screen):
         Binding("s", "stop", "stop"), Binding("r", "resume", "resume"), Binding("R", "rerun", "rerun"),
         Binding("t", "tag", "tag"), Binding("d", "delete", "delete"), Binding("slash", "filter", "filter"),
         Binding("o", "sort", "sort"), Binding("O", "reverse", "reverse", show=False),
+        Binding("g", "group", "group sweeps"),
         Binding("escape", "clear_filter", "clear", show=False),
     ]
 
@@ -105,9 +130,11 @@ class RunsScreen(Screen):
             table.move_cursor(row=ids.index(current))
         running = sum(d.get("status") == "running" for d in self.docs)
         queued = sum(d.get("status") == "queued" for d in self.docs)
+        sweeps = sweep_progress(self.docs)
         self.query_one("#status-line", Static).update(
             f"{len(docs)} of {len(self.docs)} runs, {running} running, {queued} queued, {len(self.marked)} marked; "
-            f"sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}  |  ? help")
+            f"sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}" + (f" | {sweeps}" if sweeps else "")
+            + "  |  ? help")
 
     def selected_id(self) -> str | None:
         table = self.query_one(DataTable)
@@ -268,6 +295,12 @@ class RunsScreen(Screen):
 
     def action_sort(self) -> None:
         self.sort_column = SORTABLE[(SORTABLE.index(self.sort_column) + 1) % len(SORTABLE)]
+        self.render_rows()
+
+    def action_group(self) -> None:
+        """Group a sweep's children together (sort by sweep, then name); again: back to newest first."""
+        grouped = self.sort_column == "sweep"
+        self.sort_column, self.sort_reverse = ("started", True) if grouped else ("sweep", False)
         self.render_rows()
 
     def action_reverse(self) -> None:
