@@ -46,7 +46,10 @@ def ls(
 
     docs = filter_docs(RunIndex(resolve_home(home)).read(), method, dataset, status, tag, name, sweep)
     if json_out:
-        typer.echo(json.dumps(docs, separators=(",", ":")))
+        import sys
+
+        # Straight to stdout: click's echo would scan megabytes of JSON for ANSI codes.
+        sys.stdout.write(json.dumps(docs, separators=(",", ":")) + "\n")
         return
     from rich.console import Console
     from rich.table import Table
