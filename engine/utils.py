@@ -73,12 +73,14 @@ def make_runtime(cfg: TrainConfig) -> Runtime:
     return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and want_cuda)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write(path: str | Path, write: Any) -> None:
+    """Write through ``write(fh)`` to a temp file beside ``path``, fsync, then rename over it:
+    a kill at any moment leaves either the old file or the new one, whole."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -86,22 +88,15 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    atomic_write(path, lambda fh: fh.write(data))
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
-    """Save with torch.save to a temp file, then rename: a kill leaves the old file intact."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """torch.save, atomically (checkpoints)."""
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
     TimeRemainingColumn
 
 from fairtui.report import epoch_line, per_class_tables, run_summary
-from fairtui.runfolder import EventTail, RunView
+from fairtui.runfolder import EventTail, LineTail, RunView
 
 POLL_S = 0.2
 
@@ -91,23 +91,14 @@ def _update_index(run_dir: Path) -> None:
     RunIndex(run_dir.parent.parent).register(run_dir)
 
 
-class LogWarnings:
+class LogWarnings(LineTail):
     """The WARNING lines the engine adds to ``engine.log`` (AutoAttack's pre-flight checks among them)."""
 
     def __init__(self, path: Path):
-        self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
+        super().__init__(path, from_end=True)
 
     def read_new(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        cut = data.rfind(b"\n") + 1
-        self.offset += cut
-        lines = data[:cut].decode(errors="replace").splitlines()
+        lines = [line.decode(errors="replace") for line in self.new_lines()]
         return [line for line in lines if " WARNING " in line]
 
 

@@ -20,13 +20,14 @@ FINAL_STATUSES = ("completed", "failed", "stopped")
 HEARTBEAT_S = 600.0  # a run on another host with no sign of life for this long is lost
 
 
-class EventTail:
-    """Follows a growing ``events.jsonl``: each call returns the complete lines added since the last."""
+class LineTail:
+    """Follows a growing file: each call returns the complete lines added since the last."""
 
-    def __init__(self, path: Path):
-        self.path, self.offset, self._partial = path, 0, b""
+    def __init__(self, path: Path, from_end: bool = False):
+        self.path, self._partial = path, b""
+        self.offset = path.stat().st_size if from_end and path.exists() else 0
 
-    def read_new(self) -> list[dict]:
+    def new_lines(self) -> list[bytes]:
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
@@ -34,11 +35,17 @@ class EventTail:
         except FileNotFoundError:
             return []
         self.offset += len(data)
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # a line still being written
+        return lines
+
+
+class EventTail(LineTail):
+    """Follows a growing ``events.jsonl``: each call returns the events added since the last."""
+
+    def read_new(self) -> list[dict]:
         out = []
-        for line in lines:
+        for line in self.new_lines():
             try:
                 event = json.loads(line)
             except ValueError:
