@@ -107,11 +107,12 @@ class LocalQueue:
                 if devs is None:
                     keep.append(entry)
                     continue
-                (run_dir / "queued").unlink(missing_ok=True)
                 label = ",".join(devs)
                 if entry.get("pool"):
                     _set_gpus(run_dir, label)
                 start(run_dir, GpuChoice.parse(label))
+                # Only now: a reader between the two steps must see "queued" or "running", never "lost".
+                (run_dir / "queued").unlink(missing_ok=True)
                 for d in devs:
                     counts[d] = counts.get(d, 0) + 1
                 started.append(entry["run_id"])

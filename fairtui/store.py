@@ -103,6 +103,14 @@ def _compact(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _changed_since(run_dir: Path, doc: dict) -> bool:
+    """A lost run whose events moved on since it was indexed (it came back, or was resumed elsewhere)."""
+    try:
+        return (run_dir / "events.jsonl").stat().st_mtime > doc.get("seen", 0)
+    except OSError:
+        return False
+
+
 def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
     """The index document of one run, derived from its folder (empty fields left out)."""
     view = view or RunView.load(run_dir)
@@ -125,7 +133,15 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
         "epoch": epochs[-1]["epoch"] if epochs else 0, "epochs": view.total_epochs(),
         "summary": summary_numbers(view), "sweep": meta.get("sweep"), "launcher": meta.get("launcher", "local"),
         "slurm_job_id": meta.get("slurm_job_id"), "node": meta.get("node"),
+        "seen": _mtime(run_dir / "events.jsonl"),
     })
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 class RunIndex:
@@ -165,12 +181,12 @@ class RunIndex:
         stale = self._unindexed({d["run_id"] for d in docs})  # folders nobody registered (yet)
         docs += stale
         for i, doc in enumerate(docs):
-            if doc.get("status") in LIVE_STATUSES:
-                run_dir = runs_dir(self.home) / doc["run_id"]
+            run_dir = runs_dir(self.home) / doc["run_id"]
+            if doc.get("status") in LIVE_STATUSES or (doc.get("status") == "lost" and _changed_since(run_dir, doc)):
                 if not run_dir.exists():
                     continue
                 fresh = document_for(run_dir)
-                if fresh["status"] != doc["status"] or fresh["epoch"] != doc.get("epoch"):
+                if any(fresh.get(k) != doc.get(k) for k in ("status", "epoch", "seen")):
                     if doc.get("notes"):
                         fresh["notes"] = doc["notes"]
                     docs[i] = fresh

@@ -67,7 +67,7 @@ async def test_launch_from_the_dialog_and_watch_it_complete(tmp_path, profiles):
         await pilot.pause()
         await pilot.press("enter")  # the highlighted profile (tiny.toml)
         await pilot.press(*"train.epochs=3")
-        await pilot.press("tab", "tab", "tab", "space")  # name, tags, then the GPU list: pick GPU 0
+        await pilot.press("tab", "tab", "tab", "tab", "tab", "space")  # name, tags, grid, seeds, GPUs: pick GPU 0
         await pilot.press("ctrl+l")
         await wait_until(pilot, lambda: list((tmp_path / "home" / "runs").glob("*/engine.json")))
         run_dir = next((tmp_path / "home" / "runs").iterdir())
