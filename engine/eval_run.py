@@ -148,12 +148,12 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
         attack = build_attack(attack_name, model, settings)
         started = time.perf_counter()
         try:
-            clean, adv = _predict_cached(model, data, attack, runtime, req["batch_size"], cache, progress,
-                                         stop, attack_name)
+            clean, adv, conf_var = _predict_cached(model, data, attack, runtime, req["batch_size"], cache,
+                                                   progress, stop, attack_name)
         except KeyboardInterrupt:
             log.warning("evaluation stopped; finished batches are kept and a rerun continues from them")
             return EXIT_STOPPED
-        result = per_class_result(data.y, clean, adv, splits.num_classes)
+        result = per_class_result(data.y, clean, adv, splits.num_classes, conf_var)
         events.emit("eval_result", split=req["split"], checkpoint=req["checkpoint"], epoch=epoch,
                     attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"],
                     time_s=time.perf_counter() - started, **result)
@@ -165,6 +165,8 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
 
 
 def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, stop, attack_name):
+    from engine.evaluate import confidence_variance
+
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
     for b in range(batches):
@@ -175,13 +177,11 @@ def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, s
         sl = slice(b * batch_size, (b + 1) * batch_size)
         x, y = data.images(sl).to(runtime.device), data.y[sl].to(runtime.device)
         with torch.no_grad(), runtime.autocast():
-            clean = model(x).argmax(1).cpu()
+            logits = model(x)
         x_adv = attack.perturb(x, y)
         with torch.no_grad(), runtime.autocast():
             adv = model(x_adv).argmax(1).cpu()
-        cache.batches[b] = (clean, adv)
+        cache.batches[b] = (logits.argmax(1).cpu(), adv, confidence_variance(logits).cpu())
         cache.save()
         progress.update("eval", 0, len(cache.batches), batches, attack=attack_name)
-    clean = torch.cat([cache.batches[b][0] for b in range(batches)])
-    adv = torch.cat([cache.batches[b][1] for b in range(batches)])
-    return clean, adv
+    return tuple(torch.cat([cache.batches[b][i] for b in range(batches)]) for i in range(3))

@@ -13,10 +13,16 @@ from engine.utils import Runtime, eval_mode
 ProgressFn = Callable[[int, int], None]
 
 
+def confidence_variance(logits: torch.Tensor) -> torch.Tensor:
+    """Per sample, the variance of the softmax vector across the C classes (Tian et al.'s CVC term). [B]"""
+    return torch.softmax(logits.float(), dim=1).var(dim=1, unbiased=False)
+
+
 def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runtime, batch_size: int,
-            progress: ProgressFn | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clean and adversarial predictions for every sample of ``data``. Two [N] int64 tensors on the CPU."""
-    clean, adv = [], []
+            progress: ProgressFn | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clean predictions, adversarial predictions and the clean confidence variance of every
+    sample of ``data``: three [N] tensors on the CPU."""
+    clean, adv, conf_var = [], [], []
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
     with eval_mode(model):
@@ -24,18 +30,21 @@ def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runt
             x = data.images(slice(start, start + batch_size)).to(runtime.device)
             y = data.y[start:start + batch_size].to(runtime.device)
             with torch.no_grad(), runtime.autocast():
-                clean.append(model(x).argmax(1).cpu())
+                logits = model(x)
+            clean.append(logits.argmax(1).cpu())
+            conf_var.append(confidence_variance(logits).cpu())
             x_adv = attack.perturb(x, y)
             with torch.no_grad(), runtime.autocast():
                 adv.append(model(x_adv).argmax(1).cpu())
             if progress is not None:
                 progress(b + 1, batches)
     empty = torch.zeros(0, dtype=torch.long)
-    return (torch.cat(clean) if clean else empty), (torch.cat(adv) if adv else empty)
+    return (torch.cat(clean) if clean else empty), (torch.cat(adv) if adv else empty), \
+        (torch.cat(conf_var) if conf_var else torch.zeros(0))
 
 
 def per_class_result(y: torch.Tensor, clean_pred: torch.Tensor, adv_pred: torch.Tensor,
-                     num_classes: int) -> dict[str, Any]:
+                     num_classes: int, conf_var: torch.Tensor | None = None) -> dict[str, Any]:
     """The `eval_result` numbers: per-class clean / robust accuracy and the summary metrics."""
     clean_c, robust_c = metrics.ClassCounter(num_classes), metrics.ClassCounter(num_classes)
     clean_c.add(y, clean_pred == y)
@@ -51,7 +60,15 @@ def per_class_result(y: torch.Tensor, clean_pred: torch.Tensor, adv_pred: torch.
                                      for c, r in zip(clean_acc, robust_acc)],
         "confusion_matrix": confusion_matrix(y, adv_pred, num_classes),
         "count_per_class": clean_c.total.long().tolist(),
+        **({"cvc_per_class": class_means(y, conf_var, num_classes)} if conf_var is not None else {}),
     }
+
+
+def class_means(y: torch.Tensor, values: torch.Tensor, num_classes: int) -> list[float | None]:
+    """Mean of per-sample values per class (CVC_k: the mean over class k of the confidence variance)."""
+    sums = torch.zeros(num_classes, dtype=torch.float64).index_add_(0, y, values.double())
+    counts = torch.bincount(y, minlength=num_classes)
+    return [float(s / c) if c else None for s, c in zip(sums, counts)]
 
 
 def confusion_matrix(y: torch.Tensor, pred: torch.Tensor, num_classes: int) -> list[list[int]]:

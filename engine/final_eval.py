@@ -47,8 +47,9 @@ def final_evaluation(trainer: "Trainer") -> None:
                     trainer.progress.update("test", trainer.profile.train.epochs, b, n, attack=_a, checkpoint=_c)
 
             started = time.perf_counter()
-            clean, adv = predict(model, test, attack, trainer.rt, trainer.profile.data.eval_batch_size, progress)
-            result = per_class_result(test.y, clean, adv, trainer.k)
+            clean, adv, conf_var = predict(model, test, attack, trainer.rt, trainer.profile.data.eval_batch_size,
+                                           progress)
+            result = per_class_result(test.y, clean, adv, trainer.k, conf_var)
             trainer.events.emit("eval_result", split="test", checkpoint=checkpoint, epoch=epoch,
                                 attack=attack_name, time_s=time.perf_counter() - started, **result)
             log.info("test %s @ %s (epoch %d): clean %.3f  robust %.3f  worst %.3f", attack_name, checkpoint,

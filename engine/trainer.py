@@ -143,7 +143,7 @@ class Trainer:
                 self.progress.update("val", epoch, b, n)
 
         val = self.splits.val
-        clean, adv = predict(self.model, val, self.val_attack, self.rt, self.profile.data.eval_batch_size,
+        clean, adv, _ = predict(self.model, val, self.val_attack, self.rt, self.profile.data.eval_batch_size,
                              progress)
         res = per_class_result(val.y, clean, adv, self.k)
         return ValResult(res["clean_acc_per_class"], res["robust_acc_per_class"])

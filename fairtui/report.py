@@ -48,12 +48,17 @@ def per_class_tables(view: RunView, keys: set | None = None) -> list[Table]:
         robust_attacks = [a for a in attacks if a != "clean"]
         for a in robust_attacks:
             table.add_column(f"robust {a}", justify="right")
+        cvc = first.get("cvc_per_class")
+        if cvc:
+            table.add_column("CVC", justify="right")  # Tian et al.: variance of the clean confidence
         worst = {a: _argmin(attacks[a]["robust_acc_per_class"]) for a in robust_attacks}
         for i, name in enumerate(names):
             cells = [_fmt(first["clean_acc_per_class"][i])]
             for a in robust_attacks:
                 cell = _fmt(attacks[a]["robust_acc_per_class"][i])
                 cells.append(f"[bold red]{cell} <[/]" if worst[a] == i else cell)
+            if cvc:
+                cells.append(_fmt(cvc[i], 4))
             table.add_row(name, *cells)
         table.add_section()
         for label, key in (("average", "avg_robust"), ("worst class", "worst_robust"),

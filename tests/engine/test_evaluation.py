@@ -34,7 +34,7 @@ def test_per_class_autoattack_equals_pyautoattack_directly(fast, per_class, eps)
     model = small_model()
     test = load_splits(DataConfig(dataset="digits", test_per_class=per_class), 0).test
     settings = AttackSettings(eps=eps, step=0.025, seed=7)
-    clean, adv = predict(model, test, AutoAttackAdapter(model, settings, fast=fast), make_runtime(TrainConfig(
+    clean, adv, _ = predict(model, test, AutoAttackAdapter(model, settings, fast=fast), make_runtime(TrainConfig(
         device="cpu")), batch_size=len(test))
     ours = per_class_result(test.y, clean, adv, 10)
 

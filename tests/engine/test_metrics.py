@@ -58,3 +58,14 @@ def test_empty_class_is_none_not_zero():
     assert counter.per_class() == [1.0, 0.0, None]
     assert metrics.average(counter.per_class()) == 0.5
     assert math.isnan(metrics.average([None]))
+
+
+def test_cvc_by_hand():
+    from engine.evaluate import class_means, confidence_variance
+
+    # softmax([0, 0]) = [0.5, 0.5]: variance 0; softmax([ln 3, 0]) = [0.75, 0.25]: variance 0.0625
+    logits = torch.tensor([[0.0, 0.0], [1.0986123, 0.0], [1.0986123, 0.0]])
+    var = confidence_variance(logits)
+    assert var.tolist() == pytest.approx([0.0, 0.0625, 0.0625], abs=1e-6)
+    y = torch.tensor([0, 0, 1])
+    assert class_means(y, var, 3) == pytest.approx([0.03125, 0.0625, None])
