@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from engine.config import load_profile
 from engine.events import EventWriter
+from engine.procinfo import process_start_time
 from engine.profile_schema import ProfileError
 
 log = logging.getLogger("engine")
@@ -58,15 +59,6 @@ def write_process_file(run_dir: Path, command: str) -> None:
     atomic_write_json(run_dir / "engine.json", {"pid": os.getpid(), "host": socket.gethostname(),
                                                 "started": time.time(), "command": command,
                                                 "proc_start": process_start_time(os.getpid())})
-
-
-def process_start_time(pid: int) -> float | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), to tell a reused pid apart."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return float(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def acquire_lock(run_dir: Path) -> Any:

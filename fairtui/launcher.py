@@ -85,7 +85,7 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
         log.close()
     if (command or engine_command(run_dir))[2:4] == ["engine", "train"]:
         # Known to be alive from this moment; the engine rewrites the file with the same pid.
-        from engine.run import process_start_time
+        from engine.procinfo import process_start_time
 
         write_json(run_dir / "engine.json", {"pid": proc.pid, "host": socket.gethostname(), "started": time.time(),
                                              "command": "train", "proc_start": process_start_time(proc.pid)})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import read_events
-from engine.run import process_start_time
+from engine.procinfo import process_start_time
 
 FINAL_STATUSES = ("completed", "failed", "stopped")
 HEARTBEAT_S = 600.0  # a run on another host with no sign of life for this long is lost

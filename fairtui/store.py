@@ -53,20 +53,38 @@ class AtomicJSONStorage(Storage):
             return None
 
     def write(self, data: dict) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".runs.json.")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh, separators=(",", ":"))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        _atomic_text(self.path, json.dumps(data, separators=(",", ":")))
+        write_listing(self.path.parent, list(data.get("_default", {}).values()))
 
     def close(self) -> None:
         pass
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_listing(home: Path, docs: list[dict]) -> None:
+    """Beside the index, in the same locked transaction: the `ls --json` output, ready to print, and
+    what could make it stale (the folder count, and the entries whose status may change on their own).
+    `ls --json` then prints it without parsing or encoding megabytes of JSON."""
+    docs = sorted(docs, key=lambda d: d["run_id"], reverse=True)
+    folder = runs_dir(home)
+    watch = {d["run_id"]: [d.get("status"), d.get("epoch"), d.get("seen")] for d in docs
+             if d.get("status") in LIVE_STATUSES + ("lost",)}
+    _atomic_text(home / "runs.listing.json", json.dumps(docs, separators=(",", ":")) + "\n")
+    _atomic_text(home / "runs.listing.meta", json.dumps(
+        {"folders": len(os.listdir(folder)) if folder.is_dir() else 0, "watch": watch}))
 
 
 def summary_numbers(view: RunView) -> dict[str, dict[str, float]]:
@@ -164,7 +182,7 @@ class RunIndex:
 
     def upsert(self, doc: dict) -> None:
         with self.transaction() as db:
-            db.upsert(doc, Query().run_id == doc["run_id"])
+            _replace(db, doc)
 
     def register(self, run_dir: Path) -> dict:
         doc = document_for(run_dir)
@@ -194,7 +212,7 @@ class RunIndex:
         if stale:
             with self.transaction() as db:
                 for doc in stale:
-                    db.upsert(doc, Query().run_id == doc["run_id"])
+                    _replace(db, doc)
         docs.sort(key=lambda d: d["run_id"], reverse=True)
         return docs
 
@@ -209,6 +227,32 @@ class RunIndex:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return list(data.get("_default", {}).values())
+
+    def listing_json(self) -> str | None:
+        """The whole index as `ls --json` prints it, if nothing has changed behind the index's back;
+        None when it may be stale (then `read()` reconciles and rewrites it)."""
+        with open(self.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            try:
+                meta = json.loads((self.home / "runs.listing.meta").read_text())
+                text = (self.home / "runs.listing.json").read_text()
+            except (OSError, ValueError):
+                return None
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        folder = runs_dir(self.home)
+        if meta.get("folders") != (len(os.listdir(folder)) if folder.is_dir() else 0):
+            return None
+        for run_id, (status, epoch, seen) in meta.get("watch", {}).items():
+            run_dir = folder / run_id
+            if status == "lost":
+                if _changed_since(run_dir, {"seen": seen}):
+                    return None
+                continue
+            fresh = document_for(run_dir)
+            if [fresh.get("status"), fresh.get("epoch"), fresh.get("seen")] != [status, epoch, seen]:
+                return None
+        return text
 
     def _unindexed(self, known: set[str]) -> list[dict]:
         folder = runs_dir(self.home)
@@ -228,6 +272,16 @@ class RunIndex:
 
     def names(self) -> dict[str, str]:
         return {d["run_id"]: d.get("name", d["run_id"]) for d in self._read_all()}
+
+
+def _replace(db: TinyDB, doc: dict) -> None:
+    """Put ``doc`` in place of the run's entry, whole (an upsert would keep fields the new one left out)."""
+    def replace(stored: dict) -> None:
+        stored.clear()
+        stored.update(doc)
+
+    if not db.update(replace, Query().run_id == doc["run_id"]):
+        db.insert(doc)
 
 
 def is_final(status: str) -> bool:

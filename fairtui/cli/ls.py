@@ -44,7 +44,15 @@ def ls(
     from fairtui.home import resolve_home
     from fairtui.store import RunIndex, headline
 
-    docs = filter_docs(RunIndex(resolve_home(home)).read(), method, dataset, status, tag, name, sweep)
+    index = RunIndex(resolve_home(home))
+    if json_out and not any((method, dataset, status, tag, name, sweep)):
+        ready = index.listing_json()  # the index unchanged since its last write: print it as it is
+        if ready is not None:
+            import sys
+
+            sys.stdout.write(ready)
+            return
+    docs = filter_docs(index.read(), method, dataset, status, tag, name, sweep)
     if json_out:
         import sys
 

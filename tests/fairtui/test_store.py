@@ -70,7 +70,7 @@ def test_stale_running_entries_become_lost(tmp_path):
 
 
 def test_live_process_is_running(tmp_path):
-    from engine.run import process_start_time
+    from engine.procinfo import process_start_time
 
     run_dir = make_run(tmp_path, "r1", status="running")
     (run_dir / "engine.json").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
@@ -92,3 +92,26 @@ def test_damaged_event_lines_are_skipped_with_a_warning(tmp_path):
     assert len(view.warnings) == 2
     assert f"{path}:3:" in view.warnings[0] and f"{path}:5:" in view.warnings[1]
     assert view.status() == "completed" and len(view.epochs) == 2
+
+
+def test_ready_listing_equals_the_reconciled_index_and_notices_changes(tmp_path):
+    for i in range(3):
+        make_run(tmp_path, f"r{i}", name=f"run{i}")
+    running = make_run(tmp_path, "r9", status="running")
+    from engine.procinfo import process_start_time
+
+    (running / "engine.json").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+                                                     "proc_start": process_start_time(os.getpid())}))
+    index = RunIndex(tmp_path)
+    index.reindex()
+    assert {d["run_id"]: d["status"] for d in index.read()}["r9"] == "running"
+    assert json.loads(index.listing_json()) == index.read()
+    # r9's engine dies: its status changes without anyone writing the index
+    (running / "engine.json").write_text(json.dumps({"pid": 999999, "host": os.uname().nodename}))
+    assert index.listing_json() is None
+    docs = index.read()  # reconciles, rewrites the index and the listing
+    assert {d["run_id"]: d["status"] for d in docs}["r9"] == "lost"
+    assert json.loads(index.listing_json()) == docs
+    make_run(tmp_path, "r5")  # a folder the index has not seen
+    assert index.listing_json() is None
+    assert len(index.read()) == 5 and len(json.loads(index.listing_json())) == 5
