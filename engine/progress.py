@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from engine.utils import atomic_write_json
+from engine.atomic import atomic_write_json
 
 
 class Progress:

@@ -54,7 +54,7 @@ def setup_logging() -> None:
 
 def write_process_file(run_dir: Path, command: str) -> None:
     """``engine.json``: who is running this folder (for `fairtui stop` and liveness checks)."""
-    from engine.utils import atomic_write_json
+    from engine.atomic import atomic_write_json
 
     atomic_write_json(run_dir / "engine.json", {"pid": os.getpid(), "host": socket.gethostname(),
                                                 "started": time.time(), "command": command,

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,6 +12,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from engine.atomic import atomic_write
 from engine.config import TrainConfig
 
 
@@ -73,34 +72,9 @@ def make_runtime(cfg: TrainConfig) -> Runtime:
     return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and want_cuda)
 
 
-def atomic_write(path: str | Path, write: Any) -> None:
-    """Write through ``write(fh)`` to a temp file beside ``path``, fsync, then rename over it:
-    a kill at any moment leaves either the old file or the new one, whole."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    atomic_write(path, lambda fh: fh.write(data))
-
-
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """torch.save, atomically (checkpoints)."""
     atomic_write(path, lambda fh: torch.save(obj, fh))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_bytes(path, json.dumps(obj).encode())
 
 
 @contextlib.contextmanager

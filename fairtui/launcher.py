@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.atomic import atomic_write_text
 from engine.config import Profile, dumps_profile
 from engine.profile_schema import ProfileError
 from fairtui.home import new_run_id, runs_dir
@@ -93,6 +94,4 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
 
 
 def write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=1))

@@ -19,11 +19,12 @@ import fcntl
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 from tinydb import Query, TinyDB
+
+from engine.atomic import atomic_write_text
 from tinydb.storages import Storage
 
 from fairtui.home import list_run_dirs, runs_dir
@@ -53,25 +54,11 @@ class AtomicJSONStorage(Storage):
             return None
 
     def write(self, data: dict) -> None:
-        _atomic_text(self.path, json.dumps(data, separators=(",", ":")))
+        atomic_write_text(self.path, json.dumps(data, separators=(",", ":")))
         write_listing(self.path.parent, list(data.get("_default", {}).values()))
 
     def close(self) -> None:
         pass
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def write_listing(home: Path, docs: list[dict]) -> None:
@@ -82,8 +69,8 @@ def write_listing(home: Path, docs: list[dict]) -> None:
     folder = runs_dir(home)
     watch = {d["run_id"]: [d.get("status"), d.get("epoch"), d.get("seen")] for d in docs
              if d.get("status") in LIVE_STATUSES + ("lost",)}
-    _atomic_text(home / "runs.listing.json", json.dumps(docs, separators=(",", ":")) + "\n")
-    _atomic_text(home / "runs.listing.meta", json.dumps(
+    atomic_write_text(home / "runs.listing.json", json.dumps(docs, separators=(",", ":")) + "\n")
+    atomic_write_text(home / "runs.listing.meta", json.dumps(
         {"folders": len(os.listdir(folder)) if folder.is_dir() else 0, "watch": watch}))
 
 

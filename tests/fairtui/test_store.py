@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from fairtui.runfolder import RunView
 from fairtui.store import RunIndex, document_for
