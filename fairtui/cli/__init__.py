@@ -44,6 +44,10 @@ def _root(ctx: typer.Context,
           profiles: str = typer.Option(None, "--profiles", help="the folder the launch dialog lists"),
           per_gpu: int = typer.Option(1, "--per-gpu", min=1, help="runs at once on each GPU")) -> None:
     """Without a command: open the terminal app."""
+    if home:  # `fairtui --home DIR COMMAND` means the same as `fairtui COMMAND --home DIR`
+        import os
+
+        os.environ["FAIRTUI_HOME"] = home
     if ctx.invoked_subcommand is None:
         from fairtui.app import run_app
 

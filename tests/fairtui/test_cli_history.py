@@ -122,3 +122,15 @@ def test_stop_a_real_run(tmp_path, tiny_profile):
     doc = json.loads(cli("ls", "--json", home=home).stdout)[0]
     assert doc["status"] == "stopped"
     assert cli("stop", run_id, home=home).returncode == 2  # not running any more
+
+
+def test_home_before_the_command(home):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, engine_env
+
+    out = subprocess.run([sys.executable, "-m", "fairtui.cli", "--home", str(home), "ls", "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)) == 3
