@@ -36,7 +36,7 @@ IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 
 def _data(x: np.ndarray, y) -> TensorData:
     return TensorData(torch.from_numpy(np.array(x, dtype=np.uint8, order="C")),
-                      torch.as_tensor(np.asarray(y), dtype=torch.long))
+                      torch.tensor(np.asarray(y), dtype=torch.long))  # a copy: IDX labels are read-only
 
 
 def _unpickle(path: Path) -> dict:
