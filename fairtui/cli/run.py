@@ -31,6 +31,7 @@ def run(
         choice = GpuChoice.parse(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
+        resolved = resolve_init_from(resolved, profile, home)
     except ProfileError as err:
         raise fail(str(err)) from None
     run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
@@ -46,3 +47,27 @@ def run(
             typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "pid": proc.pid}))
         raise typer.Exit(0)
     raise typer.Exit(follow(run_dir, proc, json_out))
+
+
+def resolve_init_from(profile, path: str, home):
+    """FRL's `method.init_from` may name an earlier run (id, prefix or name): record its checkpoint file,
+    so the saved profile says exactly which weights the run started from."""
+    import dataclasses
+    from pathlib import Path
+
+    from engine.profile_schema import ProfileError
+    from fairtui.home import RunNotFound, find_run, resolve_home
+
+    ref = getattr(profile.method, "init_from", "")
+    if not ref or Path(ref).expanduser().exists():
+        return profile
+    try:
+        run_dir = find_run(resolve_home(home), ref)
+    except RunNotFound as err:
+        raise ProfileError(path, "method.init_from", f"no such file or run: {err}") from None
+    for name in ("best.pt", "last.pt"):
+        checkpoint = run_dir / "checkpoints" / name
+        if checkpoint.exists():
+            method = dataclasses.replace(profile.method, init_from=str(checkpoint.resolve()))
+            return dataclasses.replace(profile, method=method)
+    raise ProfileError(path, "method.init_from", f"run {run_dir.name} has no checkpoint yet")

@@ -230,3 +230,12 @@ def test_fat_early_stop_freezes_misclassified_samples():
     assert not torch.equal(full[0], x[0])
     one_more = PGD(model, eps=0.3, step=0.1, steps=3, random_start=False, early_stop_tau=1).perturb(x, y)
     assert (one_more[0] - x[0]).abs().max() == pytest.approx(0.1)  # tau = 1: exactly one more step
+
+
+def test_frl_initialize_loads_the_named_checkpoint(tmp_path):
+    source = nn.Linear(3, 2)
+    torch.save({"model": source.state_dict()}, tmp_path / "best.pt")
+    params = FRLParams(init_from=str(tmp_path / "best.pt"))
+    target = nn.Linear(3, 2)
+    FRL(params, ctx(2, params)).initialize(target)
+    assert torch.equal(target.weight, source.weight) and torch.equal(target.bias, source.bias)

@@ -83,3 +83,19 @@ def test_ctrl_c_stops_then_resume_completes(tmp_path, tiny_profile):
     assert resumed.returncode == 0, resumed.stderr
     doc = json.loads(resumed.stdout)
     assert doc["status"] == "completed" and doc["epochs_done"] == 40
+
+
+def test_frl_fine_tunes_an_earlier_run_named_in_init_from(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    base = fairtui_cmd("run", str(tiny_profile()), "--name", "pretrained", "--json", home=home)
+    assert base.returncode == 0, base.stderr
+    base_id = json.loads(base.stdout)["run_id"]
+    frl = fairtui_cmd("run", str(tiny_profile()), "--set", "method.name=frl", "--set", "method.init_from=pretrained",
+                      "--set", "train.epochs=1", "--json", home=home)
+    assert frl.returncode == 0, frl.stderr
+    run_dir = home / "runs" / json.loads(frl.stdout)["run_id"]
+    saved = (run_dir / "profile.toml").read_text()
+    assert f"{base_id}/checkpoints/best.pt" in saved  # the resolved profile names the exact weights
+    missing = fairtui_cmd("run", str(tiny_profile()), "--set", "method.name=frl", "--set", "method.init_from=nope",
+                          home=home)
+    assert missing.returncode == 2 and "method.init_from" in missing.stderr
