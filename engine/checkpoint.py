@@ -14,9 +14,6 @@ import torch
 
 from engine.utils import atomic_torch_save
 
-CHECKPOINT_NAMES = ("last", "best", "ema", "fawa")
-
-
 class CheckpointError(RuntimeError):
     pass
 

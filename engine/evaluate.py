@@ -56,8 +56,7 @@ def per_class_result(y: torch.Tensor, clean_pred: torch.Tensor, adv_pred: torch.
         "avg_clean": metrics.average(clean_acc), "worst_clean": metrics.worst(clean_acc),
         "avg_robust": s["avg"], "worst_robust": s["worst"], "worst20_robust": s["worst20"],
         "cv": s["cv"], "mcd": s["mcd"], "cv_clean": metrics.class_wise_variance(clean_acc),
-        "boundary_error_per_class": [None if c is None or r is None else c - r
-                                     for c, r in zip(clean_acc, robust_acc)],
+        "boundary_error_per_class": metrics.boundary_error(clean_acc, robust_acc),
         "confusion_matrix": confusion_matrix(y, adv_pred, num_classes),
         "count_per_class": clean_c.total.long().tolist(),
         **({"cvc_per_class": class_means(y, conf_var, num_classes)} if conf_var is not None else {}),

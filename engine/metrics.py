@@ -74,9 +74,9 @@ def max_class_discrepancy(acc: Sequence[float | None]) -> float:
     return max(vals) - min(vals) if vals else math.nan
 
 
-def boundary_error(clean_acc: Sequence[float], robust_acc: Sequence[float]) -> list[float]:
+def boundary_error(clean_acc: Sequence[float | None], robust_acc: Sequence[float | None]) -> list[float | None]:
     """FRL's boundary error per class: clean-correct but adversarially wrong = clean_acc - robust_acc."""
-    return [c - r for c, r in zip(clean_acc, robust_acc)]
+    return [None if c is None or r is None else c - r for c, r in zip(clean_acc, robust_acc)]
 
 
 def rho(avg_run: float, worst_run: float, avg_base: float, worst_base: float) -> float:

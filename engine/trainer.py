@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ class EpochStats:
     n: int = 0
     clean: metrics.ClassCounter | None = None
     robust: metrics.ClassCounter | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Trainer:
@@ -211,7 +210,7 @@ class Trainer:
         train_clean, train_robust = stats.clean.per_class(), stats.robust.per_class()
         self.method.end_epoch(epoch, self.model, train_robust, val)
         method_state.update(self.method.measurements())
-        score = self.method.selection_score(val, {})
+        score = self.method.selection_score(val)
         is_best = score > self.best["score"]
         if is_best:
             self.best = {"score": score, "epoch": epoch}

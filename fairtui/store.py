@@ -28,7 +28,7 @@ from engine.atomic import atomic_write_text
 from tinydb.storages import Storage
 
 from fairtui.home import list_run_dirs, runs_dir
-from fairtui.runfolder import FINAL_STATUSES, RunView
+from fairtui.runfolder import RunView
 
 LIVE_STATUSES = ("running", "starting", "queued")
 
@@ -270,6 +270,3 @@ def _replace(db: TinyDB, doc: dict) -> None:
     if not db.update(replace, Query().run_id == doc["run_id"]):
         db.insert(doc)
 
-
-def is_final(status: str) -> bool:
-    return status in FINAL_STATUSES

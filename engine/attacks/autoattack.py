@@ -15,7 +15,6 @@ import torch
 
 from engine.utils import eval_mode, rng_state, set_rng_state
 
-STANDARD = ["apgd-ce", "apgd-t", "fab-t", "square"]
 FAST = ["apgd-ce", "apgd-t"]
 
 

@@ -108,7 +108,7 @@ class Method:
         """What end_epoch measured in this epoch, merged into the epoch's `method_state`."""
         return {}
 
-    def selection_score(self, val: ValResult, val_extra: dict[str, Any]) -> float:
+    def selection_score(self, val: ValResult) -> float:
         """Higher is better: the best checkpoint maximises validation average + worst robust accuracy."""
         acc = val.robust_acc_per_class
         return sum(acc) / len(acc) + min(acc)

@@ -104,7 +104,7 @@ class WAT(TRADES):
         return {"val_cost": self.val_cost.tolist() if self.val_cost is not None else None,
                 "val_cost_sum": self.cost_sums.tolist(), "next_weights": self.hedge.tolist()}
 
-    def selection_score(self, val: ValResult, val_extra: dict[str, Any]) -> float:
+    def selection_score(self, val: ValResult) -> float:
         """Algorithm 1's output: the checkpoint with the lowest worst-class validation loss."""
         return -float(self.val_cost[1:].max()) if self.val_cost is not None else float("-inf")
 

@@ -8,8 +8,6 @@ from torch import nn
 
 
 class BasicBlock(nn.Module):
-    expansion = 1
-
     def __init__(self, cin: int, cout: int, stride: int):
         super().__init__()
         self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)

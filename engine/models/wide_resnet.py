@@ -6,21 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class WideBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int):
-        super().__init__()
-        self.bn1 = nn.BatchNorm2d(cin)
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.shortcut = None if cin == cout else nn.Conv2d(cin, cout, 1, stride, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(x))
-        shortcut = x if self.shortcut is None else self.shortcut(out)
-        out = self.conv2(F.relu(self.bn2(self.conv1(out))))
-        return out + shortcut
+from engine.models.resnet import PreActBlock  # the same pre-activation block (BN-ReLU-conv, x2)
 
 
 class WideResNet(nn.Module):
@@ -34,7 +20,7 @@ class WideResNet(nn.Module):
         blocks, cin = [], widths[0]
         for cout, stride in zip(widths[1:], (1, 2, 2)):
             for i in range(n):
-                blocks.append(WideBlock(cin, cout, stride if i == 0 else 1))
+                blocks.append(PreActBlock(cin, cout, stride if i == 0 else 1))
                 cin = cout
         self.blocks = nn.Sequential(*blocks)
         self.bn = nn.BatchNorm2d(cin)

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from fairtui.app.messages import RunsLoaded
+from fairtui.store import headline as pick_headline
 
 COLUMNS = [("mark", ""), ("name", "name"), ("method", "method"), ("dataset", "data"), ("model", "model"),
            ("status", "status"), ("epoch", "epoch"), ("avg_robust", "robust"), ("worst_robust", "worst"),
@@ -20,9 +21,7 @@ SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "wor
 
 
 def headline(doc: dict) -> dict:
-    from fairtui.store import headline as pick
-
-    return pick(doc)[1] or {}
+    return pick_headline(doc)[1] or {}
 
 
 def row_for(doc: dict, marked: bool) -> tuple:
