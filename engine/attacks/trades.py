@@ -12,8 +12,18 @@ from engine.utils import eval_mode
 
 
 def trades_kl(logits_adv: torch.Tensor, logits_clean: torch.Tensor) -> torch.Tensor:
-    """Per-sample KL(f(x) || f(x')) summed over classes. [B]"""
-    return F.kl_div(F.log_softmax(logits_adv, 1), F.softmax(logits_clean, 1), reduction="none").sum(1)
+    """Per-sample KL(f(x) || f(x')) summed over classes. [B]
+
+    Both distributions stay in log space (``log_target=True``). The textbook form
+    ``kl_div(log_softmax(adv), softmax(clean))`` differentiates through
+    ``softmax(clean)``: once a logit gap passes about 104 (fp32), that softmax
+    underflows to exactly 0, the backward pass of p * log(p) at p = 0 is 0 * -inf,
+    and the gradient becomes NaN while the loss is still finite (ResNet-18 at lr 0.1
+    reaches such logits in its first batches on CIFAR-10). Here the gradient is
+    exp(log p) * (log p - log q + 1), which is finite for any finite logits.
+    """
+    return F.kl_div(F.log_softmax(logits_adv, 1), F.log_softmax(logits_clean, 1), reduction="none",
+                    log_target=True).sum(1)
 
 
 @dataclass
