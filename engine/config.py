@@ -74,6 +74,11 @@ class TrainConfig:
     device: str = field("auto", choices=("auto", "cpu", "cuda"))
     amp: str = field("none", choices=("none", "bf16"))
     channels_last: bool = field(False)
+    # torch.compile for the model's forward and backward passes (attack steps and training step).
+    # "auto": on for CUDA, off on the CPU.
+    compile: str = field("off", choices=("off", "on", "auto"))
+    compile_mode: str = field("reduce-overhead", choices=("default", "reduce-overhead", "max-autotune",
+                                                          "max-autotune-no-cudagraphs"))
     threads: int = field(0, min=0)  # 0: PyTorch's default
 
 

@@ -21,26 +21,26 @@ def confidence_variance(logits: torch.Tensor) -> torch.Tensor:
 def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runtime, batch_size: int,
             progress: ProgressFn | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clean predictions, adversarial predictions and the clean confidence variance of every
-    sample of ``data``: three [N] tensors on the CPU."""
+    sample of ``data``: three [N] tensors on the CPU. Results stay on the device until the end."""
     clean, adv, conf_var = [], [], []
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
     with eval_mode(model):
         for b, start in enumerate(range(0, n, batch_size)):
-            x = data.images(slice(start, start + batch_size)).to(runtime.device)
+            x = runtime.input_format(data.images(slice(start, start + batch_size)).to(runtime.device))
             y = data.y[start:start + batch_size].to(runtime.device)
             with torch.no_grad(), runtime.autocast():
                 logits = model(x)
-            clean.append(logits.argmax(1).cpu())
-            conf_var.append(confidence_variance(logits).cpu())
+            clean.append(logits.argmax(1))
+            conf_var.append(confidence_variance(logits))
             x_adv = attack.perturb(x, y)
             with torch.no_grad(), runtime.autocast():
-                adv.append(model(x_adv).argmax(1).cpu())
+                adv.append(model(x_adv).argmax(1))
             if progress is not None:
                 progress(b + 1, batches)
     empty = torch.zeros(0, dtype=torch.long)
-    return (torch.cat(clean) if clean else empty), (torch.cat(adv) if adv else empty), \
-        (torch.cat(conf_var) if conf_var else torch.zeros(0))
+    return (torch.cat(clean).cpu() if clean else empty), (torch.cat(adv).cpu() if adv else empty), \
+        (torch.cat(conf_var).cpu() if conf_var else torch.zeros(0))
 
 
 def per_class_result(y: torch.Tensor, clean_pred: torch.Tensor, adv_pred: torch.Tensor,

@@ -17,7 +17,7 @@ from engine.attacks.suite import AttackSettings, build_attack
 from engine.checkpoint import CheckpointStore
 from engine.config import Profile
 from engine.data import Splits, load_splits
-from engine.data.augment import augment_batch
+from engine.data.augment import plan_epoch
 from engine.evaluate import per_class_result, predict
 from engine.events import EventWriter
 from engine.methods import Method, MethodContext, ValResult, build_method
@@ -46,12 +46,6 @@ def lr_at(epoch: int, profile: Profile) -> float:
     return t.lr
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> tuple[torch.Tensor, torch.Generator]:
-    """The epoch's sample order and augmentation generator, fixed by (seed, epoch)."""
-    gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    return torch.randperm(n, generator=gen), gen
-
-
 @dataclass
 class EpochStats:
     loss_sum: torch.Tensor
@@ -72,14 +66,20 @@ class Trainer:
                                  self.splits.std).to(runtime.device)
         if runtime.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        # The splits live where the model does (uint8 images on the GPU on CUDA): no per-batch copy.
+        self.train_data = self.splits.train.to(runtime.device)
+        self.val_data = self.splits.val.to(runtime.device)
+        # What the hot loop calls: the model, or the model compiled at the batch sizes it will see.
+        self.step_model = runtime.step_model(self.model, (profile.data.batch_size,
+                                                          profile.data.eval_batch_size))
         t = profile.train
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
                                          weight_decay=t.weight_decay, nesterov=t.nesterov)
-        self.method: Method = build_method(MethodContext(self.k, profile, runtime.device, self.splits.val))
+        self.method: Method = build_method(MethodContext(self.k, profile, runtime.device, self.val_data))
         self.ema = WeightAverage(t.ema_decay) if t.ema_decay > 0 else None
         self.store = CheckpointStore(run_dir / "checkpoints")
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}
-        self.val_attack = build_attack(profile.eval.val_attack, self.model, self.attack_settings())
+        self.val_attack = build_attack(profile.eval.val_attack, self.step_model, self.attack_settings())
         self.last_val: ValResult | None = None
 
     def attack_settings(self) -> AttackSettings:
@@ -90,23 +90,25 @@ class Trainer:
 
     # -- one epoch ------------------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> EpochStats:
-        data, bs, dev = self.splits.train, self.profile.data.batch_size, self.rt.device
-        order, gen = epoch_order(len(data), self.profile.seed, epoch)
+        data, dev = self.train_data, self.rt.device
+        # The order and every crop and flip of the epoch, drawn on the CPU and moved once.
+        plan = plan_epoch(len(data), self.profile.data.batch_size, tuple(data.x.shape[1:]), self.splits.augment,
+                          self.profile.seed, epoch).to(dev)
         stats = EpochStats(torch.zeros((), dtype=torch.float64, device=dev),
                            clean=metrics.ClassCounter(self.k, dev), robust=metrics.ClassCounter(self.k, dev))
-        batches = (len(data) + bs - 1) // bs
-        labels: list[torch.Tensor] = []  # per-batch flags, counted once at the end of the epoch
+        batches = plan.batches
+        # Per-batch flags stay on the device and are counted once at the end of the epoch: the loop
+        # reads nothing back from the GPU except when progress is due.
+        labels: list[torch.Tensor] = []
         clean_hits: list[torch.Tensor] = []
         robust_hits: list[torch.Tensor] = []
         self.model.train()
         for b in range(batches):
-            idx = order[b * bs:(b + 1) * bs]
-            x = augment_batch(data.images(idx), self.splits.augment, gen).to(dev, non_blocking=True)
-            y = data.y[idx].to(dev, non_blocking=True)
-            if self.rt.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
+            self.rt.step_begin()
+            x, y = plan.batch(b, data.images, data.y)
+            x = self.rt.input_format(x)
             with self.rt.autocast():
-                out = self.method.loss(self.model, x, y)
+                out = self.method.loss(self.step_model, x, y)
             self.optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             self.optimizer.step()
@@ -141,10 +143,10 @@ class Trainer:
             if self.progress.due():
                 self.progress.update("val", epoch, b, n)
 
-        val = self.splits.val
-        clean, adv, _ = predict(self.model, val, self.val_attack, self.rt, self.profile.data.eval_batch_size,
-                             progress)
-        res = per_class_result(val.y, clean, adv, self.k)
+        val = self.val_data
+        clean, adv, _ = predict(self.step_model, val, self.val_attack, self.rt, self.profile.data.eval_batch_size,
+                                progress)
+        res = per_class_result(val.y.cpu(), clean, adv, self.k)
         return ValResult(res["clean_acc_per_class"], res["robust_acc_per_class"])
 
     # -- the run --------------------------------------------------------------------------------

@@ -40,11 +40,34 @@ def set_rng_state(state: dict) -> None:
 
 @dataclass(frozen=True)
 class Runtime:
-    """Device and precision, settled once from the profile."""
+    """Device, precision and compilation, settled once from the profile."""
 
     device: torch.device
     autocast_dtype: torch.dtype | None
     channels_last: bool
+    compile_mode: str | None = None  # a torch.compile mode, or None: eager
+
+    @property
+    def cuda_graphs(self) -> bool:
+        from engine.compiled import cudagraph_modes
+
+        return self.compile_mode is not None and bool(cudagraph_modes(self.compile_mode))
+
+    def step_model(self, model: torch.nn.Module, batch_sizes: tuple[int, ...]) -> torch.nn.Module:
+        """The module the hot loop calls: ``model`` itself, or compiled for ``batch_sizes``."""
+        if self.compile_mode is None:
+            return model
+        from engine.compiled import compile_model
+
+        return compile_model(model, batch_sizes, self.compile_mode)
+
+    def step_begin(self) -> None:
+        """Mark a new training step for CUDA graph trees (their memory is reused from here)."""
+        if self.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+
+    def input_format(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
@@ -55,8 +78,14 @@ class Runtime:
         if self.device.type == "cuda":
             name = torch.cuda.get_device_name(self.device)
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
-            return f"cuda ({name}; CUDA_VISIBLE_DEVICES={visible})"
-        return "cpu"
+            return f"cuda ({name}; CUDA_VISIBLE_DEVICES={visible}){self._options()}"
+        return "cpu" + self._options()
+
+    def _options(self) -> str:
+        opts = [f"autocast {self.autocast_dtype}".replace("torch.", "")] if self.autocast_dtype else []
+        opts += ["channels-last"] if self.channels_last else []
+        opts += [f"compiled ({self.compile_mode})"] if self.compile_mode else []
+        return f"; {', '.join(opts)}" if opts else ""
 
 
 def make_runtime(cfg: TrainConfig) -> Runtime:
@@ -69,7 +98,12 @@ def make_runtime(cfg: TrainConfig) -> Runtime:
     device = torch.device("cuda", 0) if want_cuda else torch.device("cpu")
     # bf16 autocast and channels-last pay off on CUDA only; on the CPU they are ignored.
     dtype = torch.bfloat16 if (cfg.amp == "bf16" and want_cuda) else None
-    return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and want_cuda)
+    compile_on = cfg.compile == "on" or (cfg.compile == "auto" and want_cuda)
+    # CUDA graphs need CUDA: on the CPU the same request compiles without them.
+    mode = cfg.compile_mode if want_cuda or cfg.compile_mode in ("default", "max-autotune-no-cudagraphs") \
+        else "default"
+    return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and want_cuda,
+                   compile_mode=mode if compile_on else None)
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:

@@ -110,8 +110,10 @@ class Method:
 
     def selection_score(self, val: ValResult) -> float:
         """Higher is better: the best checkpoint maximises validation average + worst robust accuracy."""
-        acc = val.robust_acc_per_class
-        return sum(acc) / len(acc) + min(acc)
+        from engine import metrics
+
+        acc = val.robust_acc_per_class  # a class without validation samples (None) is left out
+        return metrics.average(acc) + metrics.worst(acc)
 
     def averaged_models(self) -> dict[str, dict[str, Tensor]]:
         """Extra weights to evaluate at the end (e.g. CFA's FAWA), by checkpoint name."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from engine import metrics
 from engine.averaging import WeightAverage
 from engine.method_params import CFAParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult
@@ -63,7 +64,7 @@ class CFA(Method):
                 self.eps_per_class.copy_(calibrated(self.ctx.attack.eps, self.p.lambda1, self.t))
             if self.p.ccr:
                 self.beta_per_class.copy_(calibrated(self.p.beta, self.p.lambda2, self.t))
-        self.fawa_accepted, self.val_worst_robust = None, min(val.robust_acc_per_class)
+        self.fawa_accepted, self.val_worst_robust = None, metrics.worst(val.robust_acc_per_class)
         if self.fawa is not None and epoch >= self.p.fawa_start_epoch:
             self.fawa_accepted = self.val_worst_robust >= self.p.fawa_threshold
             if self.fawa_accepted:

@@ -39,12 +39,28 @@ def class_weights(lam: Tensor) -> Tensor:
     return 1.0 / k + lam - lam.sum() / k
 
 
+def _measured(acc: list[float | None]) -> tuple[Tensor, Tensor]:
+    """Accuracies as a tensor and the mask of classes that had validation samples (None: none)."""
+    mask = torch.tensor([a is not None for a in acc])
+    return torch.tensor([a if a is not None else 0.0 for a in acc], dtype=torch.float64), mask
+
+
 def violations(val: ValResult, tau1: float, tau2: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Per-class clean / boundary errors and their constraint violations gamma_nat / gamma_bndy."""
-    clean = torch.tensor(val.clean_acc_per_class, dtype=torch.float64)
-    robust = torch.tensor(val.robust_acc_per_class, dtype=torch.float64)
+    """Per-class clean / boundary errors and their constraint violations gamma_nat / gamma_bndy.
+
+    A class without validation samples has no measurement: its errors read as the average of
+    the others and its violations as 0, so its multipliers do not move.
+    """
+    clean, seen = _measured(val.clean_acc_per_class)
+    robust, seen_r = _measured(val.robust_acc_per_class)
+    seen = seen & seen_r
     clean_err, bndy_err = 1 - clean, clean - robust
-    return clean_err, bndy_err, clean_err - clean_err.mean() - tau1, bndy_err - bndy_err.mean() - tau2
+    if not seen.all():
+        mean_c, mean_b = clean_err[seen].mean(), bndy_err[seen].mean()
+        clean_err, bndy_err = torch.where(seen, clean_err, mean_c), torch.where(seen, bndy_err, mean_b)
+    gamma_nat = torch.where(seen, clean_err - clean_err.mean() - tau1, 0.0)
+    gamma_bndy = torch.where(seen, bndy_err - bndy_err.mean() - tau2, 0.0)
+    return clean_err, bndy_err, gamma_nat, gamma_bndy
 
 
 def resolve_init_checkpoint(ref: str) -> Path:
@@ -124,10 +140,11 @@ class FRL(TRADES):
 
     def _baseline_reweight(self, val: ValResult, scale: float) -> None:
         """FRL Table 2's "Baseline Reweight": raise the weight of the class with the highest robust error."""
-        robust_err = 1 - torch.tensor(val.robust_acc_per_class, dtype=torch.float64)
-        worst = int(robust_err.argmax())
+        robust, seen = _measured(val.robust_acc_per_class)
+        robust_err = 1 - robust
+        worst = int(torch.where(seen, robust_err, float("-inf")).argmax())
         step = torch.zeros_like(robust_err)
-        step[worst] = robust_err[worst] - robust_err.mean()
+        step[worst] = robust_err[worst] - robust_err[seen].mean()
         self.lambda_nat = project_multipliers(self.lambda_nat + self.p.alpha1 * scale * step, self.p.lambda_cap)
         w = class_weights(self.lambda_nat)
         self.weight_nat.copy_(w)
@@ -135,7 +152,7 @@ class FRL(TRADES):
 
     def step_for(self, eps: Tensor) -> Tensor | float:
         if self.p.margin_form == "code":
-            return float(eps.max()) / 4  # the authors' code: a quarter of the batch's largest margin
+            return eps.max() / 4  # the authors' code: a quarter of the batch's largest margin (no host sync)
         return self.ctx.attack.step
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:

@@ -47,6 +47,7 @@ class WAT(TRADES):
         self.hedge = hedge_weights(self.cost_sums, params.eta)  # uniform at the start
         self.val_cost: Tensor | None = None
         self.trained_with = self.hedge.clone()
+        self.batch_weights = self.hedge.to(ctx.device, torch.float32)  # read by every batch: kept on the device
 
     def trades_terms(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         self.attack.model = model
@@ -57,7 +58,7 @@ class WAT(TRADES):
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
         per_sample, logits_clean, logits_adv = self.trades_terms(model, x, y)
-        w = self.hedge.to(per_sample.device, per_sample.dtype)
+        w = self.batch_weights.to(per_sample.dtype)
         k = self.ctx.num_classes
         if self.p.loss_form == "code":
             # (1/B) sum_n (w_{y_n} + w_overall) * loss_n, weights scaled to sum to K
@@ -70,6 +71,7 @@ class WAT(TRADES):
 
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:
         self.trained_with = self.hedge.clone()
+        self.batch_weights = self.hedge.to(self.ctx.device, torch.float32)
 
     @torch.no_grad()
     def validation_costs(self, model: torch.nn.Module) -> Tensor:

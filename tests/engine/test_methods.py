@@ -196,6 +196,7 @@ def test_wat_weights_do_not_overflow():
 def test_wat_batch_loss_forms(form, expected):
     m = wat(loss_form=form, beta=6.0)
     m.hedge = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    m.start_epoch(2, None)  # the loop hands the new weights to the batches between epochs
     model = FixedLogits([0.0, 1.0986123])  # p = [1/4, 3/4]: CE(y=0) = ln 4, CE(y=1) = ln 4/3
     out = m.loss(model, torch.rand(3, 1, 2, 2), torch.tensor([0, 0, 1]))
     # paper: 0.2 * mean(ln4, ln4, ln4/3) + 0.5 * ln4 + 0.3 * ln4/3; code: (1.4 ln4 * 2 + 1.0 ln4/3) / 3

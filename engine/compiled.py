@@ -1,0 +1,59 @@
+"""The compiled model for the hot loop: torch.compile at fixed batch sizes, eager for any other.
+
+A compiled graph is specialised to its input shape (``dynamic=False``): a new
+shape would recompile, and a CUDA graph is recorded per shape. The epoch's short
+last batch (49,000 = 382 x 128 + 104 on CIFAR-10) and any odd evaluation batch
+therefore run through the eager module, which shares every parameter and buffer
+with the compiled one: the numbers and the training semantics are the same, and
+the set of graphs is fixed after the first epoch (no recompilation storm).
+
+The compiled module is not a submodule of the wrapper, so ``state_dict`` of the
+model the trainer holds never carries ``_orig_mod.`` prefixes: checkpoints load
+into any run, compiled or not.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+# Graphs per model: train mode with grad, eval mode with input grad (attacks), eval without grad
+# (clean predictions), under one or two batch sizes. Room for all of them, and no more.
+CACHE_SIZE_LIMIT = 16
+
+
+class ShapeStableModel(nn.Module):
+    """Calls ``compiled`` for batches whose size is in ``sizes`` and the eager ``model`` otherwise."""
+
+    def __init__(self, model: nn.Module, compiled: nn.Module, sizes: Iterable[int], clone_outputs: bool):
+        super().__init__()
+        self.model = model
+        object.__setattr__(self, "compiled", compiled)  # not registered: its parameters are model's
+        self.sizes = frozenset(sizes)
+        # CUDA graphs own their output buffers and overwrite them on the next replay; a copy of the
+        # [B, K] logits lets callers keep them (per-class counts) past the next call.
+        self.clone_outputs = clone_outputs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] in self.sizes:
+            out = self.compiled(x)
+            return out.clone() if self.clone_outputs else out
+        return self.model(x)
+
+
+def compile_model(model: nn.Module, sizes: Iterable[int], mode: str, backend: str | None = None) -> nn.Module:
+    """Wrap ``model`` so that batches of ``sizes`` run compiled (``mode`` as torch.compile takes it)."""
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, CACHE_SIZE_LIMIT)
+    kwargs = {"backend": backend} if backend is not None else {"mode": mode}
+    compiled = torch.compile(model, dynamic=False, **kwargs)
+    return ShapeStableModel(model, compiled, sizes, clone_outputs=(backend is None and "cudagraphs" in
+                                                                   cudagraph_modes(mode)))
+
+
+def cudagraph_modes(mode: str) -> str:
+    """'cudagraphs' if ``mode`` records CUDA graphs."""
+    return "cudagraphs" if mode in ("reduce-overhead", "max-autotune") else ""
