@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -49,11 +48,14 @@ def check_request(request: dict, profile: Profile) -> dict:
             "force": bool(request.get("force"))}
 
 
-def _same(event: dict, req: dict, attack: str) -> bool:
+def _same(event: dict, req: dict, attack: str, epoch: int, setting: dict) -> bool:
+    """The stored result has this result's whole identity (engine.results): it can be reused."""
+    from engine.results import same_setting
+
     return (event.get("type") == "eval_result" and event.get("split") == req["split"]
             and event.get("checkpoint") == req["checkpoint"] and event.get("attack") == attack
-            and math.isclose(event.get("eps", req["eps"]), req["eps"])
-            and int(event.get("n_per_class", 0)) == req["n_per_class"])
+            and event.get("epoch") == epoch and isinstance(event.get("setting"), dict)
+            and same_setting(event["setting"], setting))
 
 
 class PredictionCache:
@@ -118,6 +120,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     from engine.evaluate import per_class_result
     from engine.models import build_model
     from engine.progress import Progress
+    from engine.results import SUBSET_SEED
     from engine.run import EXIT_OK, EXIT_STOPPED
     from engine.utils import make_runtime
 
@@ -125,7 +128,8 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     splits = load_splits(profile.data, profile.seed)
     data = splits.test if req["split"] == "test" else splits.val
     if req["n_per_class"]:
-        data = data.subset(stratified_pick(data.y.numpy(), req["n_per_class"], 1.0, np.random.default_rng(0),
+        data = data.subset(stratified_pick(data.y.numpy(), req["n_per_class"], 1.0,
+                                           np.random.default_rng(SUBSET_SEED),
                                            splits.num_classes))
     model = build_model(profile.model, splits.input_shape, splits.num_classes, splits.mean, splits.std)
     model.load_state_dict(weights)
@@ -137,7 +141,8 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     progress = Progress(run_dir / "progress.json")
     existing, _ = read_events(run_dir / "events.jsonl")
     for attack_name in req["attacks"]:
-        if not req["force"] and any(_same(ev, req, attack_name) for ev in existing):
+        setting = settings.result_setting(attack_name, req["n_per_class"], req["batch_size"])
+        if not req["force"] and any(_same(ev, req, attack_name, epoch, setting) for ev in existing):
             log.info("%s @ %s on %s: reusing the stored result (--force to recompute)", attack_name,
                      req["checkpoint"], req["split"])
             continue
@@ -155,7 +160,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
             return EXIT_STOPPED
         result = per_class_result(data.y, clean, adv, splits.num_classes, conf_var)
         events.emit("eval_result", split=req["split"], checkpoint=req["checkpoint"], epoch=epoch,
-                    attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"],
+                    attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"], setting=setting,
                     time_s=time.perf_counter() - started, **result)
         cache.remove()
         log.info("%s %s @ %s (epoch %d): clean %.3f robust %.3f worst %.3f", req["split"], attack_name,

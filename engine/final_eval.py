@@ -50,7 +50,9 @@ def final_evaluation(trainer: "Trainer") -> None:
             clean, adv, conf_var = predict(model, test, attack, trainer.rt, trainer.profile.data.eval_batch_size,
                                            progress)
             result = per_class_result(test.y, clean, adv, trainer.k, conf_var)
+            setting = trainer.attack_settings().result_setting(attack_name, 0, trainer.profile.data.eval_batch_size)
             trainer.events.emit("eval_result", split="test", checkpoint=checkpoint, epoch=epoch,
-                                attack=attack_name, time_s=time.perf_counter() - started, **result)
+                                attack=attack_name, eps=trainer.profile.eval.eps, n_per_class=0, setting=setting,
+                                time_s=time.perf_counter() - started, **result)
             log.info("test %s @ %s (epoch %d): clean %.3f  robust %.3f  worst %.3f", attack_name, checkpoint,
                      epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])

@@ -153,13 +153,22 @@ def _show_outcome(view: RunView, code: int, err: Console) -> None:
 def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Console, err: Console) -> int:
     from fairtui.report import result_rows
 
-    wanted = {(req["split"], req["checkpoint"], a) for a in req["attacks"]}
-    results = {k: v for k, v in view.results().items() if k in wanted}
+    from engine.results import requested_setting, same_setting
+
+    results = {}  # the latest result of each requested attack at exactly the requested setting
+    cfg = view.config
+    for e in view.of_type("eval_result"):
+        attack = e.get("attack")
+        if attack in req["attacks"] and e.get("split") == req["split"] and e.get("checkpoint") == req["checkpoint"] \
+                and same_setting(e.get("setting") or {}, requested_setting(cfg, attack, req.get("eps"),
+                                                                          req.get("n_per_class", 0),
+                                                                          req.get("batch_size", 0))):
+            results[(req["split"], req["checkpoint"], attack)] = e
     if json_out:
         out.print_json(json.dumps({"run_id": view.run_id, "exit_code": code, "class_names": view.class_names(),
                                    "results": result_rows(results.values())}))
         return code
-    for table in per_class_tables(view, keys=set(results)):
+    for table in per_class_tables(view, results=results):
         out.print(table)
     if code == 130:
         err.print("[yellow]stopped[/]: finished batches are kept; run the same command again to continue")

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
+from engine.results import describe
 from fairtui.runfolder import RunView
 
 
@@ -31,17 +32,20 @@ def epoch_line(event: dict, names: list[str]) -> str:
             f"lr {event.get('lr', 0):.3g}  {event.get('time_s', 0):.1f}s{best}")
 
 
-def per_class_tables(view: RunView, keys: set | None = None) -> list[Table]:
-    """One table per evaluated checkpoint: a row per class, a column per attack, summary rows below."""
+def per_class_tables(view: RunView, results: dict | None = None) -> list[Table]:
+    """One table per evaluated checkpoint and setting: a row per class, a column per attack, summary
+    rows below. ``results``: (split, checkpoint, attack) -> eval_result; default the run's headline ones."""
     names = view.class_names()
     by_ckpt: dict[str, dict[str, dict]] = {}
-    for (split, ckpt, attack), result in view.results().items():
-        if keys is not None and (split, ckpt, attack) not in keys:
-            continue
-        by_ckpt.setdefault(f"{split} @ {ckpt} (epoch {result.get('epoch', '?')})", {})[attack] = result
+    for (split, ckpt, attack), result in (view.results() if results is None else results).items():
+        subset = result.get("n_per_class") or (result.get("setting") or {}).get("n_per_class") or 0
+        by_ckpt.setdefault(f"{split} @ {ckpt} (epoch {result.get('epoch', '?')})", {}).setdefault(
+            subset, {})[attack] = result
     tables = []
-    for title, attacks in by_ckpt.items():
-        table = Table(title=f"{view.name} [{view.run_id}]: {title}", title_justify="left")
+    for where, attacks in ((w, a) for w, subsets in by_ckpt.items() for a in subsets.values()):
+        settings = sorted({describe(r) for a, r in attacks.items() if a != "clean"}) or \
+            [describe(next(iter(attacks.values())))]
+        table = Table(title=f"{view.name} [{view.run_id}]: {where}, {'; '.join(settings)}", title_justify="left")
         table.add_column("class")
         first = next(iter(attacks.values()))
         table.add_column("clean", justify="right")
@@ -71,6 +75,16 @@ def per_class_tables(view: RunView, keys: set | None = None) -> list[Table]:
     return tables
 
 
+def other_result_lines(view: RunView) -> list[str]:
+    """Exploratory evaluations, one line each, labelled with what differs from the profile."""
+    out = []
+    for e, why in view.other_results():
+        out.append(f"{e.get('split')} {e.get('attack')} @ {e.get('checkpoint')} (epoch {e.get('epoch', '?')}), "
+                   f"{'; '.join(why)}: clean {_fmt(e.get('avg_clean'))}  robust {_fmt(e.get('avg_robust'))}  "
+                   f"worst {_fmt(e.get('worst_robust'))}")
+    return out
+
+
 def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
     """The run as one JSON-ready document (for ``--json``)."""
     fin = view.finished or {}
@@ -83,10 +97,12 @@ def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
         "method": view.config.get("method", {}).get("name"),
         "dataset": view.config.get("data", {}).get("dataset"),
         "results": result_rows(view.results().values()),
+        # exploratory evaluations (another eps, a subset, ...): never the run's numbers
+        "other_results": [{**result_rows([e])[0], "differs": why} for e, why in view.other_results()],
     }
 
 
-RESULT_KEYS = ("split", "checkpoint", "epoch", "attack", "eps", "n_per_class", "avg_clean", "avg_robust",
+RESULT_KEYS = ("split", "checkpoint", "epoch", "attack", "eps", "n_per_class", "setting", "avg_clean", "avg_robust",
                "worst_robust", "worst20_robust", "cv", "mcd", "clean_acc_per_class", "robust_acc_per_class")
 
 

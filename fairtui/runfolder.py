@@ -56,6 +56,17 @@ class EventTail(LineTail):
         return out
 
 
+def headline_results(events: list[dict], config: dict) -> dict[tuple[str, str, str], dict]:
+    """The latest headline `eval_result` per (split, checkpoint, attack): the one rule every reader uses."""
+    from engine.results import is_headline
+
+    out = {}
+    for e in events:
+        if e.get("type") == "eval_result" and is_headline(e, config):
+            out[(e.get("split", "test"), e.get("checkpoint", "last"), e.get("attack", "?"))] = e
+    return out
+
+
 def engine_process(run_dir: Path) -> dict | None:
     try:
         return json.loads((run_dir / "engine.json").read_text())
@@ -168,11 +179,16 @@ class RunView:
         return [str(i) for i in range(k)]
 
     def results(self) -> dict[tuple[str, str, str], dict]:
-        """The latest `eval_result` per (split, checkpoint, attack)."""
-        out = {}
-        for e in self.of_type("eval_result"):
-            out[(e.get("split", "test"), e.get("checkpoint", "last"), e.get("attack", "?"))] = e
-        return out
+        """The run's numbers: the latest headline `eval_result` (at the profile's own settings on the
+        whole split, engine.results) per (split, checkpoint, attack)."""
+        return headline_results(self.of_type("eval_result"), self.config)
+
+    def other_results(self) -> list[tuple[dict, list[str]]]:
+        """Exploratory results (another eps, a subset, another batching...), each with what differs."""
+        from engine.results import differences, is_headline
+
+        cfg = self.config
+        return [(e, differences(e, cfg)) for e in self.of_type("eval_result") if not is_headline(e, cfg)]
 
     def total_epochs(self) -> int:
         return int(self.config.get("train", {}).get("epochs", 0))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 
 from engine import metrics
+from fairtui.runfolder import headline_results
 
 
 @dataclass
@@ -35,7 +36,7 @@ class RunState:
             self.epochs.append(event)
             self.total_epochs = event.get("epochs", self.total_epochs)
         elif kind == "eval_result":
-            self.results[(event.get("split", "test"), event.get("checkpoint", "last"), event.get("attack", "?"))] = event
+            self.results.update(headline_results([event], self.config))
         elif kind == "run_finished":
             self.status, self.error = event.get("status", "failed"), event.get("error")
 

@@ -35,7 +35,7 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
-    from fairtui.report import per_class_tables
+    from fairtui.report import other_result_lines, per_class_tables
 
     console = Console()
     cfg = view.config
@@ -51,6 +51,11 @@ def show(
         console.print(f"notes: {view.meta['notes']}")
     for table in per_class_tables(view):
         console.print(table)
+    others = other_result_lines(view)
+    if others:
+        console.print("[bold]other evaluations[/] (not the run's result: settings differ from the profile)")
+        for line in others:
+            console.print("  " + line, highlight=False)
     if method_state:
         names = view.class_names()
         table = Table(title=f"method state after epoch {epochs[-1]['epoch']}", title_justify="left")
