@@ -71,7 +71,8 @@ def write_listing(home: Path, docs: list[dict]) -> None:
              if d.get("status") in LIVE_STATUSES + ("lost",)}
     atomic_write_text(home / "runs.listing.json", json.dumps(docs, separators=(",", ":")) + "\n")
     atomic_write_text(home / "runs.listing.meta", json.dumps(
-        {"folders": len(os.listdir(folder)) if folder.is_dir() else 0, "watch": watch}))
+        {"folders": len(os.listdir(folder)) if folder.is_dir() else 0, "watch": watch,
+         "seen": {d["run_id"]: d.get("seen") for d in docs}}))
 
 
 def summary_numbers(view: RunView) -> dict[str, dict[str, float]]:
@@ -108,16 +109,23 @@ def _compact(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def folder_stamp(run_dir: Path) -> float | None:
+    """When the run folder last changed in a way that can change its index document: its events
+    (appended, truncated, replaced) or its entries (a `queued` marker, engine.json, meta.json)."""
+    stamps = [_mtime(run_dir / "events.jsonl"), _mtime(run_dir), _mtime(run_dir / "meta.json")]
+    return max((s for s in stamps if s is not None), default=None)
+
+
 def _changed_since(run_dir: Path, doc: dict) -> bool:
-    """A lost run whose events moved on since it was indexed (it came back, or was resumed elsewhere)."""
-    try:
-        return (run_dir / "events.jsonl").stat().st_mtime > doc.get("seen", 0)
-    except OSError:
-        return False
+    """The folder changed after its document was made: a resume from the app or the queue, an
+    evaluation, a truncated event stream. The document is then made again from the folder."""
+    stamp = folder_stamp(run_dir)
+    return stamp is not None and stamp > (doc.get("seen") or 0)
 
 
 def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
     """The index document of one run, derived from its folder (empty fields left out)."""
+    stamp = folder_stamp(run_dir)  # before reading: a change while reading makes the next read redo it
     view = view or RunView.load(run_dir)
     cfg = view.config
     meta = view.meta
@@ -138,7 +146,7 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
         "epoch": epochs[-1]["epoch"] if epochs else 0, "epochs": view.total_epochs(),
         "summary": summary_numbers(view), "sweep": meta.get("sweep"), "launcher": meta.get("launcher", "local"),
         "slurm_job_id": meta.get("slurm_job_id"), "node": meta.get("node"),
-        "seen": _mtime(run_dir / "events.jsonl"),
+        "seen": stamp,
     })
 
 
@@ -187,7 +195,7 @@ class RunIndex:
         docs += stale
         for i, doc in enumerate(docs):
             run_dir = runs_dir(self.home) / doc["run_id"]
-            if doc.get("status") in LIVE_STATUSES or (doc.get("status") == "lost" and _changed_since(run_dir, doc)):
+            if doc.get("status") in LIVE_STATUSES or _changed_since(run_dir, doc):
                 if not run_dir.exists():
                     continue
                 fresh = document_for(run_dir)
@@ -230,7 +238,8 @@ class RunIndex:
         folder = runs_dir(self.home)
         if meta.get("folders") != (len(os.listdir(folder)) if folder.is_dir() else 0):
             return None
-        for run_id, (status, epoch, seen) in meta.get("watch", {}).items():
+        watch = meta.get("watch", {})
+        for run_id, (status, epoch, seen) in watch.items():
             run_dir = folder / run_id
             if status == "lost":
                 if _changed_since(run_dir, {"seen": seen}):
@@ -238,6 +247,10 @@ class RunIndex:
                 continue
             fresh = document_for(run_dir)
             if [fresh.get("status"), fresh.get("epoch"), fresh.get("seen")] != [status, epoch, seen]:
+                return None
+        # Finished runs change too (resumed from the app or the queue, evaluated, truncated).
+        for run_id, seen in meta.get("seen", {}).items():
+            if run_id not in watch and _changed_since(folder / run_id, {"seen": seen}):
                 return None
         return text
 

@@ -114,3 +114,45 @@ def test_ready_listing_equals_the_reconciled_index_and_notices_changes(tmp_path)
     make_run(tmp_path, "r5")  # a folder the index has not seen
     assert index.listing_json() is None
     assert len(index.read()) == 5 and len(json.loads(index.listing_json())) == 5
+
+
+def _append(run_dir, *events):
+    import json as _json
+
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    seq = len(lines)
+    with open(run_dir / "events.jsonl", "a") as fh:
+        for i, e in enumerate(events):
+            fh.write(_json.dumps({"v": 1, "seq": seq + i, "t": 0, "run_id": run_dir.name, **e}) + "\n")
+
+
+def test_a_stopped_run_resumed_behind_the_index_is_listed_as_it_is_now(tmp_path):
+    """Resumed from the app or the queue, nobody tells the index: ls must still see it completed."""
+    import json as _json
+    import os
+    import time
+
+    from fairtui.store import RunIndex
+    from fairtui.synthetic import make_run
+    from tests.conftest import fairtui_cmd
+
+    run_dir = make_run(tmp_path, "20260101-000000-aaaaaa", name="cfa", status="stopped", epochs=1)
+    index = RunIndex(tmp_path)
+    assert index.read()[0]["status"] == "stopped"
+    assert _json.loads(fairtui_cmd("ls", "--json", home=tmp_path).stdout)[0]["status"] == "stopped"
+    time.sleep(0.01)
+    _append(run_dir, {"type": "run_resumed", "epoch": 1},
+            {"type": "eval_result", "split": "test", "checkpoint": "last", "epoch": 1, "attack": "pgd20",
+             "clean_acc_per_class": [0.5] * 10, "robust_acc_per_class": [0.25] * 10, "avg_clean": 0.5,
+             "avg_robust": 0.25, "worst_robust": 0.25, "cv": 0.0, "mcd": 0.0},
+            {"type": "run_finished", "status": "completed"})
+    for args in (("ls", "--json"), ("ls", "--json", "--status", "completed")):
+        (doc,) = _json.loads(fairtui_cmd(*args, home=tmp_path).stdout)
+        assert doc["status"] == "completed" and doc["summary"]["last/pgd20"]["avg_robust"] == 0.25
+    assert "completed" in fairtui_cmd("ls", home=tmp_path, env_extra={"COLUMNS": "200"}).stdout
+    # A truncated event stream: ls says what show says.
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    (run_dir / "events.jsonl").write_text("\n".join(lines[:2]) + "\n")  # run_started, epoch_end
+    os.utime(run_dir / "events.jsonl", (time.time() + 1, time.time() + 1))
+    show = _json.loads(fairtui_cmd("show", "cfa", "--json", home=tmp_path).stdout)["status"]
+    assert _json.loads(fairtui_cmd("ls", "--json", home=tmp_path).stdout)[0]["status"] == show == "lost"
