@@ -15,7 +15,44 @@ import torch
 from engine.utils import atomic_torch_save
 
 class CheckpointError(RuntimeError):
-    pass
+    """A checkpoint is missing, unreadable, or not one that fairtui wrote (exit 2; nothing of it ran)."""
+
+
+def _numpy_globals() -> list:
+    """What checkpoints written before the RNG state was stored as plain values hold: NumPy's
+    MT19937 key array. Plain arrays of numbers; object arrays would still need other globals."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def load_checkpoint(path: Path, device: torch.device | str = "cpu", need: tuple[str, ...] = ("model",)) -> dict:
+    """Load a checkpoint without running code: ``weights_only=True`` admits tensors, containers and
+    numbers only (plus NumPy number arrays from older fairtui checkpoints). A file that would need
+    anything else, a pickle with code in it included, is refused with :class:`CheckpointError`."""
+    import pickle
+
+    try:
+        with torch.serialization.safe_globals(_numpy_globals()):
+            state = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as err:
+        reason = next((line.strip() for line in str(err).splitlines()
+                       if "global" in line.lower() and ("unsupported" in line.lower() or "blocked" in line)), None)
+        if reason is None:  # not a pickle fairtui could have written: damaged or another format
+            raise CheckpointError(f"{path}: not a readable checkpoint (damaged, or not written by "
+                                  "torch.save)") from None
+        raise CheckpointError(f"{path}: refused: loading it would run code or build objects fairtui never "
+                              f"stores ({reason[:160]}); nothing in it was run") from None
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint") from None
+    except (OSError, RuntimeError, EOFError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:200] if str(err) else ''})") from None
+    if not isinstance(state, dict) or any(key not in state for key in need):
+        raise CheckpointError(f"{path}: not a fairtui checkpoint (expected a table with "
+                              f"{', '.join(repr(k) for k in need)})")
+    return state
 
 
 class CheckpointStore:
@@ -41,7 +78,7 @@ class CheckpointStore:
     def load_last(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
         if not self.last_path.exists():
             return None
-        return torch.load(self.last_path, map_location=device, weights_only=False)
+        return load_checkpoint(self.last_path, device, need=("model", "epoch", "optimizer", "rng"))
 
     def available(self) -> list[str]:
         """The checkpoint names this run can be evaluated at."""
@@ -61,7 +98,7 @@ class CheckpointStore:
         if name == "best":
             if not self.best_path.exists():
                 raise CheckpointError(f"no best checkpoint; this run has: {', '.join(self.available())}")
-            state = torch.load(self.best_path, map_location=device, weights_only=False)
+            state = load_checkpoint(self.best_path, device, need=("model", "epoch"))
             return state["model"], state["epoch"]
         state = self.load_last(device)
         if state is None:

@@ -68,7 +68,13 @@ class PredictionCache:
         self.key = key
         self.batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         if self.path.exists():
-            state = torch.load(self.path, weights_only=False)
+            from engine.checkpoint import CheckpointError, load_checkpoint
+
+            try:
+                state = load_checkpoint(self.path, need=("key", "batches"))
+            except CheckpointError as err:  # only finished batches are lost: they are computed again
+                log.warning("ignoring the evaluation cache: %s", err)
+                state = {}
             if state.get("key") == key:
                 self.batches = state["batches"]
 

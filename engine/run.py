@@ -76,6 +76,7 @@ def acquire_lock(run_dir: Path) -> Any:
 
 def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int:
     """Run ``body``; turn its outcome into a `run_finished` event and an exit code."""
+    from engine.checkpoint import CheckpointError
     from engine.data import DataError
     from engine.trainer import Diverged, StopRequested
 
@@ -84,7 +85,7 @@ def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int
     except (StopRequested, KeyboardInterrupt):
         events.emit("run_finished", status="stopped", error="stopped by a signal; the last checkpoint is kept")
         return EXIT_STOPPED
-    except ProfileError as err:
+    except (ProfileError, CheckpointError) as err:
         events.emit("run_finished", status="failed", error=str(err))
         log.error("%s", err)
         return EXIT_USAGE

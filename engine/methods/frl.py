@@ -109,8 +109,12 @@ class FRL(TRADES):
 
     def initialize(self, model: torch.nn.Module) -> None:
         if self.p.init_from:
-            state = torch.load(resolve_init_checkpoint(self.p.init_from), map_location=self.ctx.device,
-                               weights_only=False)
+            from engine.checkpoint import CheckpointError, load_checkpoint
+
+            try:
+                state = load_checkpoint(resolve_init_checkpoint(self.p.init_from), self.ctx.device)
+            except CheckpointError as err:
+                raise ProfileError("profile", "method.init_from", str(err)) from None
             model.load_state_dict(state["model"])
 
     # -- the multiplier updates ---------------------------------------------------------------------

@@ -94,7 +94,7 @@ def test_compiled_run_trains_like_the_eager_one(tmp_path, tiny_profile):
         proc = run_engine(run_dir, timeout=540)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[mode] = events_of(run_dir)
-        ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+        ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
         assert not any(k.startswith("_orig_mod") for k in ckpt["model"])
     ends = {mode: [e for e in ev if e["type"] == "epoch_end"] for mode, ev in runs.items()}
     assert "compiled" in next(e for e in runs["on"] if e["type"] == "run_started")["device"]

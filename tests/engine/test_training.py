@@ -46,9 +46,9 @@ def test_method_trains_end_to_end(tmp_path, tiny_profile, method):
     assert [e["epoch"] for e in events if e["type"] == "epoch_end"] == [1, 2]
     evals = [(e["checkpoint"], e["attack"]) for e in events if e["type"] == "eval_result"]
     assert evals == [("last", "pgd5"), ("best", "pgd5")]
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["epoch"] == 2 and state["profile"]["method"]["name"] == method
-    assert torch.load(run_dir / "checkpoints" / "best.pt", weights_only=False)["model"]
+    assert torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["model"]
     assert (run_dir / "engine.json").exists()
 
 
@@ -125,8 +125,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
     assert finals(a) == finals(b)
     ends = lambda evs: {e["epoch"]: e["val"] for e in evs if e["type"] == "epoch_end"}  # noqa: E731
     assert ends(a) == ends(b)
-    sa = torch.load(straight / "checkpoints" / "last.pt", weights_only=False)
-    sb = torch.load(killed / "checkpoints" / "last.pt", weights_only=False)
+    sa = torch.load(straight / "checkpoints" / "last.pt", weights_only=True)
+    sb = torch.load(killed / "checkpoints" / "last.pt", weights_only=True)
     for key in sa["model"]:
         assert torch.equal(sa["model"][key], sb["model"][key]), key
         assert torch.equal(sa["ema"][key], sb["ema"][key]), key
@@ -144,7 +144,7 @@ def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):
     assert proc.wait(timeout=60) == 130
     last = events_of(run_dir)[-1]
     assert last["type"] == "run_finished" and last["status"] == "stopped"
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["epoch"] >= 1
     assert not list((run_dir / "checkpoints").glob(".*"))  # no temp files left behind
 
@@ -168,7 +168,7 @@ def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, t
     events.close()
     last = events_of(run_dir)[-1]
     assert last["status"] == "failed" and "loss became" in last["error"]
-    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["epoch"] == 1
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.dtype.is_floating_point)
 
