@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -43,12 +42,9 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
 
 def update_meta(run_dir: Path, change: Callable[[dict], None]) -> dict:
     """Change ``meta.json`` (the source of truth for name, tags, notes) and the index entry."""
-    from fairtui.launcher import write_meta
+    from fairtui.launcher import change_meta
     from fairtui.store import RunIndex
 
-    path = run_dir / "meta.json"
-    meta = json.loads(path.read_text()) if path.exists() else {"run_id": run_dir.name}
-    change(meta)
-    write_meta(run_dir, meta)
+    meta = change_meta(run_dir, change)
     RunIndex(run_dir.parent.parent).register(run_dir)
     return meta

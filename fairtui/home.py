@@ -38,6 +38,9 @@ def list_run_dirs(home: Path) -> list[Path]:
 
 def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
     """Resolve RUN: an id, a unique id prefix, or a run name (newest run of that name)."""
+    if not ref or not ref.strip() or ref.strip() in (".", ".."):
+        # an empty prefix would match every run (`fairtui rm "" --yes` deleted one)
+        raise RunNotFound(f"RUN must be a run id, a unique prefix of one, or a run name; got {ref!r}")
     folder = runs_dir(home)
     if ref and "/" not in ref and (folder / ref / "profile.toml").exists():
         return folder / ref

@@ -68,6 +68,26 @@ def write_meta(run_dir: Path, meta: dict) -> None:
     write_json(run_dir / "meta.json", meta)
 
 
+def change_meta(run_dir: Path, change) -> dict:
+    """Read, change and write ``meta.json`` under an exclusive lock on ``<run>/.meta.lock``, so that
+    concurrent writers (tag, note, the queue, Slurm) never lose each other's updates."""
+    import contextlib
+    import fcntl
+
+    with open(run_dir / ".meta.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            path = run_dir / "meta.json"
+            meta = {"run_id": run_dir.name}
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                meta = json.loads(path.read_text())
+            change(meta)
+            write_meta(run_dir, meta)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return meta
+
+
 def engine_command(run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "engine", "train", str(run_dir)]
 

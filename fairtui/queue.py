@@ -127,9 +127,6 @@ class LocalQueue:
 
 
 def _set_gpus(run_dir: Path, label: str) -> None:
-    from fairtui.launcher import write_meta
+    from fairtui.launcher import change_meta
 
-    path = run_dir / "meta.json"
-    meta = json.loads(path.read_text()) if path.exists() else {}
-    meta["gpus"] = label
-    write_meta(run_dir, meta)
+    change_meta(run_dir, lambda meta: meta.update(gpus=label))

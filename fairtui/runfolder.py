@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import read_events
-from engine.procinfo import process_start_time
+from engine.procinfo import process_exited, process_start_time
 
 FINAL_STATUSES = ("completed", "failed", "stopped")
 HEARTBEAT_S = 600.0  # a run on another host with no sign of life for this long is lost
@@ -88,6 +88,8 @@ def engine_alive(run_dir: Path) -> bool:
         return False
     except PermissionError:
         pass
+    if process_exited(pid):  # a zombie: killed, not yet reaped
+        return False
     start = process_start_time(pid)
     return info.get("proc_start") is None or start == info.get("proc_start")
 

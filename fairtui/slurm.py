@@ -115,7 +115,7 @@ class TrainRun:
 
 def _record_job(run_dir: Path) -> None:
     """The array task's job id and node into meta.json, for `ls`, `show` and the app."""
-    from fairtui.launcher import write_meta
+    from fairtui.launcher import change_meta
 
     try:
         import submitit
@@ -124,10 +124,7 @@ def _record_job(run_dir: Path) -> None:
         job_id, node = env.job_id, env.hostname
     except Exception:  # not inside a submitit job (a direct call)
         job_id, node = os.environ.get("SLURM_JOB_ID"), socket.gethostname()
-    path = run_dir / "meta.json"
-    meta = json.loads(path.read_text()) if path.exists() else {}
-    meta.update({"slurm_job_id": job_id, "node": node, "launcher": "slurm"})
-    write_meta(run_dir, meta)
+    change_meta(run_dir, lambda meta: meta.update({"slurm_job_id": job_id, "node": node, "launcher": "slurm"}))
 
 
 def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
@@ -155,16 +152,14 @@ def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
     with executor.batch():
         for run_dir in runs:
             jobs.append(executor.submit(TrainRun(run_dir)))
-    from fairtui.launcher import write_meta
+    from fairtui.launcher import change_meta
     from fairtui.store import RunIndex
     from fairtui.sweep import save_record
 
     index = RunIndex(home)
     for run_dir, job in zip(runs, jobs):
-        path = Path(run_dir) / "meta.json"
-        meta = json.loads(path.read_text())
-        meta.update({"slurm_job_id": str(job.job_id), "launcher": "slurm", "slurm_cluster": settings.cluster})
-        write_meta(Path(run_dir), meta)
+        change_meta(Path(run_dir), lambda meta, job=job: meta.update(
+            {"slurm_job_id": str(job.job_id), "launcher": "slurm", "slurm_cluster": settings.cluster}))
         index.register(Path(run_dir))
     record["jobs"] = [str(j.job_id) for j in jobs]
     save_record(home, record)

@@ -26,7 +26,7 @@ def resolve_run(home: "str | None", ref: str):
 
     home_dir = resolve_home(home)
     direct = home_dir / "runs" / ref
-    if "/" not in ref and (direct / "profile.toml").exists():  # an exact id needs no index
+    if ref.strip() not in ("", ".", "..") and "/" not in ref and (direct / "profile.toml").exists():  # an exact id
         return direct
     try:
         names = RunIndex(home_dir).names() if (home_dir / "runs.json").exists() else None

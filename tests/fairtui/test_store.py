@@ -156,3 +156,74 @@ def test_a_stopped_run_resumed_behind_the_index_is_listed_as_it_is_now(tmp_path)
     os.utime(run_dir / "events.jsonl", (time.time() + 1, time.time() + 1))
     show = _json.loads(fairtui_cmd("show", "cfa", "--json", home=tmp_path).stdout)["status"]
     assert _json.loads(fairtui_cmd("ls", "--json", home=tmp_path).stdout)[0]["status"] == show == "lost"
+
+
+def test_an_empty_or_blank_run_reference_is_a_usage_error_and_deletes_nothing(tmp_path):
+    from fairtui.synthetic import make_run
+    from tests.conftest import fairtui_cmd
+
+    make_run(tmp_path, "20260101-000000-aaaaaa", name="only")
+    for ref in ("", " ", "."):
+        for args in (("rm", ref, "--yes"), ("show", ref), ("tag", ref, "x")):
+            proc = fairtui_cmd(*args, home=tmp_path)
+            assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+            assert "RUN must be" in proc.stderr
+    assert (tmp_path / "runs" / "20260101-000000-aaaaaa" / "profile.toml").exists()
+
+
+def _tag_many(run_dir, prefix, n):
+    from fairtui.control import update_meta
+
+    for i in range(n):
+        update_meta(run_dir, lambda meta, t=f"{prefix}{i}": meta.setdefault("tags", []).append(t))
+
+
+def _note_many(run_dir, n):
+    from fairtui.control import update_meta
+
+    for i in range(n):
+        update_meta(run_dir, lambda meta, i=i: meta.update(notes=f"note {i}"))
+
+
+def test_concurrent_tags_and_notes_lose_no_update(tmp_path):
+    import json as _json
+    import multiprocessing
+
+    from fairtui.synthetic import make_run
+
+    run_dir = make_run(tmp_path, "20260101-000000-aaaaaa", name="busy")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_tag_many, args=(run_dir, "a", 20)), ctx.Process(target=_tag_many, args=(run_dir, "b", 20)),
+             ctx.Process(target=_note_many, args=(run_dir, 20))]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    meta = _json.loads((run_dir / "meta.json").read_text())
+    assert sorted(meta["tags"]) == sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)])
+    assert meta["notes"] == "note 19"
+
+
+def test_a_killed_engine_that_is_not_reaped_yet_is_not_running(tmp_path):
+    import json as _json
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from engine.procinfo import process_start_time
+    from fairtui.runfolder import engine_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (tmp_path / "engine.json").write_text(_json.dumps({"pid": child.pid, "host": socket.gethostname(),
+                                                       "proc_start": process_start_time(child.pid)}))
+    assert engine_alive(tmp_path)
+    child.send_signal(signal.SIGKILL)
+    import time
+
+    deadline = time.time() + 10
+    while time.time() < deadline and "Z" not in open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1][:3]:
+        time.sleep(0.01)
+    assert not engine_alive(tmp_path)  # a zombie: still in /proc, signal 0 still reaches it
+    child.wait()
