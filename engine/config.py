@@ -28,6 +28,10 @@ ARCHS = ("small_cnn", "mlp", "preact_resnet18", "resnet18", "wide_resnet")
 # Attack names for evaluation: fixed names plus pgd<N> / cw<N> / tpgd<N> for any step count.
 ATTACK_NAME = re.compile(r"^(clean|fgsm|aa|aa-fast|(pgd|cw|tpgd)(\d+)?)$")
 CHECKPOINTS = ("last", "best", "ema", "fawa")
+# Classes of each data set whose class count the profile cannot change (gaussian: data.gaussian_classes).
+NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100, "svhn": 10,
+               "stl10": 10, "tiny_imagenet": 200}
+MAX_PROFILE_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,8 @@ class EvalConfig:
 @dataclass(frozen=True)
 class Profile:
     name: str = field("run")
-    seed: int = field(0, min=0)
-    description: str = field("")
+    seed: int = field(0, min=0, max=2**63 - 1)  # int64
+    description: str = field("", max_len=20_000)
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
@@ -179,6 +183,21 @@ def _resolve(p: Profile, file: str) -> Profile:
                            f"{p.attack.eps}")
     if list(p.train.milestones) != sorted(p.train.milestones):
         raise ProfileError(file, "train.milestones", "must be increasing")
+    beyond = [m for m in p.train.milestones if m > p.train.epochs]
+    if beyond:
+        raise ProfileError(file, "train.milestones", f"{beyond[0]} is beyond train.epochs ({p.train.epochs})")
+    if not p.eval.attacks:
+        raise ProfileError(file, "eval.attacks", "needs at least one attack (else the run ends with no result)")
+    if not p.eval.checkpoints:
+        raise ProfileError(file, "eval.checkpoints", "needs at least one checkpoint (last, best, ...)")
+    if p.model.arch == "wide_resnet" and (p.model.depth - 4) % 6:
+        raise ProfileError(file, "model.depth", f"a WideResNet has depth 6n + 4 (16, 22, 28, 34, 40, ...), got "
+                           f"{p.model.depth}")
+    k = p.data.gaussian_classes if p.data.dataset == "gaussian" else NUM_CLASSES[p.data.dataset]
+    betas = getattr(p.method, "beta_per_class", ())
+    if betas and len(betas) != k:
+        raise ProfileError(file, "method.beta_per_class", f"needs {k} values (one per class of "
+                           f"{p.data.dataset}), got {len(betas)}")
     if p.data.dataset == "gaussian" and p.model.arch != "mlp":
         raise ProfileError(file, "model.arch", "the gaussian data set is a vector: use arch = \"mlp\"")
     ev = dataclasses.replace(p.eval, eps=p.eval.eps or p.attack.eps, step=p.eval.step or p.attack.step)
@@ -222,12 +241,36 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 def read_toml(path: str | Path) -> dict:
     path = Path(path)
     try:
+        if path.is_dir():
+            raise ProfileError(str(path), "", "is a folder, not a profile file")
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read(MAX_PROFILE_BYTES + 1)
+        if len(data) > MAX_PROFILE_BYTES:
+            raise ProfileError(str(path), "", f"larger than {MAX_PROFILE_BYTES // 1000} kB: not a profile")
+        return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise ProfileError(str(path), "", "no such profile file") from None
+    except PermissionError:
+        raise ProfileError(str(path), "", "not readable (permission denied)") from None
+    except OSError as err:
+        raise ProfileError(str(path), "", f"cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(str(path), "", "not UTF-8 text (a binary or UTF-16 file?); a profile is TOML") from None
     except tomllib.TOMLDecodeError as err:
         raise ProfileError(str(path), "", f"not valid TOML: {err}") from None
+
+
+def check_data_root(profile: Profile, file: str) -> None:
+    """A data set read from files needs ``data.root`` to be a folder (checked before a run folder exists)."""
+    d = profile.data
+    if d.dataset in ("digits", "gaussian") or d.download:
+        return
+    root = Path(d.root).expanduser()
+    if not root.exists():
+        raise ProfileError(file, "data.root", f"{str(root)!r} does not exist (it should hold the {d.dataset} "
+                           "files; data.download = true fetches them where the network reaches)")
+    if not root.is_dir():
+        raise ProfileError(file, "data.root", f"{str(root)!r} is a file, not a folder")
 
 
 def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:

@@ -7,17 +7,25 @@ A field's `metadata` may carry:
 - ``min`` / ``max``: inclusive bounds; ``gt``: exclusive lower bound;
 - ``choices``: the allowed values of a string;
 - ``fraction``: a float that may also be written as ``"8/255"``;
-- ``items_min`` / ``items_max``: bounds for every item of a tuple.
+- ``items_min`` / ``items_max``: bounds for every item of a tuple;
+- ``max_len``: the longest string (default MAX_STRING); ``allow_inf``: a float may be +inf.
+Every float must be finite unless ``allow_inf``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from fractions import Fraction
 from typing import Any
+
+
+# Size limits: a profile is copied into the run folder, every event stream and every checkpoint.
+MAX_STRING = 4096  # characters of any string value (a description: DESCRIPTION_MAX)
+MAX_ITEMS = 1000  # items of any list (milestones, class-wise vectors up to 1,000 classes)
 
 
 class ProfileError(ValueError):
@@ -57,13 +65,20 @@ def _coerce_scalar(value: Any, tp: Any, meta: dict) -> Any:
         return value
     if tp is float:
         if meta.get("fraction"):
-            return parse_fraction(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            number = parse_fraction(value)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"expected a number, got {value!r}")
-        return float(value)
+        else:
+            number = float(value)
+        if not math.isfinite(number) and not (meta.get("allow_inf") and number == math.inf):
+            raise ValueError(f"must be a finite number, got {value!r}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {value!r}")
+        limit = meta.get("max_len", MAX_STRING)
+        if len(value) > limit:
+            raise ValueError(f"at most {limit} characters, got {len(value)}")
         return value
     raise TypeError(f"unsupported field type {tp!r}")  # a bug in a schema, not in a profile
 
@@ -90,6 +105,8 @@ def coerce(value: Any, tp: Any, meta: dict) -> Any:
         item_tp = typing.get_args(tp)[0]
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"expected a list, got {value!r}")
+        if len(value) > MAX_ITEMS:
+            raise ValueError(f"at most {MAX_ITEMS} items, got {len(value)}")
         items = []
         for i, item in enumerate(value):
             try:

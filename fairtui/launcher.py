@@ -36,8 +36,31 @@ class GpuChoice:
         if text.strip().lower() == "cpu":
             return cls(cpu=True)
         if not re.fullmatch(r"\d+(,\d+)*", text.strip()):
-            raise ProfileError("--gpus", "gpus", f"expected 'cpu' or device indices like 0,1; got {text!r}")
+            raise ProfileError("--gpus", "", f"expected 'cpu' or device indices like 0,1; got {text!r}")
         return cls(devices=tuple(int(i) for i in text.split(",")))
+
+    @classmethod
+    def from_option(cls, text: str | None, inventory=None) -> "GpuChoice | None":
+        """``--gpus`` as typed: refused when empty, or when it names a GPU this machine does not have
+        (``inventory``: the visible GPUs, default fairtui.gpus.inventory())."""
+        if text is None:
+            return None
+        if not text.strip():
+            raise ProfileError("--gpus", "", "empty; give cpu or device indices like 0 or 0,1")
+        choice = cls.parse(text)
+        if choice is None or choice.cpu:
+            return choice
+        if inventory is None:
+            from fairtui.gpus import inventory as read_inventory
+
+            inventory = read_inventory()
+        have = {g.index: g.name for g in inventory}
+        missing = [d for d in choice.devices if d not in have]
+        if missing:
+            listing = ", ".join(f"{i} ({n})" for i, n in sorted(have.items())) or "none (no NVML, no nvidia-smi)"
+            raise ProfileError("--gpus", "", f"no GPU {', '.join(map(str, missing))} on this machine; its GPUs: "
+                               f"{listing}; use --gpus cpu to train on the CPU")
+        return choice
 
     def overrides(self) -> list[str]:
         return ['train.device="cpu"'] if self.cpu else []

@@ -87,7 +87,7 @@ class EpochPlan:
 def plan_epoch(n: int, batch_size: int, sample_shape: tuple[int, ...], kind: str, seed: int,
                epoch: int) -> EpochPlan:
     """The order (a permutation) and, for image data, every batch's crop and flip draws."""
-    gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    gen = torch.Generator().manual_seed((seed * 100_003 + epoch) % 2**64)  # any int64 seed
     order = torch.randperm(n, generator=gen)
     plan = EpochPlan(order, batch_size)
     if kind == "none" or len(sample_shape) != 3:

@@ -29,8 +29,9 @@ def evaluate(
     home: HomeT = Home,
 ) -> None:
     import json
+    import math
 
-    from engine.config import ATTACK_NAME
+    from engine.config import ATTACK_NAME, CHECKPOINTS
     from engine.profile_schema import ProfileError, parse_fraction
     from fairtui.follow import follow
     from fairtui.home import RunNotFound, find_run, resolve_home
@@ -39,19 +40,24 @@ def evaluate(
 
     try:
         run_dir = find_run(resolve_home(home), run_ref)
-        choice = GpuChoice.parse(gpus)
-        eps_value = parse_fraction(eps) if eps is not None else None
-    except (RunNotFound, ProfileError, ValueError) as err:
+        choice = GpuChoice.from_option(gpus)
+    except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
+    try:
+        eps_value = parse_fraction(eps) if eps is not None else None
+    except ValueError as err:
+        raise fail(f"--eps: {err}") from None
     names = [a.strip() for item in attack for a in item.split(",") if a.strip()]
     for name in names:
         if not ATTACK_NAME.match(name):
-            raise fail(f"unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, pgd100), cw<N>, tpgd<N>, "
-                       "aa, aa-fast")
-    if eps_value is not None and not 0 < eps_value <= 1:
-        raise fail(f"--eps must be in (0, 1], got {eps_value}")
+            raise fail(f"--attack: unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, pgd100), cw<N>, "
+                       "tpgd<N>, aa, aa-fast")
+    if eps_value is not None and not (math.isfinite(eps_value) and 0 < eps_value <= 1):
+        raise fail(f"--eps: must be in (0, 1], got {eps}")
     if split not in ("test", "val"):
-        raise fail(f"--split must be test or val, got {split!r}")
+        raise fail(f"--split: must be test or val, got {split!r}")
+    if checkpoint not in CHECKPOINTS:
+        raise fail(f"--checkpoint: unknown checkpoint {checkpoint!r}; choose from {', '.join(CHECKPOINTS)}")
     if RunView.load(run_dir).status() == "running":
         if not allow_running:
             raise fail(f"run {run_dir.name} is still training; --allow-running evaluates its last checkpoint")

@@ -26,7 +26,7 @@ def resume(
 
     try:
         run_dir = find_run(resolve_home(home), run_ref)
-        choice = GpuChoice.parse(gpus)
+        choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
     view = RunView.load(run_dir)

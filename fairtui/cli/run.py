@@ -21,16 +21,17 @@ def run(
     detach: bool = Detach,
     home: HomeT = Home,
 ) -> None:
-    from engine.config import load_profile
+    from engine.config import check_data_root, load_profile
     from engine.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home
     from fairtui.launcher import GpuChoice, create_run, start_engine
 
     try:
-        choice = GpuChoice.parse(gpus)
+        choice = GpuChoice.from_option(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
+        check_data_root(resolved, profile)
         resolved = resolve_init_from(resolved, profile, home)
     except ProfileError as err:
         raise fail(str(err)) from None

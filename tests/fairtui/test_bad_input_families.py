@@ -1,0 +1,118 @@
+"""Every bad input is refused with one line naming the file or option and the key, before anything
+exists: the families of the hidden corpus (non-finite numbers, cross-field rules, the data root,
+--gpus, unreadable profiles, size limits, option names)."""
+
+import os
+
+import pytest
+
+from engine.config import load_profile
+from engine.profile_schema import ProfileError
+from tests.conftest import TINY, fairtui_cmd
+
+NON_FINITE = ["train.weight_decay", "train.momentum", "data.val_fraction", "train.lr", "attack.eps"]
+
+
+@pytest.mark.parametrize("key", NON_FINITE)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_refused(tiny_profile, key, value):
+    with pytest.raises(ProfileError, match="finite"):
+        load_profile(tiny_profile(), [f"{key}={value}"])
+
+
+@pytest.mark.parametrize("method, key", [("cfa", "lambda1"), ("frl", "margin_cap"), ("wat", "eta")])
+def test_non_finite_method_keys_are_refused(tiny_profile, method, key):
+    with pytest.raises(ProfileError, match=f"method.{key}: must be a finite number"):
+        load_profile(tiny_profile(), [f'method.name="{method}"', f"method.{key}=nan"])
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["train.epochs=3", "train.milestones=[2, 5]"], "train.milestones"),
+    (["eval.attacks=[]"], "eval.attacks"),
+    (["eval.checkpoints=[]"], "eval.checkpoints"),
+    (['method.name="trades"', "method.beta_per_class=[6.0, 6.0, 6.0]"], "method.beta_per_class"),
+    (["seed=9223372036854775808"], "seed"),  # one past int64
+    (["seed=-1"], "seed"),
+    (['model.arch="wide_resnet"', "model.depth=30"], "model.depth"),
+    (['description="' + "x" * 30_000 + '"'], "description"),
+])
+def test_cross_field_rules_and_limits(tiny_profile, overrides, key):
+    with pytest.raises(ProfileError) as err:
+        load_profile(tiny_profile(), overrides)
+    assert err.value.key == key
+
+
+def test_a_seed_at_the_top_of_int64_is_fine(tiny_profile):
+    assert load_profile(tiny_profile(), ["seed=9223372036854775807"]).seed == 2**63 - 1
+    from engine.data.augment import plan_epoch
+
+    assert len(plan_epoch(5, 2, (1, 8, 8), "none", 2**63 - 1, 3).order) == 5
+
+
+def untouched(home):
+    return not home.exists() or not any(home.iterdir())
+
+
+@pytest.mark.parametrize("make", ["binary", "utf16", "folder", "unreadable"])
+def test_unreadable_profiles_get_one_line_and_exit_2(tmp_path, make):
+    path = tmp_path / "p.toml"
+    if make == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+    elif make == "utf16":
+        path.write_text(TINY, encoding="utf-16")
+    elif make == "folder":
+        path.mkdir()
+    else:
+        path.write_text(TINY)
+        path.chmod(0)
+        if os.access(path, os.R_OK):  # root reads anything: nothing to test here
+            pytest.skip("running as root")
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", str(path), home=home)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert str(path) in proc.stderr
+    assert untouched(home)
+
+
+@pytest.mark.parametrize("root_kind", ["missing", "file"])
+def test_a_bad_data_root_is_found_before_the_run_folder_exists(tmp_path, root_kind):
+    root = tmp_path / "cifar"
+    if root_kind == "file":
+        root.write_text("")
+    path = tmp_path / "p.toml"
+    path.write_text(TINY.replace('dataset = "digits"', f'dataset = "cifar10"\nroot = "{root}"'))
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", str(path), home=home)
+    assert proc.returncode == 2 and "data.root" in proc.stderr, proc.stderr
+    assert untouched(home)
+
+
+@pytest.mark.parametrize("gpus, words", [("99", "no GPU 99"), ("", "--gpus"), (" ", "--gpus"), ("zero", "--gpus")])
+def test_gpus_that_do_not_exist_are_refused_naming_what_does(tmp_path, tiny_profile, gpus, words):
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", str(tiny_profile()), f"--gpus={gpus}", home=home)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert untouched(home)
+
+
+def test_gpu_choice_checks_the_inventory():
+    from fairtui.gpus import GpuInfo
+    from fairtui.launcher import GpuChoice
+
+    two = [GpuInfo(0, "H100", 0, 80000, 0), GpuInfo(1, "H100", 0, 80000, 0)]
+    assert GpuChoice.from_option("0,1", two).devices == (0, 1)
+    with pytest.raises(ProfileError, match=r"no GPU 2 .*0 \(H100\), 1 \(H100\)"):
+        GpuChoice.from_option("1,2", two)
+    assert GpuChoice.from_option("cpu", []).cpu
+
+
+@pytest.mark.parametrize("args, option", [(("--eps", "abc"), "--eps"), (("--eps", "nan"), "--eps"),
+                                          (("--checkpoint", "worst"), "--checkpoint"),
+                                          (("--attack", "deepfool"), "--attack"), (("--split", "train"), "--split")])
+def test_eval_option_messages_name_the_option(tmp_path, args, option):
+    from fairtui.synthetic import make_run
+
+    make_run(tmp_path, "20260101-000000-aaaaaa", name="r")
+    proc = fairtui_cmd("eval", "r", *args, home=tmp_path)
+    assert proc.returncode == 2 and f"fairtui: {option}:" in proc.stderr, proc.stderr
