@@ -76,6 +76,7 @@ def acquire_lock(run_dir: Path) -> Any:
 
 def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int:
     """Run ``body``; turn its outcome into a `run_finished` event and an exit code."""
+    from engine.atomic import DiskFull
     from engine.checkpoint import CheckpointError
     from engine.data import DataError
     from engine.trainer import Diverged, StopRequested
@@ -89,7 +90,7 @@ def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int
         events.emit("run_finished", status="failed", error=str(err))
         log.error("%s", err)
         return EXIT_USAGE
-    except (Diverged, DataError) as err:
+    except (Diverged, DataError, DiskFull) as err:
         events.emit("run_finished", status="failed", error=str(err))
         log.error("%s", err)
         return EXIT_FAILED
