@@ -15,6 +15,7 @@ Entries whose status may have changed without anyone telling the index
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -31,6 +32,14 @@ from fairtui.home import list_run_dirs, runs_dir
 from fairtui.runfolder import RunView
 
 LIVE_STATUSES = ("running", "starting", "queued")
+
+
+class ReadOnlyHome(OSError):
+    """The home folder cannot be written (a read-only mount, no permission): reading still works."""
+
+    def __init__(self, home: Path, err: OSError):
+        super().__init__(err.errno, f"cannot write to {home}: {err.strerror or err} (the home folder is "
+                                    "read-only; reading commands such as ls, show, compare and export still work)")
 
 
 class AtomicJSONStorage(Storage):
@@ -165,14 +174,40 @@ class RunIndex:
 
     @contextlib.contextmanager
     def transaction(self, exclusive: bool = True) -> Iterator[TinyDB]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            lock = open(self.lock_path, "a")
+        except OSError as err:
+            raise ReadOnlyHome(self.home, err) from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             db = TinyDB(str(self.path), storage=AtomicJSONStorage)
             try:
                 yield db
+            except OSError as err:
+                if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    raise ReadOnlyHome(self.home, err) from None
+                raise
             finally:
                 db.close()
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[None]:
+        """A shared lock for reading; none where the home folder cannot be written (a read-only mount
+        of shared results), where no writer can be at work either."""
+        try:
+            lock = open(self.lock_path, "a") if self.home.is_dir() else None
+        except OSError:
+            lock = None
+        if lock is None:
+            yield
+            return
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def upsert(self, doc: dict) -> None:
@@ -205,36 +240,31 @@ class RunIndex:
                     docs[i] = fresh
                     stale.append(fresh)
         if stale:
-            with self.transaction() as db:
-                for doc in stale:
-                    _replace(db, doc)
+            try:
+                with self.transaction() as db:
+                    for doc in stale:
+                        _replace(db, doc)
+            except ReadOnlyHome:  # reading needs no write access: the fresh documents are shown all the same
+                pass
         docs.sort(key=lambda d: d["run_id"], reverse=True)
         return docs
 
     def _read_all(self) -> list[dict]:
         """Every document, parsed straight from the file under a shared lock (TinyDB writes it;
         wrapping 10,000 documents in TinyDB objects just to read them costs more than parsing)."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_SH)
-            try:
-                data = AtomicJSONStorage(str(self.path)).read() or {}
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with self._shared():
+            data = AtomicJSONStorage(str(self.path)).read() or {}
         return list(data.get("_default", {}).values())
 
     def listing_json(self) -> str | None:
         """The whole index as `ls --json` prints it, if nothing has changed behind the index's back;
         None when it may be stale (then `read()` reconciles and rewrites it)."""
-        with open(self.lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_SH)
+        with self._shared():
             try:
                 meta = json.loads((self.home / "runs.listing.meta").read_text())
                 text = (self.home / "runs.listing.json").read_text()
             except (OSError, ValueError):
                 return None
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
         folder = runs_dir(self.home)
         if meta.get("folders") != (len(os.listdir(folder)) if folder.is_dir() else 0):
             return None

@@ -55,7 +55,20 @@ def _root(ctx: typer.Context,
 
 
 def main() -> None:
+    from fairtui.store import ReadOnlyHome
+
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except ReadOnlyHome as err:  # a command that must write, on a home it cannot write: one line, exit 1
+        print(f"fairtui: {err.strerror}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as err:
+        import errno
+
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        print(f"fairtui: cannot write {err.filename or 'to the home folder'}: {err.strerror} (a read-only home "
+              "folder? reading commands such as ls, show, compare and export still work)", file=sys.stderr)
+        sys.exit(1)

@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pytest
 
 from fairtui.runfolder import RunView
 from fairtui.store import RunIndex, document_for
@@ -227,3 +229,63 @@ def test_a_killed_engine_that_is_not_reaped_yet_is_not_running(tmp_path):
         time.sleep(0.01)
     assert not engine_alive(tmp_path)  # a zombie: still in /proc, signal 0 still reaches it
     child.wait()
+
+
+@pytest.fixture
+def read_only_home(tmp_path, monkeypatch):
+    """A home folder on a read-only mount: every write under it fails with EROFS, as the kernel says it
+    (permissions cannot show this: the tests run as root, who writes anywhere)."""
+    import builtins
+    import errno
+    import tempfile
+
+    from fairtui.store import RunIndex
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="shared", status="stopped")
+    RunIndex(home).read()
+    make_run(home, "20260101-000001-bbbbbb", name="unindexed")  # the index is stale as well
+    real_open, real_mkstemp = builtins.open, tempfile.mkstemp
+
+    def under_home(path) -> bool:
+        return str(Path(path).resolve()).startswith(str(home.resolve()))
+
+    def ro_open(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, Path)) and any(c in mode for c in "wax+") and under_home(file):
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    def ro_mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and under_home(dir):
+            raise OSError(errno.EROFS, "Read-only file system", str(dir))
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", ro_open)
+    monkeypatch.setattr(tempfile, "mkstemp", ro_mkstemp)
+    return home
+
+
+def cli_in_process(monkeypatch, capsys, *args):
+    from fairtui.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["fairtui", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_read_only_home_can_be_read_and_says_when_it_cannot_be_written(read_only_home, monkeypatch, capsys):
+    home = str(read_only_home)
+    code, out, err = cli_in_process(monkeypatch, capsys, "ls", "--json", "--home", home)
+    assert code == 0, err
+    assert sorted(d["name"] for d in json.loads(out)) == ["shared", "unindexed"]
+    assert cli_in_process(monkeypatch, capsys, "ls", "--home", home)[0] == 0
+    assert cli_in_process(monkeypatch, capsys, "show", "shared", "--json", "--home", home)[0] == 0
+    for args in (("reindex",), ("tag", "shared", "x")):
+        code, out, err = cli_in_process(monkeypatch, capsys, *args, "--home", home)
+        assert code == 1, (args, err)
+        assert "read-only" in err and len(err.strip().splitlines()) == 1, err
