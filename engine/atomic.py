@@ -16,11 +16,13 @@ class DiskFull(OSError):
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("kB", "MB"):
         n /= 1000
-    return f"{n:.1f} GB"
+        if n < 1000:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1000:.1f} GB"
 
 
 def _disk_full(path: Path, err: BaseException, written: int) -> DiskFull | None:

@@ -50,10 +50,9 @@ def compile_model(model: nn.Module, sizes: Iterable[int], mode: str, backend: st
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, CACHE_SIZE_LIMIT)
     kwargs = {"backend": backend} if backend is not None else {"mode": mode}
     compiled = torch.compile(model, dynamic=False, **kwargs)
-    return ShapeStableModel(model, compiled, sizes, clone_outputs=(backend is None and "cudagraphs" in
-                                                                   cudagraph_modes(mode)))
+    return ShapeStableModel(model, compiled, sizes, clone_outputs=backend is None and uses_cuda_graphs(mode))
 
 
-def cudagraph_modes(mode: str) -> str:
-    """'cudagraphs' if ``mode`` records CUDA graphs."""
-    return "cudagraphs" if mode in ("reduce-overhead", "max-autotune") else ""
+def uses_cuda_graphs(mode: str) -> bool:
+    """torch.compile's modes that record CUDA graphs."""
+    return mode in ("reduce-overhead", "max-autotune")

@@ -54,9 +54,9 @@ class Runtime:
 
     @property
     def cuda_graphs(self) -> bool:
-        from engine.compiled import cudagraph_modes
+        from engine.compiled import uses_cuda_graphs
 
-        return self.compile_mode is not None and bool(cudagraph_modes(self.compile_mode))
+        return self.compile_mode is not None and uses_cuda_graphs(self.compile_mode)
 
     def step_model(self, model: torch.nn.Module, batch_sizes: tuple[int, ...]) -> torch.nn.Module:
         """The module the hot loop calls: ``model`` itself, or compiled for ``batch_sizes``."""
@@ -105,8 +105,9 @@ def make_runtime(cfg: TrainConfig) -> Runtime:
     dtype = torch.bfloat16 if (cfg.amp == "bf16" and want_cuda) else None
     compile_on = cfg.compile == "on" or (cfg.compile == "auto" and want_cuda)
     # CUDA graphs need CUDA: on the CPU the same request compiles without them.
-    mode = cfg.compile_mode if want_cuda or cfg.compile_mode in ("default", "max-autotune-no-cudagraphs") \
-        else "default"
+    from engine.compiled import uses_cuda_graphs
+
+    mode = "default" if not want_cuda and uses_cuda_graphs(cfg.compile_mode) else cfg.compile_mode
     return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and want_cuda,
                    compile_mode=mode if compile_on else None)
 

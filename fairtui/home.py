@@ -9,6 +9,14 @@ import time
 from pathlib import Path
 
 
+class ReadOnlyHome(OSError):
+    """The home folder cannot be written (a read-only mount, no permission): reading still works."""
+
+    def __init__(self, home: Path, err: OSError):
+        super().__init__(err.errno, f"cannot write to {home}: {err.strerror or err} (the home folder is "
+                                    "read-only; reading commands such as ls, show, compare and export still work)")
+
+
 class RunNotFound(LookupError):
     """An unknown or ambiguous RUN; the message suggests what exists."""
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.atomic import atomic_write_text
-from engine.config import Profile, dumps_profile
+from engine.config import Profile, check_data_root, dumps_profile
 from engine.profile_schema import ProfileError
 from fairtui.home import new_run_id, runs_dir
 
@@ -76,7 +76,9 @@ class GpuChoice:
 
 def create_run(home: Path, profile: Profile, profile_path: str, name: str | None, tags: list[str],
                gpus: GpuChoice | None, extra_meta: dict | None = None) -> Path:
-    """Make ``<home>/runs/<id>/`` with the resolved ``profile.toml`` and ``meta.json``."""
+    """Make ``<home>/runs/<id>/`` with the resolved ``profile.toml`` and ``meta.json``. What can be
+    checked before training is checked first (ProfileError), so a refused profile leaves nothing."""
+    check_data_root(profile, profile_path or "profile")
     run_id = new_run_id()
     run_dir = runs_dir(home) / run_id
     run_dir.mkdir(parents=True)

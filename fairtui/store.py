@@ -28,18 +28,10 @@ from tinydb import Query, TinyDB
 from engine.atomic import atomic_write_text
 from tinydb.storages import Storage
 
-from fairtui.home import list_run_dirs, runs_dir
+from fairtui.home import ReadOnlyHome, list_run_dirs, runs_dir
 from fairtui.runfolder import RunView
 
 LIVE_STATUSES = ("running", "starting", "queued")
-
-
-class ReadOnlyHome(OSError):
-    """The home folder cannot be written (a read-only mount, no permission): reading still works."""
-
-    def __init__(self, home: Path, err: OSError):
-        super().__init__(err.errno, f"cannot write to {home}: {err.strerror or err} (the home folder is "
-                                    "read-only; reading commands such as ls, show, compare and export still work)")
 
 
 class AtomicJSONStorage(Storage):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import apply_overrides, parse_override, profile_from_table, read_toml
+from engine.config import apply_overrides, check_data_root, parse_override, profile_from_table, read_toml
 from engine.profile_schema import ProfileError
 
 SWEEP_KEYS = ("grid", "seeds", "launcher", "per_gpu", "slurm")
@@ -113,6 +113,7 @@ def expand(path: str | Path, raw: dict, spec: SweepSpec) -> list[tuple[Child, An
                 profile = profile_from_table(table, str(path))
             except ProfileError as err:
                 raise ProfileError("--grid", err.key, err.problem) from None
+            check_data_root(profile, str(path))  # before any child's folder exists
             out.append((Child(overrides, {**values, "seed": seed}), profile))
     return out
 

@@ -79,6 +79,16 @@ def run_engine(run_dir: Path, timeout: float = 240) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
+def train_tiny(folder: Path, overrides: tuple[str, ...] = ()) -> Path:
+    """Train the tiny profile once in ``folder`` (``folder/runs/run``) and return the run folder."""
+    profile = folder / "tiny.toml"
+    profile.write_text(TINY)
+    run_dir = make_run_dir(folder, profile, overrides=overrides)
+    proc = run_engine(run_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run_dir
+
+
 def events_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 

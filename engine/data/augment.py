@@ -90,12 +90,11 @@ def plan_epoch(n: int, batch_size: int, sample_shape: tuple[int, ...], kind: str
     gen = torch.Generator().manual_seed((seed * 100_003 + epoch) % 2**64)  # any int64 seed
     order = torch.randperm(n, generator=gen)
     plan = EpochPlan(order, batch_size)
-    if kind == "none" or len(sample_shape) != 3:
+    if kind == "none" or len(sample_shape) != 3 or n == 0:
         return plan
     draws = [draw_crop_flip(min(batch_size, n - start), sample_shape[1], gen, kind == "crop_flip")
              for start in range(0, n, batch_size)]
-    plan.shift_y = torch.cat([d[0] for d in draws]) if draws else torch.zeros(0, dtype=torch.long)
-    plan.shift_x = torch.cat([d[1] for d in draws]) if draws else torch.zeros(0, dtype=torch.long)
+    plan.shift_y, plan.shift_x = torch.cat([d[0] for d in draws]), torch.cat([d[1] for d in draws])
     if kind == "crop_flip":
-        plan.flip = torch.cat([d[2] for d in draws]) if draws else torch.zeros(0, dtype=torch.bool)
+        plan.flip = torch.cat([d[2] for d in draws])
     return plan

@@ -46,8 +46,7 @@ class WAT(TRADES):
         self.cost_sums = torch.zeros(k + 1, dtype=torch.float64)  # S: overall first
         self.hedge = hedge_weights(self.cost_sums, params.eta)  # uniform at the start
         self.val_cost: Tensor | None = None
-        self.trained_with = self.hedge.clone()
-        self.batch_weights = self.hedge.to(ctx.device, torch.float32)  # read by every batch: kept on the device
+        self.start_epoch(1, None)
 
     def trades_terms(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         self.attack.model = model
@@ -71,7 +70,7 @@ class WAT(TRADES):
 
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:
         self.trained_with = self.hedge.clone()
-        self.batch_weights = self.hedge.to(self.ctx.device, torch.float32)
+        self.batch_weights = self.hedge.to(self.ctx.device, torch.float32)  # read by every batch: on the device
 
     @torch.no_grad()
     def validation_costs(self, model: torch.nn.Module) -> Tensor:

@@ -55,7 +55,7 @@ def _root(ctx: typer.Context,
 
 
 def main() -> None:
-    from fairtui.store import ReadOnlyHome
+    from fairtui.home import ReadOnlyHome
 
     try:
         app()

@@ -21,7 +21,7 @@ def run(
     detach: bool = Detach,
     home: HomeT = Home,
 ) -> None:
-    from engine.config import check_data_root, load_profile
+    from engine.config import load_profile
     from engine.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home
@@ -31,11 +31,10 @@ def run(
         choice = GpuChoice.from_option(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
-        check_data_root(resolved, profile)
         resolved = resolve_init_from(resolved, profile, home)
+        run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
     except ProfileError as err:
         raise fail(str(err)) from None
-    run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
     proc = start_engine(run_dir, choice)
     from fairtui.store import RunIndex
 

@@ -13,7 +13,7 @@ from engine.config import DataConfig
 from engine.evaluate import per_class_result, predict
 from engine.utils import make_runtime
 from engine.config import TrainConfig
-from tests.conftest import events_of, make_run_dir, run_engine
+from tests.conftest import events_of, train_tiny
 
 
 def small_model() -> nn.Module:
@@ -57,14 +57,7 @@ def test_autoattack_leaves_the_global_rng_as_it_found_it():
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("evalrun")
-    profile = tmp / "p.toml"
-    from tests.conftest import TINY
-
-    profile.write_text(TINY)
-    run_dir = make_run_dir(tmp, profile)
-    assert run_engine(run_dir).returncode == 0
-    return run_dir
+    return train_tiny(tmp_path_factory.mktemp("evalrun"))
 
 
 def test_interrupted_evaluation_continues_from_its_finished_batches(trained_run, monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine.checkpoint import CheckpointError, load_checkpoint
-from tests.conftest import events_of, fairtui_cmd, make_run_dir, run_engine
+from tests.conftest import events_of, fairtui_cmd, make_run_dir, run_engine, train_tiny
 
 
 class Payload:
@@ -59,13 +59,7 @@ def test_init_from_a_crafted_pickle_exits_2_and_runs_nothing(tmp_path, tiny_prof
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from tests.conftest import TINY
-
-    tmp = tmp_path_factory.mktemp("safe")
-    (tmp / "p.toml").write_text(TINY)
-    run_dir = make_run_dir(tmp, tmp / "p.toml", overrides=("train.epochs=1",))
-    assert run_engine(run_dir).returncode == 0
-    return run_dir
+    return train_tiny(tmp_path_factory.mktemp("safe"), ("train.epochs=1",))
 
 
 @pytest.mark.parametrize("name", ["last.pt", "best.pt"])

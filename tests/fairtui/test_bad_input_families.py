@@ -83,9 +83,10 @@ def test_a_bad_data_root_is_found_before_the_run_folder_exists(tmp_path, root_ki
     path = tmp_path / "p.toml"
     path.write_text(TINY.replace('dataset = "digits"', f'dataset = "cifar10"\nroot = "{root}"'))
     home = tmp_path / "home"
-    proc = fairtui_cmd("run", str(path), home=home)
-    assert proc.returncode == 2 and "data.root" in proc.stderr, proc.stderr
-    assert untouched(home)
+    for args in (("run", str(path)), ("sweep", str(path), "--grid", "train.lr=0.1,0.2", "--gpus", "cpu")):
+        proc = fairtui_cmd(*args, home=home)
+        assert proc.returncode == 2 and "data.root" in proc.stderr, (args, proc.stderr)
+        assert untouched(home)
 
 
 @pytest.mark.parametrize("gpus, words", [("99", "no GPU 99"), ("", "--gpus"), (" ", "--gpus"), ("zero", "--gpus")])

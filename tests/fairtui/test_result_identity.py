@@ -6,7 +6,7 @@ import json
 import pytest
 
 from engine.results import differences, is_headline, profile_setting, requested_setting
-from tests.conftest import TINY, fairtui_cmd, make_run_dir, run_engine
+from tests.conftest import fairtui_cmd, train_tiny
 
 CONFIG = {"seed": 3, "attack": {"eps": 0.2, "step": 0.07, "norm": "linf"},
           "eval": {"eps": 0.2, "step": 0.07, "restarts": 1, "cw_kappa": 50.0, "tpgd_inv_temperature": 5.0},
@@ -44,11 +44,7 @@ def test_results_written_before_settings_were_recorded_are_judged_by_eps_and_sub
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("identity")
-    profile = tmp / "p.toml"
-    profile.write_text(TINY)
-    run_dir = make_run_dir(tmp, profile)
-    assert run_engine(run_dir).returncode == 0
+    run_dir = train_tiny(tmp_path_factory.mktemp("identity"))
     home = run_dir.parent.parent
     before = {cmd: fairtui_cmd(*cmd.split(), home=home, timeout=120).stdout
               for cmd in ("ls --json", "show run --json", "export run --format json")}

@@ -54,7 +54,7 @@ class LaunchDialog(ModalScreen[str | None]):
         self.dismiss(None)
 
     def action_launch(self) -> None:
-        from engine.config import load_profile
+        from engine.config import check_data_root, load_profile
         from engine.profile_schema import ProfileError
         from fairtui.launcher import GpuChoice, create_run
 
@@ -76,6 +76,7 @@ class LaunchDialog(ModalScreen[str | None]):
             choice = GpuChoice(cpu=True)
         try:
             profile = load_profile(path, overrides + choice.overrides())
+            check_data_root(profile, str(path))
         except ProfileError as err:
             error.update(str(err))
             return

@@ -221,14 +221,19 @@ class RunsScreen(Screen):
         if not run_id:
             return
         from engine.config import load_profile
+        from engine.profile_schema import ProfileError
         from fairtui.launcher import GpuChoice, create_run
         from fairtui.runfolder import RunView
 
         view = RunView.load(self.run_dir(run_id))
         profile = load_profile(self.run_dir(run_id) / "profile.toml")
         gpus = GpuChoice.parse(view.meta.get("gpus"))
-        new_dir = create_run(self.app.home, profile, view.meta.get("profile_path") or "", view.name,
-                             view.meta.get("tags", []), gpus)
+        try:
+            new_dir = create_run(self.app.home, profile, view.meta.get("profile_path") or "", view.name,
+                                 view.meta.get("tags", []), gpus)
+        except ProfileError as err:
+            self.notify(str(err), severity="error")
+            return
         self.app.queue.submit(new_dir, gpus)
         self.app.index.register(new_dir)
         self.app.tick_queue()
