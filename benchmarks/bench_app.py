@@ -28,7 +28,7 @@ async def startup(home: Path, runs: int) -> float:
     from fairtui.app import make_app
 
     t = time.perf_counter()
-    app = make_app(home=home, profiles_dir=home, gpu_inventory=lambda: [], poll_interval=1.0)
+    app = make_app(home=home, profiles_dir=home, gpu_inventory=lambda: [], poll_interval=1.0, queue_worker=False)
     async with app.run_test(size=(120, 40)) as pilot:
         while not (app.screen.query("DataTable") and app.screen.query_one("DataTable").row_count == runs):
             await pilot.pause(0.01)
@@ -58,7 +58,7 @@ async def streaming(home: Path, rate: float, seconds: float) -> dict:
 
     run_dir = make_run(home, "20270101-000000-stream", name="stream", status="running", epochs=3)
     app = make_app(home=home, profiles_dir=home, gpu_inventory=lambda: [], poll_interval=0.2,
-                   open_run=run_dir.name)
+                   open_run=run_dir.name, queue_worker=False)
     async with app.run_test(size=(120, 40)) as pilot:
         while not getattr(app.screen, "state", None) or not app.screen.state.epochs:
             await pilot.pause(0.05)

@@ -3,6 +3,16 @@
 The queue lives in ``<home>/queue.json`` under a file lock, so it survives the
 app and is shared by every process that schedules (the app, headless sweeps).
 ``cpu`` counts as one device with the same limit.
+
+Queued runs must start even when whoever queued them has gone (the app quit, the SSH
+connection dropped). So a queue made with ``worker=True`` makes sure, after each
+submit, that exactly one detached worker (``fairtui queue-worker``) runs for the home:
+- the worker holds ``<home>/queue.worker.lock`` for its whole life, so a second one
+  exits at once, and a submitter that can take the lock knows none is running;
+- the worker ticks the queue every few seconds and exits when the queue is empty; it
+  releases its lock *while it still holds the queue's lock*, so a submit that races
+  with its exit finds the lock free and starts a new worker;
+- a run is never started twice: a tick starts and removes entries under the queue lock.
 """
 
 from __future__ import annotations
@@ -28,9 +38,14 @@ def devices_of(label: str | None) -> list[str]:
     return [CPU] if label == CPU else label.split(",")
 
 
+WORKER_LOCK = "queue.worker.lock"
+
+
 class LocalQueue:
-    def __init__(self, home: Path, per_gpu: int = 1):
-        self.home, self.per_gpu = home, per_gpu
+    def __init__(self, home: Path, per_gpu: int = 1, worker: bool = False):
+        """``worker``: make sure a detached worker runs after every submit (what commands that queue
+        for a user do; tests that drive the queue by hand leave it off)."""
+        self.home, self.per_gpu, self.worker = home, per_gpu, worker
         self.path, self.lock_path = home / "queue.json", home / "queue.lock"
 
     @contextlib.contextmanager
@@ -54,6 +69,8 @@ class LocalQueue:
         with self._locked() as entries:
             entries.append({"run_id": run_dir.name, "gpus": gpus.label() if gpus else None, "pool": pool,
                             "enqueued": time.time()})
+        if self.worker:
+            ensure_worker(self.home, self.per_gpu)
 
     def entries(self) -> list[dict]:
         with self._locked() as entries:
@@ -130,3 +147,47 @@ def _set_gpus(run_dir: Path, label: str) -> None:
     from fairtui.launcher import change_meta
 
     change_meta(run_dir, lambda meta: meta.update(gpus=label))
+
+
+def _try_worker_lock(home: Path):
+    """The worker lock, held (an open file), or None when a worker holds it."""
+    lock = open(home / WORKER_LOCK, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return lock
+
+
+def ensure_worker(home: Path, per_gpu: int = 1) -> bool:
+    """Start the detached queue worker unless one is running; True if one was started. Two callers at
+    once may both start one: the second finds the lock taken and exits without doing anything."""
+    import subprocess
+    import sys
+
+    lock = _try_worker_lock(home)
+    if lock is None:
+        return False
+    lock.close()  # closing releases it: the worker takes it
+    with open(home / "queue.worker.log", "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "fairtui", "queue-worker", "--per-gpu", str(per_gpu),
+                          "--home", str(home)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True)
+    return True
+
+
+def run_worker(home: Path, per_gpu: int = 1, interval: float = 2.0, start: Callable = start_engine) -> int:
+    """The worker's loop: tick until the queue is empty; 0 also when another worker already runs."""
+    lock = _try_worker_lock(home)
+    if lock is None:
+        return 0
+    queue = LocalQueue(home, per_gpu=per_gpu)
+    with lock:
+        while True:
+            queue.tick(start)
+            with queue._locked() as entries:
+                if not entries:
+                    fcntl.flock(lock, fcntl.LOCK_UN)  # under the queue lock: see the module docstring
+                    return 0
+            time.sleep(interval)

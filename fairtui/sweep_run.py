@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -39,8 +37,8 @@ def create_children(home: Path, profile_path: str, children: list, spec: SweepSp
     return record
 
 
-def queue_locally(home: Path, record: dict, pool: list[str], per_gpu: int) -> LocalQueue:
-    queue = LocalQueue(home, per_gpu=per_gpu)
+def queue_locally(home: Path, record: dict, pool: list[str], per_gpu: int, worker: bool = True) -> LocalQueue:
+    queue = LocalQueue(home, per_gpu=per_gpu, worker=worker)
     for run_id in record["runs"]:
         queue.submit(home / "runs" / run_id, None, pool=pool)
     return queue
@@ -63,17 +61,6 @@ def wait_local(home: Path, record: dict, queue: LocalQueue, on_tick: Callable[[d
                 RunIndex(home).register(home / "runs" / run_id)
             return now
         time.sleep(interval)
-
-
-def start_background_worker(home: Path, sweep_id: str, per_gpu: int) -> subprocess.Popen:
-    """A detached process that keeps ticking the queue until the sweep is done (for --detach)."""
-    log = open(home / "sweeps" / f"{sweep_id}.log", "ab")
-    try:
-        return subprocess.Popen([sys.executable, "-m", "fairtui.cli", "queue-worker", "--sweep", sweep_id,
-                                 "--per-gpu", str(per_gpu), "--home", str(home)], stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=log, start_new_session=True)
-    finally:
-        log.close()
 
 
 def stop_children(home: Path, record: dict) -> None:

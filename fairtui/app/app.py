@@ -20,14 +20,15 @@ class FairtuiApp(App):
 
     def __init__(self, home: Path, profiles_dir: Path, gpu_inventory: Callable[[], list[GpuInfo]] = inventory,
                  poll_interval: float = 1.0, per_gpu: int = 1, open_run: str | None = None,
-                 compare: list[str] | None = None):
+                 compare: list[str] | None = None, queue_worker: bool = True):
         super().__init__()
         self.home = home
         self.profiles_dir = profiles_dir
         self.inventory = gpu_inventory
         self.poll_interval = poll_interval
         self.index = RunIndex(home)
-        self.queue = LocalQueue(home, per_gpu=per_gpu)
+        # queue_worker: what the app queues starts after it quits too (a detached worker)
+        self.queue = LocalQueue(home, per_gpu=per_gpu, worker=queue_worker)
         self.open_run, self.compare_runs = open_run, compare
 
     def on_mount(self) -> None:

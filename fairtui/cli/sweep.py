@@ -76,12 +76,11 @@ def sweep(
 def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach: bool, json_out: bool) -> int:
     import json
 
-    from fairtui.sweep_run import queue_locally, start_background_worker, stop_children, wait_local
+    from fairtui.sweep_run import queue_locally, stop_children, wait_local
 
     pool = ["cpu"] if not gpus or gpus.strip().lower() == "cpu" else [g.strip() for g in gpus.split(",")]
-    queue = queue_locally(home_dir, record, pool, per_gpu)
+    queue = queue_locally(home_dir, record, pool, per_gpu)  # with the detached worker: it outlives us
     if detach:
-        start_background_worker(home_dir, record["sweep_id"], per_gpu)
         if json_out:
             typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"]}))
         return 0
@@ -123,14 +122,9 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
     return 0 if not failed else 1
 
 
-def queue_worker(sweep_id: str = typer.Option(..., "--sweep"), per_gpu: int = typer.Option(1, "--per-gpu"),
-                 home: HomeT = Home) -> None:
-    """Keep starting a sweep's queued children until all have finished (started by --detach)."""
+def queue_worker(per_gpu: int = typer.Option(1, "--per-gpu"), home: HomeT = Home) -> None:
+    """The detached queue worker: start queued runs as their devices free, exit when the queue is empty."""
     from fairtui.home import resolve_home
-    from fairtui.queue import LocalQueue
-    from fairtui.sweep import load_record
-    from fairtui.sweep_run import wait_local
+    from fairtui.queue import run_worker
 
-    home_dir = resolve_home(home)
-    record = load_record(home_dir, sweep_id)
-    wait_local(home_dir, record, LocalQueue(home_dir, per_gpu=per_gpu), lambda now: None, interval=2.0)
+    raise typer.Exit(run_worker(resolve_home(home), per_gpu))

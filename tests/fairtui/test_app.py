@@ -61,7 +61,7 @@ def replayed_run(home: Path) -> str:
 
 async def test_launch_from_the_dialog_and_watch_it_complete(tmp_path, profiles):
     app = make_app(home=tmp_path / "home", profiles_dir=profiles, gpu_inventory=lambda: FAKE_GPUS,
-                   poll_interval=0.2)
+                   poll_interval=0.2, queue_worker=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("n")
         await pilot.pause()
@@ -88,7 +88,7 @@ async def test_launch_from_the_dialog_and_watch_it_complete(tmp_path, profiles):
 async def test_replay_of_a_recorded_cfa_run(tmp_path):
     home = tmp_path / "home"
     run_id = replayed_run(home)
-    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, open_run=run_id)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, open_run=run_id, queue_worker=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "completed")
         screen = app.screen
@@ -111,7 +111,7 @@ async def test_compare_screen_shows_the_right_deltas(tmp_path):
     make_run(home, "20260101-000000-aaaaaa", name="base", robust_centre=0.4)
     make_run(home, "20260101-000001-bbbbbb", name="fair", robust_centre=0.5)
     app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
-                   compare=["20260101-000000-aaaaaa", "20260101-000001-bbbbbb"])
+                   compare=["20260101-000000-aaaaaa", "20260101-000001-bbbbbb"], queue_worker=False)
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
         cmp = app.screen.comparison
@@ -130,7 +130,7 @@ async def test_keyboard_only_at_80x24_with_no_color(tmp_path, monkeypatch):
     home = tmp_path / "home"
     make_run(home, "20260101-000000-aaaaaa", name="base")
     make_run(home, "20260101-000001-bbbbbb", name="fair")
-    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
         await pilot.press("question_mark")
@@ -152,7 +152,7 @@ async def test_quit_while_training_then_reattach(tmp_path, profiles):
     home = tmp_path / "home"
     slow = profiles / "slow.toml"
     slow.write_text(TINY.replace("epochs = 2", "epochs = 400"))
-    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2)
+    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("n")
         await pilot.pause()
@@ -167,7 +167,7 @@ async def test_quit_while_training_then_reattach(tmp_path, profiles):
         assert json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])["config"]["train"]["epochs"] == 400
         await asyncio.sleep(1.0)
         assert engine_alive(run_dir)  # the app is gone, the engine trains on
-        app2 = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2)
+        app2 = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
         async with app2.run_test(size=(120, 40)) as pilot:
             await wait_until(pilot, lambda: app2.screen.query_one("DataTable").row_count == 1)
             assert app2.screen.docs[0]["status"] == "running"
@@ -185,7 +185,7 @@ async def test_quit_while_training_then_reattach(tmp_path, profiles):
 
 async def test_launch_a_sweep_from_the_dialog_and_group_it(tmp_path, profiles):
     home = tmp_path / "home"
-    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2)
+    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("n")
         await pilot.pause()

@@ -3,6 +3,8 @@
 import sys
 import types
 
+import pytest
+
 from fairtui import gpus
 from fairtui.launcher import GpuChoice
 from fairtui.queue import LocalQueue, devices_of
@@ -67,3 +69,102 @@ def test_the_queue_survives_the_process(tmp_path):
     LocalQueue(tmp_path).submit(run, GpuChoice(cpu=True))
     assert [e["run_id"] for e in LocalQueue(tmp_path).entries()] == ["r0"]
     assert devices_of("cpu") == ["cpu"] and devices_of("0,3") == ["0", "3"] and devices_of(None) == ["cpu"]
+
+
+def test_the_worker_starts_what_is_queued_and_exits_when_the_queue_is_empty(tmp_path):
+    from fairtui.queue import WORKER_LOCK, _try_worker_lock, run_worker
+
+    runs = [make_run(tmp_path, f"r{i}", status="stopped") for i in range(3)]
+    queue = LocalQueue(tmp_path)
+    for run in runs:
+        queue.submit(run, GpuChoice(cpu=True))
+    started: list[str] = []
+    assert run_worker(tmp_path, per_gpu=5, interval=0.01, start=lambda d, c: started.append(d.name)) == 0
+    assert started == ["r0", "r1", "r2"] and queue.entries() == []
+    lock = _try_worker_lock(tmp_path)  # the exiting worker gave its lock back
+    assert lock is not None and (tmp_path / WORKER_LOCK).exists()
+    # While a worker holds the lock, another exits at once without starting anything.
+    queue.submit(make_run(tmp_path, "r3", status="stopped"), GpuChoice(cpu=True))
+    assert run_worker(tmp_path, interval=0.01, start=lambda d, c: started.append(d.name)) == 0
+    assert started == ["r0", "r1", "r2"] and [e["run_id"] for e in queue.entries()] == ["r3"]
+    lock.close()
+
+
+@pytest.mark.parametrize("moment", ["during its tick", "after its last look"])
+def test_a_submit_racing_with_the_workers_exit_is_never_stranded(tmp_path, monkeypatch, moment):
+    """Another process submits just as the worker is about to exit. Either the worker still sees the
+    entry and starts it, or it had already given its lock back (under the queue lock) and the submit
+    starts a new worker: never neither."""
+    import contextlib
+
+    from fairtui import queue as queue_mod
+
+    spawned: list[int] = []
+    started: list[str] = []
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **k: spawned.append(1))
+    real_locked = LocalQueue._locked
+    calls = {"n": 0}
+    trigger = 1 if moment == "during its tick" else 2  # the worker's 1st queue access is its tick
+
+    def racing_locked(self):
+        calls["n"] += 1
+        n = calls["n"]
+        with real_locked(self) as entries:
+            yield entries
+        if n == trigger:  # the queue lock is free again: another process submits now
+            monkeypatch.setattr(LocalQueue, "_locked", real_locked)
+            LocalQueue(tmp_path, worker=True).submit(make_run(tmp_path, "late", status="stopped"),
+                                                     GpuChoice(cpu=True))
+            monkeypatch.setattr(LocalQueue, "_locked", contextlib.contextmanager(racing_locked))
+
+    monkeypatch.setattr(LocalQueue, "_locked", contextlib.contextmanager(racing_locked))
+    assert queue_mod.run_worker(tmp_path, interval=0.01, start=lambda d, c: started.append(d.name)) == 0
+    if moment == "during its tick":
+        assert started == ["late"] and spawned == []  # this worker saw it and started it
+    else:
+        assert started == [] and spawned == [1]  # it had left: the submit started a new worker
+        assert [e["run_id"] for e in LocalQueue(tmp_path).entries()] == ["late"]
+
+
+def test_a_resumed_run_waiting_in_the_queue_is_listed_as_queued(tmp_path):
+    from fairtui.store import RunIndex
+
+    run = make_run(tmp_path, "20260101-000000-aaaaaa", status="stopped")
+    index = RunIndex(tmp_path)
+    assert index.read()[0]["status"] == "stopped"
+    LocalQueue(tmp_path).submit(run, GpuChoice(cpu=True))  # the app's `r` while the device is busy
+    assert index.read()[0]["status"] == "queued"
+
+
+@pytest.mark.timeout(300)
+def test_a_run_queued_by_a_command_that_quit_still_trains(tmp_path, tiny_profile):
+    """No app, no sweep command left open: the detached worker started by the submit runs it, once."""
+    import json
+    import time
+
+    from tests.conftest import make_run_dir
+
+    home = tmp_path / "home"
+    run_dir = make_run_dir(home, tiny_profile(), name="20260101-000000-queued", overrides=("train.epochs=1",))
+    (run_dir / "meta.json").write_text(json.dumps({"run_id": run_dir.name, "name": "queued"}))
+    for _ in range(2):  # two commands queue it at once: still one worker, and one start
+        LocalQueue(home, worker=True).submit(run_dir, GpuChoice(cpu=True))
+    deadline = time.time() + 240
+    events = run_dir / "events.jsonl"
+    while time.time() < deadline and '"run_finished"' not in (events.read_text() if events.exists() else ""):
+        time.sleep(0.5)
+    types_ = [(e["type"], e.get("status")) for e in map(json.loads, events.read_text().splitlines())]
+    assert ("run_finished", "completed") in types_, (home / "queue.worker.log").read_text()[-2000:]
+    assert [t for t, _ in types_].count("run_started") == 1
+    while time.time() < deadline and LocalQueue(home).entries():
+        time.sleep(0.2)
+    from fairtui.queue import _try_worker_lock
+
+    for _ in range(50):  # the worker exits once the queue is empty
+        lock = _try_worker_lock(home)
+        if lock is not None:
+            lock.close()
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the queue worker is still running with an empty queue")

@@ -112,6 +112,6 @@ class LaunchDialog(ModalScreen[str | None]):
             return
         record = create_children(self.app.home, str(path), children, spec, name, "local")
         pool = ["cpu"] if choice.cpu else [str(d) for d in choice.devices]
-        queue_locally(self.app.home, record, pool, self.app.queue.per_gpu)
+        queue_locally(self.app.home, record, pool, self.app.queue.per_gpu, worker=self.app.queue.worker)
         self.app.tick_queue()
         self.dismiss(record["sweep_id"])
