@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from fairtui.home import ReadOnlyHome
 from fairtui.launcher import GpuChoice, start_engine
 from fairtui.runfolder import RunView
 
@@ -50,8 +51,12 @@ class LocalQueue:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[list[dict]]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            lock = open(self.lock_path, "a")
+        except OSError as err:
+            raise ReadOnlyHome(self.home, err) from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 entries = json.loads(self.path.read_text()) if self.path.exists() else []
@@ -110,7 +115,14 @@ class LocalQueue:
         return counts
 
     def tick(self, start: Callable = start_engine) -> list[str]:
-        """Start every queued run whose devices have room, in order; return the started run ids."""
+        """Start every queued run whose devices have room, in order; return the started run ids.
+        On a read-only home nothing can be queued or started: a tick does nothing."""
+        try:
+            return self._tick(start)
+        except ReadOnlyHome:
+            return []
+
+    def _tick(self, start: Callable) -> list[str]:
         started = []
         with self._locked() as entries:
             counts = self.busy()

@@ -289,3 +289,17 @@ def test_a_read_only_home_can_be_read_and_says_when_it_cannot_be_written(read_on
         code, out, err = cli_in_process(monkeypatch, capsys, *args, "--home", home)
         assert code == 1, (args, err)
         assert "read-only" in err and len(err.strip().splitlines()) == 1, err
+
+
+async def test_the_app_opens_on_a_read_only_home_and_lists_its_runs(read_only_home):
+    from fairtui.app import make_app
+
+    app = make_app(home=read_only_home, profiles_dir=read_only_home, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(10):  # several queue ticks and index polls
+            await pilot.pause(0.1)
+        table = app.screen.query_one("DataTable")
+        text = str([table.get_row_at(i) for i in range(table.row_count)])
+        assert "shared" in text and "unindexed" in text
+    assert app.return_code in (0, None)
