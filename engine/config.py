@@ -83,7 +83,18 @@ class TrainConfig:
     compile: str = field("off", choices=("off", "on", "auto"))
     compile_mode: str = field("reduce-overhead", choices=("default", "reduce-overhead", "max-autotune",
                                                           "max-autotune-no-cudagraphs"))
-    threads: int = field(0, min=0)  # 0: PyTorch's default
+    threads: int = field(0, min=0)  # 0: PyTorch's default (1 with `deterministic`)
+    # torch.use_deterministic_algorithms (warn-only where an op has no deterministic kernel), cuDNN
+    # deterministic without autotuning, CUBLAS_WORKSPACE_CONFIG, and a fixed CPU thread count: the same
+    # profile and seed then give bit-identical results run after run on one machine (README).
+    deterministic: bool = field(False)
+    # The mode the model runs in while the *training* attack crafts its examples (evaluation attacks
+    # always run in eval mode). "eval": BatchNorm uses its running statistics and the attack leaves
+    # them alone. "train": batch statistics, every attack forward updates the running statistics, and
+    # the training clean accuracy comes from a train-mode forward after the optimiser step: the CFA
+    # authors' `train_epoch` for AT and FAT. Unset: "train" for CFA with form = "code" on AT or FAT,
+    # else "eval".
+    attack_mode: Optional[str] = field(None, choices=("eval", "train"))
 
 
 @dataclass(frozen=True)
@@ -203,7 +214,17 @@ def _resolve(p: Profile, file: str) -> Profile:
     ev = dataclasses.replace(p.eval, eps=p.eval.eps or p.attack.eps, step=p.eval.step or p.attack.step)
     if p.attack.norm == "linf" and ev.eps > 1:
         raise ProfileError(file, "eval.eps", f"an L-inf eps must be in (0, 1], got {ev.eps}")
-    return dataclasses.replace(p, eval=ev)
+    train = dataclasses.replace(p.train, attack_mode=training_attack_mode(p))
+    return dataclasses.replace(p, eval=ev, train=train)
+
+
+def training_attack_mode(p: Profile) -> str:
+    """``train.attack_mode``, or its default: train mode for the CFA authors' code on AT and FAT."""
+    if p.train.attack_mode is not None:
+        return p.train.attack_mode
+    m = p.method
+    authors_cfa = m.name == "cfa" and getattr(m, "form", "") == "code" and getattr(m, "base", "") in ("at", "fat")
+    return "train" if authors_cfa else "eval"
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -6,8 +6,9 @@ each name lives in `engine.methods`; a test keeps the two registries in step.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from engine.profile_schema import ProfileError, field
 
@@ -55,6 +56,20 @@ class TRADESParams(MethodParams):
     scale_by_one_plus_beta: bool = field(False)
 
 
+# FRL's values that differ between the paper (Sec. 5.1, Eq. 11) and the authors' code
+# (hannxu123/fair_robust, frlrmrw.py and utils_frl2.py). `form` picks a column; a key given
+# explicitly in the profile wins over its form's value.
+FRL_FORMS: dict[str, dict[str, object]] = {
+    # tau1 = tau2 = 0.05, alpha1 = alpha2 = 0.05 (Sec. 5.1); Eq. 11 moves the margins with alpha2.
+    "paper": {"tau1": 0.05, "tau2": 0.05, "alpha2": 0.05, "alpha_margin": 0.05, "alpha_schedule": "paper",
+              "margin_form": "paper"},
+    # --bound0/--bound1 0.07; lambda_bndy += rate1 * 2 * gamma; lambda_margin += rate2 * gamma (rate2 0.2);
+    # rate1 halved at FRL epochs 40 and 80, rate2 never; eps * clamp(exp(2 lambda), 0.98, 3).
+    "code": {"tau1": 0.07, "tau2": 0.07, "alpha2": 0.1, "alpha_margin": 0.2, "alpha_schedule": "code",
+             "margin_form": "code"},
+}
+
+
 @dataclass(frozen=True)
 class FRLParams(MethodParams):
     """Fair Robust Learning (Xu et al. 2021, Sec. 4, Algorithm 1, Eq. 6-11).
@@ -62,22 +77,28 @@ class FRLParams(MethodParams):
     Training loss (the authors' code): class-weighted CE + beta * class-weighted KL,
     each normalised by the sum of its weights. Multipliers rise with the class's
     validation error above the class average (tau1 / tau2) and are projected
-    onto {lambda >= 0, sum <= lambda_cap}.
+    onto {lambda >= 0, sum <= lambda_cap}. Keys left out take their value from
+    `form` (FRL_FORMS): the paper's (default) or the authors' code.
     """
 
     name: ClassVar[str] = "frl"
+    form: str = field("paper", choices=("paper", "code"))
     variant: str = field("reweight_remargin", choices=("reweight", "remargin", "reweight_remargin",
                                                         "baseline_reweight"))
     beta: float = field(1.5, min=0.0)
-    tau1: float = field(0.05, min=0.0)
-    tau2: float = field(0.05, min=0.0)
+    tau1: Optional[float] = field(None, min=0.0)
+    tau2: Optional[float] = field(None, min=0.0)
     alpha1: float = field(0.05, min=0.0)
-    alpha2: float = field(0.05, min=0.0)
-    alpha_margin: float = field(0.05, min=0.0)
+    alpha2: Optional[float] = field(None, min=0.0)
+    alpha_margin: Optional[float] = field(None, min=0.0)
+    # How the alphas decay in fine-tuning: "paper" all three x decay_factor every decay_every epochs,
+    # with the lr (Sec. 5.1); "code" alpha1 and alpha2 halved at fine-tuning epochs decay_every,
+    # 2 decay_every, ... (the authors' `if now_epoch % 40 == 0: rate1 /= 2`), alpha_margin fixed.
+    alpha_schedule: Optional[str] = field(None, choices=("paper", "code"))
     lambda_cap: float = field(0.5, gt=0.0)
     # Margins: "paper" eps_k = eps * clamp(exp(lambda_margin_k), margin_floor, margin_cap), fixed step;
     # "code" eps_k = eps * clamp(exp(2 lambda_margin_k), 0.98, 3) with step max(eps_k in batch) / 4.
-    margin_form: str = field("paper", choices=("paper", "code"))
+    margin_form: Optional[str] = field(None, choices=("paper", "code"))
     margin_floor: float = field(1.0, min=0.0)
     margin_cap: float = field(2.0, gt=0.0)  # 2 * 8/255 = the paper's 16/255 cap
     # Schedule of the fine-tuning phase (paper Sec. 5.1): lr 1e-3, lr and alphas x0.1 every 40 epochs.
@@ -90,6 +111,10 @@ class FRLParams(MethodParams):
     pretrain_epochs: int = field(0, min=0)
     pretrain_method: str = field("pgd_at", choices=("pgd_at", "trades"))
     pretrain_beta: float = field(6.0, min=0.0)
+    # After in-run pre-training: "fresh" starts fine-tuning with a new SGD (no momentum carried over),
+    # as the authors' code builds one; "continue" keeps the pre-training optimiser's momentum.
+    # (The paper is silent; `init_from` always starts a fresh optimiser.)
+    finetune_optimizer: str = field("fresh", choices=("fresh", "continue"))
 
     def validate(self, file: str) -> None:
         if self.margin_floor > self.margin_cap:
@@ -98,35 +123,60 @@ class FRLParams(MethodParams):
         if self.init_from and self.pretrain_epochs:
             raise ProfileError(file, "method.init_from", "give either init_from or pretrain_epochs, not both")
 
+    def resolved(self) -> "FRLParams":
+        return dataclasses.replace(self, **_unset(self, FRL_FORMS[self.form]))
+
+
+def _unset(params: MethodParams, values: dict[str, object]) -> dict[str, object]:
+    """The values of ``values`` whose keys ``params`` leaves unset (None)."""
+    return {key: value for key, value in values.items() if getattr(params, key) is None}
+
 
 CFA_LAMBDA1 = {"at": 0.5, "trades": 0.3, "fat": 0.7}  # CFA paper Sec. 6
+# CFA's values that differ between the paper (Algorithm 1, Sec. 6) and the authors' code (PKU-ML/CFA,
+# train.py's argparse defaults). A key given explicitly in the profile wins over its form's value.
+CFA_FORMS: dict[str, dict[str, object]] = {
+    "paper": {"calibration_start_epoch": 2, "fawa_decay": 0.85, "fawa_threshold": 0.2, "fawa_start_epoch": 50},
+    # `if epoch >= args.begin` with a 0-based epoch and begin 10: the 11th epoch is the first calibrated.
+    # --decay-rate 0.88, --threshold 0.24, FAWA from the first epoch, --lambda-1 0.5 for every base.
+    "code": {"calibration_start_epoch": 11, "fawa_decay": 0.88, "fawa_threshold": 0.24, "fawa_start_epoch": 1,
+             "lambda1": 0.5},
+}
 
 
 @dataclass(frozen=True)
 class CFAParams(MethodParams):
-    """Class-wise Calibrated Fair Adversarial training (Wei et al. 2023) on AT, TRADES or FAT."""
+    """Class-wise Calibrated Fair Adversarial training (Wei et al. 2023) on AT, TRADES or FAT.
+
+    Keys left out take their value from `form` (CFA_FORMS): the paper's (default) or the
+    authors' code. `form = "code"` also makes the training attacks of AT and FAT run in
+    BatchNorm train mode (`train.attack_mode`), as the authors' `train_epoch` does.
+    """
 
     name: ClassVar[str] = "cfa"
+    form: str = field("paper", choices=("paper", "code"))
     base: str = field("at", choices=("at", "trades", "fat"))
     ccm: bool = field(True)
     ccr: bool = field(True)  # TRADES only (resolved to false for AT and FAT)
     fawa: bool = field(True)
-    lambda1: float = field(-1.0)  # < 0: the paper's value for the base (AT 0.5, TRADES 0.3, FAT 0.7)
+    lambda1: Optional[float] = field(None, min=0.0)  # paper: by base (AT 0.5, TRADES 0.3, FAT 0.7)
     lambda2: float = field(0.5, min=0.0)
     beta: float = field(6.0, min=0.0)
-    # Algorithm 1 calibrates from epoch 2 on (t_k of epoch 1); the authors' code starts at epoch 10.
-    calibration_start_epoch: int = field(2, min=1)
-    fawa_decay: float = field(0.85, min=0.0, max=1.0)  # authors' code: 0.88
-    fawa_threshold: float = field(0.2, min=0.0, max=1.0)  # authors' code: 0.24
-    fawa_start_epoch: int = field(50, min=1)  # authors' code: 1 (no start epoch)
-    fat_tau: int = field(0, min=0)  # FAT: steps an attack continues after the first misclassification
+    # The first epoch (1-based) that trains with calibrated margins and betas, from the previous
+    # epoch's t_k. Algorithm 1: 2 (after every epoch); the authors' code: 11.
+    calibration_start_epoch: Optional[int] = field(None, min=1)
+    fawa_decay: Optional[float] = field(None, min=0.0, max=1.0)
+    fawa_threshold: Optional[float] = field(None, min=0.0, max=1.0)
+    fawa_start_epoch: Optional[int] = field(None, min=1)
+    # FAT: steps an attack continues after the first misclassification. The paper gives no value;
+    # the authors' code uses --tau 3.
+    fat_tau: int = field(3, min=0)
 
     def resolved(self) -> "CFAParams":
-        import dataclasses
-
-        lambda1 = CFA_LAMBDA1[self.base] if self.lambda1 < 0 else self.lambda1
+        values = {**CFA_FORMS[self.form]}
+        values.setdefault("lambda1", CFA_LAMBDA1[self.base])
         # CCR calibrates TRADES betas: it has no meaning for AT or FAT, so it is off there.
-        return dataclasses.replace(self, lambda1=lambda1, ccr=self.ccr and self.base == "trades")
+        return dataclasses.replace(self, **_unset(self, values), ccr=self.ccr and self.base == "trades")
 
 
 @dataclass(frozen=True)

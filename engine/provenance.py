@@ -37,4 +37,19 @@ def provenance() -> dict:
         "numpy": numpy.__version__, "platform": platform.platform(), "host": socket.gethostname(),
         "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "determinism": determinism(),
+    }
+
+
+def determinism() -> dict:
+    """What decides whether two runs of one profile and seed are bit-identical (README)."""
+    import torch
+
+    return {
+        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "cpu_count": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_deterministic": torch.backends.cudnn.deterministic, "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "env": {key: os.environ.get(key) for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")},
     }

@@ -72,15 +72,19 @@ class Trainer:
         # What the hot loop calls: the model, or the model compiled at the batch sizes it will see.
         self.step_model = runtime.step_model(self.model, (profile.data.batch_size,
                                                           profile.data.eval_batch_size))
+        self.optimizer = self.new_optimizer()
         t = profile.train
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
-                                         weight_decay=t.weight_decay, nesterov=t.nesterov)
         self.method: Method = build_method(MethodContext(self.k, profile, runtime.device, self.val_data))
         self.ema = WeightAverage(t.ema_decay) if t.ema_decay > 0 else None
         self.store = CheckpointStore(run_dir / "checkpoints")
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}
         self.val_attack = build_attack(profile.eval.val_attack, self.step_model, self.attack_settings())
         self.last_val: ValResult | None = None
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        t = self.profile.train
+        return torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay,
+                               nesterov=t.nesterov)
 
     def attack_settings(self) -> AttackSettings:
         e = self.profile.eval
@@ -112,6 +116,9 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             self.optimizer.step()
+            if out.clean_after_step:
+                with torch.no_grad(), self.rt.autocast():
+                    out.logits_clean = self.step_model(x)
             stats.loss_sum += out.loss.detach() * len(y)
             stats.n += len(y)
             labels.append(y)
@@ -200,6 +207,8 @@ class Trainer:
 
     def run_epoch(self, epoch: int) -> None:
         started = time.time()
+        if self.method.fresh_optimizer(epoch):
+            self.optimizer = self.new_optimizer()
         lr = self.method.lr_for(epoch, lr_at(epoch, self.profile))
         for group in self.optimizer.param_groups:
             group["lr"] = lr

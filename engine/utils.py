@@ -93,9 +93,25 @@ class Runtime:
         return f"; {', '.join(opts)}" if opts else ""
 
 
+def apply_determinism(cfg: TrainConfig) -> None:
+    """Settle the thread count and, with ``train.deterministic``, PyTorch's deterministic switches.
+
+    Results on the CPU depend on the intra-op thread count (how reductions are split), so the
+    deterministic mode fixes it: ``train.threads``, or 1 when that is 0. CUBLAS_WORKSPACE_CONFIG
+    must be set before cuBLAS starts, which is later than this (the first matrix product).
+    """
+    threads = cfg.threads or (1 if cfg.deterministic else 0)
+    if threads:
+        torch.set_num_threads(threads)
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
 def make_runtime(cfg: TrainConfig) -> Runtime:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    apply_determinism(cfg)
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if want_cuda and not torch.cuda.is_available():
         raise RuntimeError("train.device = \"cuda\" but no CUDA device is visible "
@@ -115,6 +131,11 @@ def make_runtime(cfg: TrainConfig) -> Runtime:
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """torch.save, atomically (checkpoints)."""
     atomic_write(path, lambda fh: torch.save(obj, fh))
+
+
+def attack_mode(model: torch.nn.Module, mode: str) -> contextlib.AbstractContextManager:
+    """The mode an attack runs the model in: "eval" (restored after), or "train" (as the loop left it)."""
+    return contextlib.nullcontext() if mode == "train" else eval_mode(model)
 
 
 @contextlib.contextmanager

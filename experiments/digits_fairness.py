@@ -1,11 +1,15 @@
 """The digits fairness table: every method's digits profile over several seeds, PGD-20 on the test split.
 
-    python experiments/digits_fairness.py [--seeds 0 1 2] [--home DIR] [--profiles NAME ...]
+    python experiments/digits_fairness.py [--seeds 0 1 2 3 4] [--home DIR] [--profiles NAME ...]
 
 Each (profile, seed) is a normal `fairtui run` in DIR (default ./.fairtui-digits), so every number
-can be traced to its run folder. Prints a Markdown table of mean ± std (over seeds) of the average
-and worst-class test robust accuracy, for the best checkpoint (each method's own selection rule)
-and the last one, plus FAWA's averaged weights where the method has them.
+can be traced to its run folder. Prints two Markdown tables:
+- the mean and a 95% confidence interval over seeds (Student's t, n - 1 degrees of freedom) of the
+  average and worst-class test robust accuracy, for the best checkpoint (each method's own selection
+  rule) and the last one, plus FAWA's averaged weights where the method has them;
+- every seed's own worst-class value (best checkpoint), so the spread can be read directly.
+The worst class of digits rests on about 54 test images: the script prints what one image is worth.
+The interval covers the seed-to-seed spread only, not the sampling error of the test set.
 """
 
 from __future__ import annotations
@@ -31,25 +35,41 @@ def run(profile: str, seed: int, home: Path) -> dict:
     return json.loads(out.stdout)
 
 
+# Student's t quantile t_{0.975, df} for df = 1..30 (beyond: 1.96 is within 2%).
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042]
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval (t distribution), in the values' units."""
+    mean = statistics.mean(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    t = T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96
+    return mean, t * statistics.stdev(values) / len(values) ** 0.5
+
+
 def fmt(values: list[float]) -> str:
     if not values:
         return "-"
-    mean = statistics.mean(values) * 100
-    std = statistics.stdev(values) * 100 if len(values) > 1 else 0.0
-    return f"{mean:.1f} ± {std:.1f}"
+    mean, half = interval(values)
+    return f"{mean * 100:.1f} ± {half * 100:.1f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--home", type=Path, default=Path(".fairtui-digits"))
     parser.add_argument("--profiles", nargs="+", default=PROFILES)
     args = parser.parse_args()
     rows = []
+    test_per_class: list[int] = []
     for profile in args.profiles:
         cells: dict[str, list[float]] = {}
         for seed in args.seeds:
             doc = run(profile, seed, args.home)
+            test_per_class = test_per_class or test_counts(args.home, doc)
             for r in doc["results"]:
                 if r["attack"] != "pgd20":
                     continue
@@ -58,7 +78,11 @@ def main() -> None:
                 cells.setdefault(f"{r['checkpoint']}-clean", []).append(r["avg_clean"])
             print(f"done {profile} seed {seed}", file=sys.stderr, flush=True)
         rows.append((profile, cells))
-    print(f"PGD-20 test accuracy in %, mean ± std over seeds {args.seeds}")
+    if test_per_class:
+        fewest = min(test_per_class)
+        print(f"Test images per class: {test_per_class}; one image of the smallest class is "
+              f"{100 / fewest:.1f} points of its accuracy.\n")
+    print(f"PGD-20 test accuracy in %, mean ± 95% confidence half-width over seeds {args.seeds}")
     print("| profile | best: clean avg | best: robust avg | best: robust worst | last: robust avg | "
           "last: robust worst | FAWA: robust avg | FAWA: robust worst |")
     print("|---|---|---|---|---|---|---|---|")
@@ -66,6 +90,23 @@ def main() -> None:
         print(f"| {profile} | {fmt(c.get('best-clean', []))} | {fmt(c.get('best-avg', []))} | "
               f"{fmt(c.get('best-worst', []))} | {fmt(c.get('last-avg', []))} | {fmt(c.get('last-worst', []))} | "
               f"{fmt(c.get('fawa-avg', []))} | {fmt(c.get('fawa-worst', []))} |")
+    print(f"\nWorst-class PGD-20 test accuracy in % of the best checkpoint, per seed {args.seeds}")
+    print("| profile | " + " | ".join(f"seed {s}" for s in args.seeds) + " |")
+    print("|---|" + "---|" * len(args.seeds))
+    for profile, c in rows:
+        print(f"| {profile} | " + " | ".join(f"{v * 100:.1f}" for v in c.get("best-worst", [])) + " |")
+
+
+def test_counts(home: Path, doc: dict) -> list[int]:
+    """The test split's images per class, from the run's run_started event."""
+    folder = doc.get("folder") or doc.get("run_dir")
+    if not folder:
+        return []
+    for line in (Path(folder) / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("type") == "run_started":
+            return list(event.get("split_sizes", {}).get("test", []))
+    return []
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Losses: ``ce``; ``cw`` (max other logit - true logit, clamped at -kappa);
 ``ce_t`` (CE on logits / T: Tian et al.'s Temperature-PGD, Sec. 5).
 Every attack works in [0, 1] pixel space, runs the model in eval mode and
-restores its mode.
+restores its mode (a training attack may keep train mode: ``model_mode``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from engine.utils import eval_mode
+from engine.utils import attack_mode
 
 Tensor = torch.Tensor
 
@@ -91,13 +91,16 @@ class PGD:
     # FAT (Zhang et al. 2020): a sample's attack stops `early_stop_tau` steps after it is first
     # misclassified. None: every sample takes every step.
     early_stop_tau: int | None = None
+    # "eval", or "train": keep the model as the training loop left it (BatchNorm on batch statistics,
+    # running statistics updated by every attack forward), as the CFA authors' training attacks do.
+    model_mode: str = "eval"
 
     def perturb(self, x: Tensor, y: Tensor, eps: float | Tensor | None = None,
                 step: float | Tensor | None = None) -> Tensor:
         eps_b = as_per_sample(self.eps if eps is None else eps, x)
         step_b = as_per_sample(self.step if step is None else step, x)
         loss_fn = attack_loss(self.loss, self.temperature, self.kappa)
-        with eval_mode(self.model):
+        with attack_mode(self.model, self.model_mode):
             best, best_loss = x.detach(), None
             for _ in range(self.restarts):
                 x_adv, loss = self._run(x.detach(), y, eps_b, step_b, loss_fn)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attacks.pgd import as_per_sample, ascent_step, project
-from engine.utils import eval_mode
+from engine.utils import attack_mode
 
 
 def trades_kl(logits_adv: torch.Tensor, logits_clean: torch.Tensor) -> torch.Tensor:
@@ -35,13 +35,14 @@ class TRADESAttack:
     step: float
     steps: int
     norm: str = "linf"
+    model_mode: str = "eval"  # "train": keep the loop's train mode (see PGD.model_mode)
 
     def perturb(self, x: torch.Tensor, y: torch.Tensor | None = None, eps: float | torch.Tensor | None = None,
                 step: float | torch.Tensor | None = None) -> torch.Tensor:
         eps_b = as_per_sample(self.eps if eps is None else eps, x)
         step_b = as_per_sample(self.step if step is None else step, x)
         x = x.detach()
-        with eval_mode(self.model):
+        with attack_mode(self.model, self.model_mode):
             with torch.no_grad():
                 p_clean = self.model(x)
             delta = project(0.001 * torch.randn_like(x), eps_b, self.norm)

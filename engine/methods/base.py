@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import torch
 import torch.nn.functional as F
 
-from engine.config import AttackConfig, Profile
+from engine.config import AttackConfig, Profile, training_attack_mode
 from engine.method_params import MethodParams
 
 Tensor = torch.Tensor
@@ -26,6 +26,8 @@ class StepOutput:
     logits_adv: Tensor | None  # [B, K] the training adversarial predictions
     logits_clean: Tensor | None  # [B, K]
     extra: dict[str, Tensor] = field(default_factory=dict)
+    # The loop measures the clean predictions with a train-mode forward after the optimiser step.
+    clean_after_step: bool = False
 
 
 @dataclass
@@ -47,6 +49,11 @@ class MethodContext:
     @property
     def attack(self) -> AttackConfig:
         return self.profile.attack
+
+    @property
+    def training_attack_mode(self) -> str:
+        """The mode training attacks run the model in (``train.attack_mode``, resolved)."""
+        return training_attack_mode(self.profile)
 
     def val_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
         """The validation split in evaluation-sized batches, on the device. x: [B, ...], y: [B]"""
@@ -92,6 +99,10 @@ class Method:
     def lr_for(self, epoch: int, scheduled_lr: float) -> float:
         """The learning rate of ``epoch``; the profile's schedule unless the method has its own."""
         return scheduled_lr
+
+    def fresh_optimizer(self, epoch: int) -> bool:
+        """Whether ``epoch`` starts with a new optimiser (momentum dropped), e.g. FRL's fine-tuning."""
+        return False
 
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:
         """Set the class-wise state epoch ``epoch`` (1-based) trains with."""

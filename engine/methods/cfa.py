@@ -7,7 +7,8 @@ predictions in the previous epoch (the authors' code: no extra pass).
   (Algorithm 1 misprints this update with eps.)
 - FAWA: after each epoch from `fawa_start_epoch`, if the validation worst-class robust
   accuracy is >= delta, theta_bar <- d theta_bar + (1 - d) theta (the first accepted copies).
-Calibration applies from `calibration_start_epoch` (2 in Algorithm 1: epoch 1 has no t_k).
+Calibration applies from `calibration_start_epoch` (2 in Algorithm 1: epoch 1 has no t_k;
+11 in the authors' code, whose 0-based `epoch >= 10` is the 11th epoch).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class CFA(Method):
     def __init__(self, params: MethodParams, ctx: MethodContext):
         super().__init__(params, ctx)
         assert isinstance(params, CFAParams)
+        params = params.resolved()
         self.p: CFAParams = params
         if params.base == "trades":
             self.inner: Method = TRADES(TRADESParams(beta=params.beta, scale_by_one_plus_beta=True), ctx)

@@ -9,6 +9,10 @@ each projected onto {lambda >= 0, sum(lambda) <= cap}; w_k = 1/K + lambda_k - su
 Remargin (Eq. 11, as a multiplier): lambda_margin += alpha_margin gamma_bndy,
 eps_k = eps * clamp(exp(lambda_margin_k), floor, cap) (or the authors' code form).
 Loss: sum(w_nat[y] CE) / sum(w_nat[y]) + beta * sum(w_bndy[y] KL) / sum(w_bndy[y]).
+
+`form = "code"` (FRL_FORMS) gives the authors' values: alpha2 = 0.1 (their rate1 * 2),
+alpha_margin = 0.2 (rate2), tau 0.07, exp(2 lambda) margins, and alpha1 / alpha2 halved
+every 40 fine-tuning epochs with alpha_margin fixed.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ class FRL(TRADES):
     def __init__(self, params: MethodParams, ctx: MethodContext):
         super().__init__(params, ctx)
         assert isinstance(params, FRLParams)
-        self.p: FRLParams = params
+        self.p: FRLParams = params.resolved()
         k = ctx.num_classes
         self.lambda_nat = torch.zeros(k, dtype=torch.float64)
         self.lambda_bndy = torch.zeros(k, dtype=torch.float64)
@@ -104,8 +108,20 @@ class FRL(TRADES):
         """lr and alphas x decay_factor every decay_every fine-tuning epochs (paper Sec. 5.1)."""
         return self.p.decay_factor ** ((epoch - self.p.pretrain_epochs - 1) // self.p.decay_every)
 
+    def alpha_scales(self, epoch: int) -> tuple[float, float]:
+        """The factors on (alpha1 and alpha2, alpha_margin) in fine-tuning epoch ``epoch``."""
+        if self.p.alpha_schedule == "code":  # `if now_epoch % 40 == 0: rate1 = rate1 / 2`, before the update
+            return 0.5 ** ((epoch - self.p.pretrain_epochs) // self.p.decay_every), 1.0
+        scale = self.decay(epoch)
+        return scale, scale
+
     def lr_for(self, epoch: int, scheduled_lr: float) -> float:
         return scheduled_lr if self.pretraining(epoch) else self.p.finetune_lr * self.decay(epoch)
+
+    def fresh_optimizer(self, epoch: int) -> bool:
+        """Fine-tuning after in-run pre-training starts with a new optimiser (the authors' code)."""
+        return (self.p.pretrain_epochs > 0 and epoch == self.p.pretrain_epochs + 1
+                and self.p.finetune_optimizer == "fresh")
 
     def initialize(self, model: torch.nn.Module) -> None:
         if self.p.init_from:
@@ -122,7 +138,8 @@ class FRL(TRADES):
         self.epoch = epoch
         if self.pretraining(epoch) or val is None:
             return
-        p, scale = self.p, self.decay(epoch)
+        p = self.p
+        scale, margin_scale = self.alpha_scales(epoch)
         self.clean_err, self.bndy_err, gamma_nat, gamma_bndy = violations(val, p.tau1, p.tau2)
         if p.variant == "baseline_reweight":
             self._baseline_reweight(val, scale)
@@ -133,7 +150,7 @@ class FRL(TRADES):
             self.weight_nat.copy_(class_weights(self.lambda_nat))
             self.weight_bndy.copy_(class_weights(self.lambda_bndy))
         if p.variant in ("remargin", "reweight_remargin"):
-            self.lambda_margin = self.lambda_margin + p.alpha_margin * scale * gamma_bndy
+            self.lambda_margin = self.lambda_margin + p.alpha_margin * margin_scale * gamma_bndy
             self.eps_per_class.copy_(self.margins())
 
     def margins(self) -> Tensor:

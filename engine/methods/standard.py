@@ -37,7 +37,8 @@ class PGDAT(Method):
         super().__init__(params, ctx)
         a = ctx.attack
         self.attack = PGD(None, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore[arg-type]
-                          random_start=a.random_start, loss=a.loss, temperature=a.temperature)
+                          random_start=a.random_start, loss=a.loss, temperature=a.temperature,
+                          model_mode=ctx.training_attack_mode)
 
     def adversarial(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> Tensor:
         eps = self.eps_per_class[y]
@@ -46,10 +47,13 @@ class PGDAT(Method):
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
         x_adv = self.adversarial(model, x, y)
-        logits_clean = clean_predictions(model, x)
+        # In train mode (the CFA authors' loop) the clean accuracy comes from a train-mode forward
+        # after the optimiser step, which the loop runs; in eval mode, from an eval-mode forward here.
+        after = self.attack.model_mode == "train"
+        logits_clean = None if after else clean_predictions(model, x)
         logits_adv = model(x_adv)
         loss = weighted_mean(ce_per_sample(logits_adv, y), self.weight_nat[y])
-        return StepOutput(loss, logits_adv.detach(), logits_clean)
+        return StepOutput(loss, logits_adv.detach(), logits_clean, clean_after_step=after)
 
 
 class FAT(PGDAT):
@@ -75,7 +79,8 @@ class TRADES(Method):
     def __init__(self, params: MethodParams, ctx: MethodContext):
         super().__init__(params, ctx)
         a = ctx.attack
-        self.attack = TRADESAttack(None, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm)  # type: ignore
+        self.attack = TRADESAttack(None, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore
+                                   model_mode=ctx.training_attack_mode)
         betas = getattr(params, "beta_per_class", ())
         if betas and len(betas) != ctx.num_classes:
             raise ProfileError("profile", "method.beta_per_class", f"needs {ctx.num_classes} values (one per "

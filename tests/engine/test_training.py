@@ -86,6 +86,9 @@ METHOD_CASES = {
             {"train_robust_acc_per_class", "eps_per_class", "beta_per_class", "fawa_accepted",
              "val_worst_robust"}),
     "wat": ((), {"weights", "val_cost", "val_cost_sum"}),
+    # the CFA authors' code: training attacks in BatchNorm train mode, clean accuracy after the step
+    "cfa+code": (('method.form="code"', 'method.base="at"', "method.calibration_start_epoch=2"),
+                 {"train_robust_acc_per_class", "eps_per_class"}),
     # compiled (inductor on the CPU): per-sample margins through the compiled model, exact resume
     "cfa+compile": (("method.calibration_start_epoch=2", 'train.compile="on"'),
                     {"train_robust_acc_per_class", "eps_per_class"}),
