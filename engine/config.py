@@ -25,6 +25,8 @@ else:  # pragma: no cover
 DATASETS = ("digits", "gaussian", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn", "stl10",
             "tiny_imagenet")
 ARCHS = ("small_cnn", "mlp", "preact_resnet18", "resnet18", "wide_resnet")
+# Architectures of imported models only (`fairtui import`): the network comes from the source.
+IMPORTED_ARCHS = ("torchscript", "robustbench")
 # Attack names for evaluation: fixed names plus pgd<N> / cw<N> / tpgd<N> for any step count.
 ATTACK_NAME = re.compile(r"^(clean|fgsm|aa|aa-fast|(pgd|cw|tpgd)(\d+)?)$")
 CHECKPOINTS = ("last", "best", "ema", "fawa")
@@ -58,9 +60,24 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str = field("small_cnn", choices=ARCHS)
+    arch: str = field("small_cnn", choices=ARCHS + IMPORTED_ARCHS)
     depth: int = field(34, min=10)  # WideResNet only
     width: int = field(10, min=1)  # WideResNet widen factor; hidden width factor of small_cnn / mlp
+    # The normalisation layer in front of the network: empty = the data set's statistics. An
+    # imported model states what it expects (mean 0 and std 1: it takes [0, 1] pixels as they are).
+    mean: tuple[float, ...] = field(())
+    std: tuple[float, ...] = field((), items_min=1e-12)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where an imported run's model came from (`fairtui import`); absent for trained runs."""
+
+    kind: str = field("state_dict", choices=("state_dict", "torchscript", "robustbench"))
+    path: str = field("")  # the file imported (for RobustBench, the weight file that was read)
+    sha256: str = field("")
+    robustbench_name: str = field("")
+    threat: str = field("")  # RobustBench's threat model: Linf, L2
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,7 @@ class Profile:
     attack: AttackConfig = AttackConfig()
     method: MethodParams = dataclasses.field(default_factory=lambda: METHOD_PARAMS["pgd_at"]())
     eval: EvalConfig = EvalConfig()
+    source: Optional[SourceConfig] = None  # imported runs only
 
     def to_table(self) -> dict:
         table = to_table(self)
@@ -167,7 +185,7 @@ def _build_method(table: Any, file: str) -> MethodParams:
 
 def profile_from_table(raw: dict, file: str) -> Profile:
     """Build and check a whole profile from its parsed TOML table."""
-    known = list(TOP_LEVEL) + list(SECTIONS) + ["method"]
+    known = list(TOP_LEVEL) + list(SECTIONS) + ["method", "source"]
     if "sweep" in raw:
         raise ProfileError(file, "sweep", "this profile describes a sweep: run it with `fairtui sweep`")
     for key in raw:
@@ -177,7 +195,8 @@ def profile_from_table(raw: dict, file: str) -> Profile:
                 skip=tuple(SECTIONS) + ("method",))
     sections = {name: build(cls, raw.get(name, {}), file, name + ".") for name, cls in SECTIONS.items()}
     method = _build_method(raw.get("method", {}), file)
-    profile = dataclasses.replace(top, method=method, **sections)
+    source = build(SourceConfig, raw["source"], file, "source.") if "source" in raw else None
+    profile = dataclasses.replace(top, method=method, source=source, **sections)
     return _resolve(profile, file)
 
 
@@ -201,6 +220,16 @@ def _resolve(p: Profile, file: str) -> Profile:
         raise ProfileError(file, "eval.attacks", "needs at least one attack (else the run ends with no result)")
     if not p.eval.checkpoints:
         raise ProfileError(file, "eval.checkpoints", "needs at least one checkpoint (last, best, ...)")
+    imported = p.source is not None or p.method.name == "imported" or p.model.arch in IMPORTED_ARCHS
+    if imported and (p.source is None or p.method.name != "imported"):
+        raise ProfileError(file, "source" if p.source is None else "method.name",
+                           "imported models (a [source] table, method \"imported\", model.arch torchscript or "
+                           "robustbench) come from `fairtui import`, which writes all three; they do not train")
+    if p.model.arch in IMPORTED_ARCHS and p.source is not None and p.source.kind != p.model.arch:
+        raise ProfileError(file, "model.arch", f"{p.model.arch!r} does not match source.kind {p.source.kind!r}")
+    if len(p.model.mean) != len(p.model.std):
+        raise ProfileError(file, "model.std", f"needs as many values as model.mean ({len(p.model.mean)}), got "
+                           f"{len(p.model.std)}")
     if p.model.arch == "wide_resnet" and (p.model.depth - 4) % 6:
         raise ProfileError(file, "model.depth", f"a WideResNet has depth 6n + 4 (16, 22, 28, 34, 40, ...), got "
                            f"{p.model.depth}")

@@ -124,7 +124,6 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     from engine.data import load_splits
     from engine.data.datasets import stratified_pick
     from engine.evaluate import per_class_result
-    from engine.models import build_model
     from engine.progress import Progress
     from engine.results import SUBSET_SEED
     from engine.run import EXIT_OK, EXIT_STOPPED
@@ -137,7 +136,13 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
         data = data.subset(stratified_pick(data.y.numpy(), req["n_per_class"], 1.0,
                                            np.random.default_rng(SUBSET_SEED),
                                            splits.num_classes))
-    model = build_model(profile.model, splits.input_shape, splits.num_classes, splits.mean, splits.std)
+    from engine.imported import ImportFailed, build
+
+    try:  # a trained run's architecture, or an imported run's (TorchScript file, RobustBench zoo)
+        model = build(profile, splits.input_shape, splits.num_classes, splits.mean, splits.std, run_dir)
+    except ImportFailed as err:
+        print(f"fairtui eval: {err}", file=sys.stderr)
+        return 2
     model.load_state_dict(weights)
     model.to(runtime.device).eval()
     e = profile.eval

@@ -191,11 +191,18 @@ class WATParams(MethodParams):
     loss_form: str = field("paper", choices=("paper", "code"))
 
 
+@dataclass(frozen=True)
+class ImportedParams(MethodParams):
+    """A model fairtui did not train (`fairtui import`): evaluated, listed and compared, never trained."""
+
+    name: ClassVar[str] = "imported"
+
+
 METHOD_PARAMS: dict[str, type[MethodParams]] = {
     cls.name: cls for cls in (NaturalParams, PGDATParams, FATParams, TRADESParams, FRLParams, CFAParams,
-                          WATParams)
+                          WATParams, ImportedParams)
 }
 
 
-__all__ = ["CFAParams", "FATParams", "FRLParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
+__all__ = ["CFAParams", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
            "ProfileError", "TRADESParams", "WATParams"]

@@ -110,6 +110,9 @@ def train(run_dir: Path) -> int:
     except ProfileError as err:
         print(err, file=sys.stderr)
         return EXIT_USAGE
+    if profile.source is not None:
+        print(f"{run_dir}: an imported model does not train (fairtui eval evaluates it)", file=sys.stderr)
+        return EXIT_USAGE
     lock = acquire_lock(run_dir)
     if lock is None:
         print(f"{run_dir}: another engine is already running this folder", file=sys.stderr)
@@ -147,12 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     p_eval = sub.add_parser("eval", help="evaluate a run's checkpoint under named attacks")
     p_eval.add_argument("run_dir", type=Path)
     p_eval.add_argument("--request", required=True, help="JSON: attacks, checkpoint, split, ...")
+    p_import = sub.add_parser("import", help="import the model named by the run folder's [source] table")
+    p_import.add_argument("run_dir", type=Path)
+    p_import.add_argument("--request", default="{}", help="JSON (reserved)")
     args = parser.parse_args(argv)
     if not (args.run_dir / "profile.toml").exists():
         print(f"{args.run_dir}: not a run folder (no profile.toml)", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "train":
         return train(args.run_dir)
+    if args.command == "import":
+        from engine.imported import import_run
+
+        return import_run(args.run_dir, json.loads(args.request))
     from engine.eval_run import evaluate_run
 
     return evaluate_run(args.run_dir, json.loads(args.request))

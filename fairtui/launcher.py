@@ -75,9 +75,15 @@ class GpuChoice:
 
 
 def create_run(home: Path, profile: Profile, profile_path: str, name: str | None, tags: list[str],
-               gpus: GpuChoice | None, extra_meta: dict | None = None) -> Path:
+               gpus: GpuChoice | None, extra_meta: dict | None = None, imported: bool = False) -> Path:
     """Make ``<home>/runs/<id>/`` with the resolved ``profile.toml`` and ``meta.json``. What can be
-    checked before training is checked first (ProfileError), so a refused profile leaves nothing."""
+    checked before training is checked first (ProfileError), so a refused profile leaves nothing.
+    Only `fairtui import` (``imported``) makes a run from an imported model's profile."""
+    if profile.source is not None and not imported:
+        from engine.profile_schema import ProfileError
+
+        raise ProfileError(profile_path or "profile", "source", "this is an imported model's profile: it does "
+                           "not train (`fairtui import` makes such runs; `fairtui eval` evaluates them)")
     check_data_root(profile, profile_path or "profile")
     run_id = new_run_id()
     run_dir = runs_dir(home) / run_id

@@ -16,7 +16,8 @@ from typing import Any
 from engine.events import read_events
 from engine.procinfo import process_exited, process_start_time
 
-FINAL_STATUSES = ("completed", "failed", "stopped")
+FINAL_STATUSES = ("completed", "failed", "stopped", "imported")
+DONE_STATUSES = ("completed", "imported")  # runs with results: trained to the end, or imported
 HEARTBEAT_S = 600.0  # a run on another host with no sign of life for this long is lost
 
 
@@ -127,6 +128,11 @@ class RunView:
         return found[0] if found else None
 
     @property
+    def imported(self) -> dict | None:
+        """Where an imported model came from (`fairtui import`); None for a trained run."""
+        return self.started.get("imported") if self.started else None
+
+    @property
     def config(self) -> dict:
         if self.started:
             return self.started.get("config", {})
@@ -156,7 +162,9 @@ class RunView:
 
     def status(self) -> str:
         if self.finished is not None and not (self.run_dir / "queued").exists():
-            return self.finished.get("status", "failed")
+            status = self.finished.get("status", "failed")
+            # an imported model (`fairtui import`): "completed" in its stream, told apart everywhere
+            return "imported" if status == "completed" and self.imported is not None else status
         if (self.run_dir / "queued").exists():
             return "queued"
         info = engine_process(self.run_dir)

@@ -140,6 +140,15 @@ class Method:
             getattr(self, key).copy_(state[key])
 
 
+class Imported(Method):
+    """An imported model (`fairtui import`): it has weights to evaluate and nothing to train."""
+
+    name = "imported"
+
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+        raise RuntimeError("an imported model does not train (fairtui import, then fairtui eval)")
+
+
 def clean_predictions(model: torch.nn.Module, x: Tensor) -> Tensor:
     """Clean logits in eval mode without gradients, for per-class training clean accuracy. [B, K]"""
     was_training = model.training

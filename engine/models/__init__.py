@@ -43,6 +43,8 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
         raise ValueError(f"model.arch {cfg.arch!r} needs images; this data set gives vectors of shape "
                          f"{input_shape}: use arch = \"mlp\"")
     net = MODELS[cfg.arch](cfg, input_shape, num_classes)
+    if cfg.mean:  # the profile states the normalisation (an imported model's)
+        mean, std = cfg.mean, cfg.std
     if len(input_shape) == 1 and len(mean) == 1:  # one statistic for every feature
         mean, std = mean * input_shape[0], std * input_shape[0]
     return nn.Sequential(Normalize(mean, std), net)

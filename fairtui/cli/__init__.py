@@ -12,6 +12,7 @@ import typer
 from fairtui.cli import compare as _compare
 from fairtui.cli import eval as _eval
 from fairtui.cli import export as _export
+from fairtui.cli import import_ as _import
 from fairtui.cli import ls as _ls
 from fairtui.cli import manage as _manage
 from fairtui.cli import resume as _resume
@@ -25,6 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=
 app.command("run", help=_run.HELP)(_run.run)
 app.command("resume", help=_resume.HELP)(_resume.resume)
 app.command("eval", help=_eval.HELP)(_eval.evaluate)
+app.command("import", help=_import.HELP)(_import.import_model)
 app.command("ls", help=_ls.HELP)(_ls.ls)
 app.command("show", help=_show.HELP)(_show.show)
 app.command("compare", help=_compare.HELP)(_compare.compare)

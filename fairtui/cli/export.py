@@ -35,7 +35,7 @@ def export(
 
         home_dir = resolve_home(home)
         dirs += [runs_dir(home_dir) / d["run_id"] for d in RunIndex(home_dir).read()
-                 if tag in (d.get("tags") or []) and d.get("status") == "completed"]
+                 if tag in (d.get("tags") or []) and d.get("status") in ("completed", "imported")]
     if sweep:
         from engine.profile_schema import ProfileError
         from fairtui.home import resolve_home, runs_dir

@@ -35,6 +35,8 @@ def resume(
         raise fail(f"run {run_dir.name} is still running (see engine.json); stop it first")
     if status == "completed":
         raise fail(f"run {run_dir.name} has completed; nothing to resume", 0)
+    if status == "imported":
+        raise fail(f"run {run_dir.name} is an imported model: it does not train (fairtui eval evaluates it)")
     proc = start_engine(run_dir, choice)
     typer.echo(f"resuming run {run_dir.name}", err=True)
     if detach:

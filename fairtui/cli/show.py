@@ -41,10 +41,16 @@ def show(
     cfg = view.config
     console.print(f"[bold]{view.name}[/] [{view.run_id}]  status [bold]{view.status()}[/]"
                   + (f": {view.finished.get('error')}" if view.finished and view.finished.get("error") else ""))
+    trained = f"epochs {len(epochs)}/{view.total_epochs()}, " if view.imported is None else ""
     console.print(f"method {cfg.get('method', {}).get('name')}, data {cfg.get('data', {}).get('dataset')}, "
                   f"model {cfg.get('model', {}).get('arch')}, seed {cfg.get('seed')}, "
-                  f"eps {cfg.get('attack', {}).get('eps'):.4g}, epochs {len(epochs)}/{view.total_epochs()}, "
+                  f"eps {cfg.get('attack', {}).get('eps'):.4g}, {trained}"
                   f"tags {', '.join(view.meta.get('tags', [])) or '-'}")
+    if view.imported is not None:
+        src = view.imported
+        what = src.get("robustbench_name") or src.get("path")
+        console.print(f"imported {src.get('kind')}: {what} (sha256 {str(src.get('sha256'))[:16]}...), "
+                      f"normalisation mean {src.get('mean') or 'from the file'} std {src.get('std') or ''}")
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
     if view.meta.get("notes"):

@@ -1,0 +1,284 @@
+"""Models fairtui did not train, imported once as a run and then evaluated like any other.
+
+`python -m engine import RUN_DIR --request JSON` reads the model named by the request, checks it
+against the run's data set, and writes the run folder's checkpoints and events (`run_started` with
+an `imported` record, then `run_finished` "completed"). Nothing read from a model file runs code:
+- a **state_dict** for one of fairtui's architectures is read with ``weights_only=True``;
+- a **TorchScript** file is read with ``torch.jit.load`` (TorchScript, not Python pickle) and copied
+  into the run folder (``imported/model.ts``), which holds its architecture from then on;
+- a **RobustBench** entry takes its architecture from the ``robustbench`` package's model zoo and
+  its weights from ``<model_dir>/<dataset>/<threat>/<name>.pt``, read by fairtui with
+  ``weights_only=True`` (RobustBench's own loader would download a missing file and unpickle it).
+Every imported network sits behind fairtui's normalisation layer (``model.mean`` / ``model.std``;
+mean 0 and std 1 for a model that takes [0, 1] pixels), so attacks work in [0, 1] as for trained runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine.config import Profile
+
+log = logging.getLogger("engine")
+
+TS_FILE = Path("imported") / "model.ts"
+
+
+class ImportFailed(ValueError):
+    """The model cannot be imported as asked: exit 2 with a message naming the mismatch."""
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- state_dicts ------------------------------------------------------------------------------------------
+
+def _strip(state: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """A file's tensors as a flat state_dict: the file itself, or its ``state_dict`` / ``model`` /
+    ``net`` entry (common checkpoint layouts), with DataParallel's ``module.`` prefix removed."""
+    from engine.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        state = load_checkpoint(path, need=())
+    except CheckpointError as err:
+        raise ImportFailed(str(err)) from None
+    for key in ("state_dict", "model", "net", "model_state_dict"):
+        if isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise ImportFailed(f"{path}: holds no tensors (expected a state_dict: parameter name -> tensor)")
+    return _strip(tensors, "module.")
+
+
+def load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str, num_classes: int) -> None:
+    """``load_state_dict(strict=True)`` with a message that names the mismatch."""
+    own = module.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own
+              if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if not (missing or unexpected or shapes):
+        module.load_state_dict(state)
+        return
+    parts = []
+    # a classifier of another size: say it in classes
+    for key, got, want in shapes:
+        if len(want) in (1, 2) and got[1:] == want[1:] and want[0] == num_classes:
+            parts.append(f"{num_classes} classes expected, {got[0]} given ({key}: {list(got)})")
+            break
+    if missing:
+        parts.append(f"missing keys ({len(missing)}): {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}")
+    if unexpected:
+        parts.append(f"unexpected keys ({len(unexpected)}): {', '.join(unexpected[:6])}"
+                     f"{' ...' if len(unexpected) > 6 else ''}")
+    other = [s for s in shapes if not parts or f"({s[0]}:" not in parts[0]]
+    if other:
+        parts.append("shape mismatches: " + ", ".join(f"{k} {list(g)} (expected {list(w)})" for k, g, w in other[:4]))
+    raise ImportFailed(f"the weights do not fit {what}: " + "; ".join(parts))
+
+
+# -- the three sources ------------------------------------------------------------------------------------
+
+def fairtui_model(profile: Profile, input_shape: tuple[int, ...], num_classes: int, mean, std) -> nn.Sequential:
+    from engine.models import build_model
+
+    return build_model(profile.model, input_shape, num_classes, mean, std)
+
+
+def wrap(net: nn.Module, profile: Profile, channels: int) -> nn.Sequential:
+    """fairtui's normalisation layer in front of an imported network (identity unless stated)."""
+    from engine.models import Normalize
+
+    mean = profile.model.mean or (0.0,) * channels
+    std = profile.model.std or (1.0,) * channels
+    return nn.Sequential(Normalize(tuple(mean), tuple(std)), net)
+
+
+def robustbench_entry(name: str, dataset: str, threat: str) -> dict:
+    """The model-zoo entry of the `robustbench` package (its architecture and download id)."""
+    import warnings
+
+    try:
+        import pyautoattack
+
+        # robustbench 1.1 imports the module `autoattack`, which the `pyautoattack` package it
+        # requires installs as `pyautoattack`: give it the same module under the name it uses.
+        sys.modules.setdefault("autoattack", pyautoattack)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from robustbench.model_zoo import model_dicts
+            from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+    except ImportError as err:
+        raise ImportFailed(f"the robustbench package is not installed ({err}); install it with "
+                           "pip install 'fairtui[robustbench]'") from None
+    try:
+        zoo = model_dicts[BenchmarkDataset(dataset)][ThreatModel(threat)]
+    except (ValueError, KeyError):
+        raise ImportFailed(f"RobustBench has no {dataset} / {threat} leaderboard") from None
+    if name not in zoo:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(zoo), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ImportFailed(f"RobustBench has no {dataset} {threat} model {name!r}{hint}")
+    entry = zoo[name]
+    if isinstance(entry.get("gdrive_id"), list):
+        raise ImportFailed(f"RobustBench's {name!r} is an ensemble of several weight files; fairtui imports "
+                           "single models only")
+    return entry
+
+
+def robustbench_state(path: Path, name: str) -> dict[str, torch.Tensor]:
+    """The zoo file's weights, read as RobustBench's load_model reads them (without unpickling code)."""
+    from engine.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        state = load_checkpoint(path, need=())
+    except CheckpointError as err:
+        raise ImportFailed(str(err)) from None
+    if "Kireev2021Effectiveness" in name or name == "Andriushchenko2020Understanding":
+        state = state["last"]  # RobustBench takes the last of 'last' / 'best'
+    if isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    return _strip(_strip({k: v for k, v in state.items() if isinstance(v, torch.Tensor)}, "module."), "model.")
+
+
+def robustbench_path(model_dir: str, name: str, dataset: str, threat: str) -> Path:
+    return Path(model_dir).expanduser() / dataset / threat / f"{name}.pt"
+
+
+def build(profile: Profile, input_shape: tuple[int, ...], num_classes: int, data_mean, data_std,
+          run_dir: Path) -> nn.Sequential:
+    """The network of a run (trained or imported), with its normalisation layer, untrained weights."""
+    arch = profile.model.arch
+    if arch == "torchscript":
+        try:
+            net = torch.jit.load(str(run_dir / TS_FILE), map_location="cpu")
+        except (RuntimeError, OSError, ValueError) as err:
+            raise ImportFailed(f"not a readable TorchScript file: {str(err).splitlines()[0][:200]}") from None
+        return wrap(net, profile, input_shape[0])
+    if arch == "robustbench":
+        src = profile.source
+        return wrap(robustbench_entry(src.robustbench_name, profile.data.dataset, src.threat)["model"](), profile,
+                    input_shape[0])
+    return fairtui_model(profile, input_shape, num_classes, data_mean, data_std)
+
+
+def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: int) -> None:
+    model.eval()
+    with torch.no_grad():
+        try:
+            out = model(torch.zeros(2, *input_shape))
+        except Exception as err:  # noqa: BLE001 - any failure of a foreign model is the user's to fix
+            raise ImportFailed(f"the model fails on a batch of {list(input_shape)} images: "
+                               f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}") from None
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[1] != num_classes:
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ImportFailed(f"the model gives outputs of shape {shape} for 2 images; {num_classes} classes expected")
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+def import_run(run_dir: Path, request: dict) -> int:
+    """Import the model of ``request`` into the (new) run folder ``run_dir``."""
+    from engine.config import load_profile
+    from engine.run import EXIT_OK, EXIT_USAGE, setup_logging
+
+    setup_logging()
+    profile = load_profile(run_dir / "profile.toml")
+    try:
+        imported = _import(run_dir, profile, request)
+    except ImportFailed as err:
+        print(f"fairtui import: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    log.info("imported %s", imported)
+    return EXIT_OK
+
+
+def _import(run_dir: Path, profile: Profile, request: dict) -> dict:
+    from engine.checkpoint import CheckpointStore
+    from engine.data import load_splits
+    from engine.events import EventWriter
+    from engine.provenance import provenance
+    from engine.utils import atomic_torch_save
+
+    splits = load_splits(profile.data, profile.seed)
+    src = profile.source
+    model = build_for_import(profile, request, splits, run_dir)
+    check_outputs(model, splits.input_shape, splits.num_classes)
+    record = {"kind": src.kind, "path": src.path, "sha256": src.sha256, "arch": profile.model.arch,
+              "robustbench_name": src.robustbench_name or None, "threat": src.threat or None,
+              "mean": list(profile.model.mean), "std": list(profile.model.std)}
+    state = {"epoch": 0, "model": model.state_dict(), "profile": profile.to_table(), "optimizer": {}, "rng": {},
+             "imported": record}
+    store = CheckpointStore(run_dir / "checkpoints")
+    atomic_torch_save({"epoch": 0, "model": state["model"], "best": None, "profile": state["profile"]},
+                      store.best_path)
+    atomic_torch_save(state, store.last_path)
+    events = EventWriter(run_dir / "events.jsonl", run_dir.name)
+    try:
+        events.emit("run_started", config=profile.to_table(), num_classes=splits.num_classes,
+                    class_names=splits.class_names, device="cpu (imported, not trained)", seed=profile.seed,
+                    split_sizes=splits.sizes(), provenance=provenance(), imported=record)
+        events.emit("run_finished", status="completed")
+    finally:
+        events.close()
+    return record
+
+
+def build_for_import(profile: Profile, request: dict, splits, run_dir: Path) -> nn.Sequential:
+    src, k = profile.source, splits.num_classes
+    if src.kind == "torchscript":
+        target = run_dir / TS_FILE
+        target.parent.mkdir(exist_ok=True)
+        shutil.copyfile(src.path, target)
+        return build(profile, splits.input_shape, k, splits.mean, splits.std, run_dir)
+    if src.kind == "robustbench":
+        entry = robustbench_entry(src.robustbench_name, profile.data.dataset, src.threat)
+        path = Path(src.path)
+        if not path.is_file():
+            raise ImportFailed(
+                f"RobustBench's weights for {src.robustbench_name!r} are not at {path} (fairtui never downloads). "
+                f"Where the network reaches, run: python -c \"from robustbench.utils import load_model; "
+                f"load_model('{src.robustbench_name}', model_dir='models', dataset='{profile.data.dataset}', "
+                f"threat_model='{src.threat}')\" and copy models/{profile.data.dataset}/{src.threat}/"
+                f"{src.robustbench_name}.pt to {path}")
+        net = entry["model"]()
+        load_strict(net, robustbench_state(path, src.robustbench_name), f"RobustBench's {src.robustbench_name}", k)
+        return wrap(net, profile, splits.input_shape[0])
+    # a state_dict for one of fairtui's architectures: the network alone, or a whole fairtui model
+    state = read_state_dict(Path(src.path))
+    model = fairtui_model(profile, splits.input_shape, k, splits.mean, splits.std)
+    if any(key.startswith("1.") for key in state) and any(key.startswith("0.") for key in state):
+        load_strict(model, state, f"fairtui's {profile.model.arch}", k)  # a fairtui model, normalisation included
+        if profile.model.mean:
+            model[0].mean.copy_(torch.tensor(profile.model.mean))
+            model[0].std.copy_(torch.tensor(profile.model.std))
+    else:
+        if not profile.model.mean:
+            raise ImportFailed("this state_dict has no normalisation layer: say what the model expects with "
+                               "--mean and --std, or --no-normalize for a model that takes [0, 1] pixels")
+        load_strict(model[1], state, f"fairtui's {profile.model.arch}", k)
+    return model
+
+
+__all__ = ["ImportFailed", "TS_FILE", "build", "import_run", "robustbench_path", "sha256_of"]

@@ -1,0 +1,148 @@
+"""`fairtui import`: a model fairtui did not train becomes a run (status `imported`) to evaluate and compare."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from fairtui.cli.options import Home, HomeT, Json, fail
+
+HELP = ("Import a model trained elsewhere as a run: a state_dict for one of fairtui's architectures, a "
+        "TorchScript file, or a RobustBench zoo entry. Then `fairtui eval RUN --attack aa` evaluates it per class.")
+
+CHANNELS = {"digits": 1, "mnist": 1, "fashion_mnist": 1}  # every other image data set: 3
+
+
+def _floats(text: str, option: str) -> list[float]:
+    import math
+
+    try:
+        values = [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise fail(f"{option}: expected comma-separated numbers like 0.4914,0.4822,0.4465, got {text!r}") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise fail(f"{option}: expected finite numbers, got {text!r}")
+    return values
+
+
+def import_model(
+    state_dict: Optional[str] = typer.Option(None, "--state-dict", help="a state_dict file for --arch"),
+    torchscript: Optional[str] = typer.Option(None, "--torchscript", help="a TorchScript file (torch.jit.save)"),
+    robustbench: Optional[str] = typer.Option(None, "--robustbench", help="a RobustBench model name, e.g. "
+                                              "Carmon2019Unlabeled (needs fairtui[robustbench])"),
+    dataset: str = typer.Option(..., "--dataset", help="the data set the model classifies (cifar10, ...)"),
+    arch: Optional[str] = typer.Option(None, "--arch", help="fairtui's architecture of a --state-dict "
+                                       "(preact_resnet18, resnet18, wide_resnet, small_cnn, mlp)"),
+    depth: int = typer.Option(34, "--depth", help="WideResNet depth"),
+    width: int = typer.Option(10, "--width", help="WideResNet widen factor"),
+    threat: str = typer.Option("linf", "--threat", help="RobustBench threat model and the eval norm: linf or l2"),
+    model_dir: str = typer.Option("models", "--model-dir", help="RobustBench's model folder: weights are read "
+                                  "from MODEL_DIR/DATASET/THREAT/NAME.pt, never downloaded"),
+    mean: Optional[str] = typer.Option(None, "--mean", help="the normalisation the model expects, per channel"),
+    std: Optional[str] = typer.Option(None, "--std", help="(with --mean)"),
+    no_normalize: bool = typer.Option(False, "--no-normalize", help="the model takes [0, 1] pixels as they are"),
+    data_root: str = typer.Option("data", "--data-root", help="the folder with the data set's files"),
+    eps: Optional[str] = typer.Option(None, "--eps", help="the evaluation eps (default 8/255 for linf, 0.5 for l2)"),
+    name: Optional[str] = typer.Option(None, "--name", help="a name for the run"),
+    tag: List[str] = typer.Option([], "--tag", help="a tag for the run (repeatable)"),
+    json_out: bool = Json,
+    home: HomeT = Home,
+) -> None:
+    import hashlib
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.config import ARCHS, NUM_CLASSES, profile_from_table
+    from engine.profile_schema import ProfileError, parse_fraction
+    from fairtui.home import resolve_home
+    from fairtui.launcher import create_run
+
+    given = [(k, v) for k, v in (("state_dict", state_dict), ("torchscript", torchscript),
+                                 ("robustbench", robustbench)) if v]
+    if len(given) != 1:
+        raise fail("give exactly one of --state-dict FILE (with --arch), --torchscript FILE, --robustbench NAME")
+    kind, value = given[0]
+    if dataset not in NUM_CLASSES:
+        raise fail(f"--dataset: unknown data set {dataset!r}; choose from {', '.join(NUM_CLASSES)}")
+    if kind == "state_dict" and arch not in ARCHS:
+        raise fail(f"--arch: a state_dict needs one of fairtui's architectures ({', '.join(ARCHS)}), got {arch!r}")
+    if kind != "state_dict" and arch:
+        raise fail(f"--arch: only for --state-dict (a {kind} model brings its own architecture)")
+    threats = {"linf": "Linf", "l2": "L2"}
+    if threat.lower() not in threats:
+        raise fail(f"--threat: linf or l2, got {threat!r}")
+    threat_name = threats[threat.lower()]
+    channels = CHANNELS.get(dataset, 3)
+    if no_normalize and (mean or std):
+        raise fail("--no-normalize: not with --mean / --std")
+    norm_mean = _floats(mean, "--mean") if mean else ([0.0] * channels if no_normalize else [])
+    norm_std = _floats(std, "--std") if std else ([1.0] * channels if no_normalize else [])
+    if bool(mean) != bool(std):
+        raise fail("--mean and --std go together")
+    if norm_mean and (len(norm_mean) != channels or len(norm_std) != channels):
+        raise fail(f"--mean / --std: {dataset} images have {channels} channel(s); give {channels} value(s) each")
+    if kind != "state_dict" and not norm_mean:  # TorchScript and RobustBench models take [0, 1] pixels
+        norm_mean, norm_std = [0.0] * channels, [1.0] * channels
+    try:
+        eps_value = parse_fraction(eps) if eps is not None else (8 / 255 if threat_name == "Linf" else 0.5)
+    except ValueError as err:
+        raise fail(f"--eps: {err}") from None
+
+    if kind == "robustbench":
+        path = Path(model_dir).expanduser().resolve() / dataset / threat_name / f"{value}.pt"
+    else:
+        path = Path(value).expanduser().resolve()
+        if not path.is_file():
+            raise fail(f"--{kind.replace('_', '-')}: no such file: {value}")
+    digest = ""
+    if path.is_file():
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        digest = h.hexdigest()
+    label = value if kind == "robustbench" else path.name
+    raw = {
+        "name": name or (value if kind == "robustbench" else path.stem), "seed": 0,
+        "description": f"imported {kind.replace('_', ' ')}: {label}",
+        "data": {"dataset": dataset, "root": data_root},
+        "model": {"arch": arch if kind == "state_dict" else kind, "depth": depth, "width": width,
+                  "mean": norm_mean, "std": norm_std},
+        "attack": {"norm": threat_name.lower(), "eps": eps_value, "step": eps_value / 4},
+        "method": {"name": "imported"},
+        "eval": {"attacks": ["clean", "pgd20"], "checkpoints": ["best"]},
+        "source": {"kind": kind, "path": str(path), "sha256": digest,
+                   "robustbench_name": value if kind == "robustbench" else "",
+                   "threat": threat_name if kind == "robustbench" else ""},
+    }
+    try:
+        profile = profile_from_table(raw, "fairtui import")
+        home_dir = resolve_home(home)
+        run_dir = create_run(home_dir, profile, "", name or raw["name"], list(tag), None, {"imported": kind},
+                             imported=True)
+    except ProfileError as err:
+        raise fail(str(err)) from None
+    env = dict(os.environ)
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")  # importing reads and checks the model on the CPU
+    proc = subprocess.run([sys.executable, "-m", "engine", "import", str(run_dir)], capture_output=True, text=True,
+                          env=env)
+    (run_dir / "engine.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing is left half-made
+        lines = (proc.stderr or "").strip().splitlines()
+        reason = next((line for line in reversed(lines) if line.startswith("fairtui import:")), None)
+        typer.echo(reason or f"fairtui import: failed (exit {proc.returncode}):\n" + "\n".join(lines[-15:]), err=True)
+        raise typer.Exit(2 if proc.returncode == 2 else 1)
+    from fairtui.store import RunIndex
+
+    RunIndex(home_dir).register(run_dir)
+    typer.echo(f"imported {label} as run {run_dir.name} ({raw['name']}); evaluate it with "
+               f"fairtui eval {run_dir.name} --attack aa", err=True)
+    if json_out:
+        typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "status": "imported",
+                               "source": raw["source"]}))

@@ -1,0 +1,183 @@
+"""`fairtui import`: models trained elsewhere become runs that evaluate, list and compare like trained ones."""
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from engine.config import DataConfig, ModelConfig
+from engine.data import load_splits
+from engine.models import MODELS
+from tests.conftest import TINY, fairtui_cmd
+
+
+def trained_small_cnn() -> nn.Module:
+    """fairtui's small_cnn for digits, trained a little on [0, 1] pixels (no normalisation)."""
+    torch.manual_seed(0)
+    net = MODELS["small_cnn"](ModelConfig(arch="small_cnn"), (1, 8, 8), 10)
+    data = load_splits(DataConfig(dataset="digits", val_per_class=1), 0).train
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(40):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(data.images(slice(None))), data.y).backward()
+        opt.step()
+    return net.eval()
+
+
+def run_json(*args, home):
+    proc = fairtui_cmd(*args, "--json", home=home)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def runs_in(home):
+    folder = home / "runs"
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_state_dict_import_then_per_class_autoattack_equals_pyautoattack(tmp_path):
+    # aa-fast (APGD-CE + APGD-T, pyautoattack's own attacks): standard AA's Square attack takes minutes on
+    # the CPU; that the standard version equals pyautoattack too is tests/engine/test_evaluation.py's.
+    from engine.attacks.autoattack import make_autoattack
+    from engine.data.datasets import stratified_pick
+    from engine.results import SUBSET_SEED
+
+    net = trained_small_cnn()
+    torch.save({"state_dict": {"module." + k: v for k, v in net.state_dict().items()}}, tmp_path / "net.pt")
+    home = tmp_path / "home"
+    made = run_json("import", "--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn", "--dataset",
+                    "digits", "--no-normalize", "--eps", "0.12", "--name", "outside-cnn", "--tag", "zoo", home=home)
+    assert made["status"] == "imported"
+    started = [json.loads(line) for line in (home / "runs" / made["run_id"] / "events.jsonl").read_text().splitlines()][0]
+    assert started["imported"]["kind"] == "state_dict"
+    assert started["imported"]["sha256"] == made["source"]["sha256"] and len(made["source"]["sha256"]) == 64
+
+    shown = run_json("eval", "outside-cnn", "--attack", "aa-fast", "--n-per-class", "3", home=home)
+    ours = next(r for r in shown["results"] + shown.get("other_results", []) if r["attack"] == "aa-fast")
+
+    test = load_splits(DataConfig(dataset="digits"), 0).test
+    test = test.subset(stratified_pick(test.y.numpy(), 3, 1.0, np.random.default_rng(SUBSET_SEED), 10))
+    x = test.images(slice(None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        aa = make_autoattack(net, 0.12, "linf", 0, 10, True, torch.device("cpu"))
+        _, y_adv = aa.run_standard_evaluation(x, test.y, batch_size=len(test))
+    direct = (torch.bincount(test.y, weights=(y_adv == test.y).double(), minlength=10)
+              / torch.bincount(test.y, minlength=10))
+    assert ours["robust_acc_per_class"] == pytest.approx(direct.tolist())
+    assert 0 < ours["avg_robust"] < ours["avg_clean"]  # the attack did something, not everything
+    listed = run_json("ls", "--tag", "zoo", home=home)
+    assert [(r["name"], r["status"]) for r in listed] == [("outside-cnn", "imported")]
+
+
+def test_torchscript_import_evaluates_the_scripted_model(tmp_path):
+    net = trained_small_cnn()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(net), str(tmp_path / "net.ts"))
+    home = tmp_path / "home"
+    made = run_json("import", "--torchscript", str(tmp_path / "net.ts"), "--dataset", "digits", "--eps", "0.2",
+                    home=home)
+    shown = run_json("eval", made["run_id"], "--attack", "clean", home=home)
+    clean = next(r for r in shown["results"] if r["attack"] == "clean")  # the profile's own settings: headline
+    test = load_splits(DataConfig(dataset="digits"), 0).test
+    with torch.no_grad():
+        pred = net(test.images(slice(None))).argmax(1)
+    direct = torch.bincount(test.y, weights=(pred == test.y).double(), minlength=10) / torch.bincount(test.y,
+                                                                                                       minlength=10)
+    assert clean["clean_acc_per_class"] == pytest.approx(direct.tolist())
+
+
+def test_imported_and_trained_runs_compare_and_an_imported_run_does_not_train(tmp_path):
+    home = tmp_path / "home"
+    net = trained_small_cnn()
+    torch.save(net.state_dict(), tmp_path / "net.pt")
+    made = run_json("import", "--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn", "--dataset", "digits",
+                    "--no-normalize", "--eps", "0.2", "--name", "imported-cnn", home=home)
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text(TINY.replace('attacks = ["pgd5"]', 'attacks = ["pgd20"]').replace("test_per_class = 10",
+                                                                                   "test_per_class = 0"))
+    proc = fairtui_cmd("run", str(tiny), "--name", "trained-cnn", home=home)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_json("eval", "imported-cnn", "--attack", "pgd20", home=home)
+    cmp = run_json("compare", "trained-cnn", "imported-cnn", "--attack", "pgd20", home=home)
+    assert "rho" in json.dumps(cmp) and "imported-cnn" in json.dumps(cmp)
+    resumed = fairtui_cmd("resume", made["run_id"], home=home)
+    assert resumed.returncode == 2 and "imported model" in resumed.stderr
+    profile = home / "runs" / made["run_id"] / "profile.toml"
+    refused = fairtui_cmd("run", str(profile), home=home)
+    assert refused.returncode == 2 and "fairtui import" in refused.stderr
+
+
+def test_bad_models_exit_2_naming_the_mismatch_and_leave_nothing(tmp_path):
+    home = tmp_path / "home"
+    hundred = MODELS["small_cnn"](ModelConfig(arch="small_cnn"), (1, 8, 8), 100)
+    torch.save(hundred.state_dict(), tmp_path / "hundred.pt")
+    net = MODELS["small_cnn"](ModelConfig(arch="small_cnn"), (1, 8, 8), 10)
+    torch.save(net.state_dict(), tmp_path / "net.pt")
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'PWNED'}",))
+
+    torch.save({"weight": Evil()}, tmp_path / "evil.pt")
+    cases = [
+        (["--state-dict", str(tmp_path / "hundred.pt"), "--arch", "small_cnn", "--no-normalize"],
+         "10 classes expected, 100 given"),
+        (["--state-dict", str(tmp_path / "net.pt"), "--arch", "preact_resnet18", "--no-normalize"],
+         "missing keys"),
+        (["--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn"], "no normalisation layer"),
+        (["--state-dict", str(tmp_path / "evil.pt"), "--arch", "small_cnn", "--no-normalize"], "refused"),
+        (["--state-dict", str(tmp_path / "missing.pt"), "--arch", "small_cnn"], "no such file"),
+        (["--torchscript", str(tmp_path / "net.pt")], "TorchScript"),
+    ]
+    for args, message in cases:
+        proc = fairtui_cmd("import", *args, "--dataset", "digits", home=home)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+    assert not (tmp_path / "PWNED").exists()  # the pickle's code never ran
+    assert runs_in(home) == []  # nothing half-made
+
+
+def robustbench_zoo():
+    """The robustbench package's zoo, or skip (it is an optional extra: fairtui[robustbench])."""
+    try:
+        from engine.imported import robustbench_entry
+
+        return robustbench_entry("Standard", "cifar10", "Linf")
+    except Exception as err:  # noqa: BLE001
+        pytest.skip(f"robustbench is not usable here: {err}")
+
+
+def test_robustbench_entry_imports_from_its_model_dir_and_evaluates(tmp_path):
+    from tests.engine.test_data import write_cifar
+
+    entry = robustbench_zoo()
+    write_cifar(tmp_path / "data", n_train=50, n_test=20)
+    home, models = tmp_path / "home", tmp_path / "models"
+    args = ("import", "--robustbench", "Standard", "--dataset", "cifar10", "--threat", "linf", "--model-dir",
+            str(models), "--data-root", str(tmp_path / "data"))
+    missing = fairtui_cmd(*args, home=home)
+    assert missing.returncode == 2
+    where = models / "cifar10" / "Linf" / "Standard.pt"
+    assert str(where) in missing.stderr and "load_model" in missing.stderr and runs_in(home) == []
+
+    torch.manual_seed(0)
+    model = entry["model"]()  # random weights, saved where RobustBench's loader looks
+    where.parent.mkdir(parents=True)
+    torch.save({"state_dict": {"module." + k: v for k, v in model.state_dict().items()}}, where)
+    made = run_json(*args, "--name", "rb-standard", home=home)
+    shown = run_json("eval", "rb-standard", "--attack", "clean", home=home)
+    clean = next(r for r in shown["results"] if r["attack"] == "clean")
+    test = load_splits(DataConfig(dataset="cifar10", root=str(tmp_path / "data")), 0).test
+    with torch.no_grad():
+        pred = model.eval()(test.images(slice(None))).argmax(1)
+    direct = torch.bincount(test.y, weights=(pred == test.y).double(), minlength=10) / torch.bincount(test.y,
+                                                                                                       minlength=10)
+    assert clean["clean_acc_per_class"] == pytest.approx(direct.tolist())
+    doc = run_json("show", made["run_id"], home=home)
+    assert doc["imported"]["robustbench_name"] == "Standard" and doc["imported"]["threat"] == "Linf"
