@@ -13,7 +13,10 @@ HELP = ("Evaluate a checkpoint under named attacks (clean, fgsm, pgd20, pgd100, 
 
 
 def evaluate(
-    run_ref: str = typer.Argument(..., metavar="RUN", help="run id, unique id prefix, or name"),
+    run_refs: List[str] = typer.Argument(None, metavar="RUN...", help="run ids, unique id prefixes, or names "
+                                         "(several: evaluated one after the other)"),
+    tag: List[str] = typer.Option([], "--tag", help="also every finished or imported run with this tag "
+                                  "(repeatable): a fairness report over many models"),
     attack: List[str] = typer.Option([], "--attack", help="attack names, comma-separated or repeated "
                                      "(default: the profile's eval.attacks)"),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, ema or fawa"),
@@ -33,16 +36,24 @@ def evaluate(
 
     from engine.config import ATTACK_NAME, CHECKPOINTS
     from engine.profile_schema import ProfileError, parse_fraction
-    from fairtui.follow import follow
     from fairtui.home import RunNotFound, find_run, resolve_home
-    from fairtui.launcher import GpuChoice, start_engine
-    from fairtui.runfolder import RunView
+    from fairtui.launcher import GpuChoice
 
     try:
-        run_dir = find_run(resolve_home(home), run_ref)
+        home_dir = resolve_home(home)
+        run_dirs = [find_run(home_dir, ref) for ref in run_refs or []]
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
+    if tag:
+        from fairtui.runfolder import DONE_STATUSES
+        from fairtui.store import RunIndex
+
+        run_dirs += [home_dir / "runs" / d["run_id"] for d in RunIndex(home_dir).read()
+                     if set(tag) & set(d.get("tags") or []) and d.get("status") in DONE_STATUSES]
+    run_dirs = list(dict.fromkeys(run_dirs))  # each run once, in the order given
+    if not run_dirs:
+        raise fail("name the runs to evaluate (RUN..., or --tag TAG)")
     try:
         eps_value = parse_fraction(eps) if eps is not None else None
     except ValueError as err:
@@ -58,23 +69,52 @@ def evaluate(
         raise fail(f"--split: must be test or val, got {split!r}")
     if checkpoint not in CHECKPOINTS:
         raise fail(f"--checkpoint: unknown checkpoint {checkpoint!r}; choose from {', '.join(CHECKPOINTS)}")
+    request = {"attacks": names, "checkpoint": checkpoint, "split": split, "n_per_class": n_per_class,
+               "batch_size": batch_size, "eps": eps_value, "force": force}
+    if len(run_dirs) == 1:
+        raise typer.Exit(_evaluate_one(run_dirs[0], dict(request), choice, json_out, allow_running))
+    import contextlib
+    import io
+
+    docs, worst = [], 0
+    for run_dir in run_dirs:
+        typer.echo(f"== {run_dir.name}", err=True)
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured) if json_out else contextlib.nullcontext():
+            try:
+                code = _evaluate_one(run_dir, dict(request), choice, json_out, allow_running)
+            except typer.Exit as stop:  # a run that cannot be evaluated (still training): report, go on
+                code = stop.exit_code
+        if json_out:
+            text = captured.getvalue().strip()
+            docs.append(json.loads(text) if text else {"run_id": run_dir.name, "exit_code": code, "results": []})
+        worst = code if code and not worst else worst
+    if json_out:
+        typer.echo(json.dumps({"runs": docs}))
+    raise typer.Exit(worst)
+
+
+def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running: bool) -> int:
+    import json
+    import sys
+
+    from fairtui.follow import follow
+    from fairtui.launcher import start_engine
+    from fairtui.runfolder import RunView
+
     if RunView.load(run_dir).status() == "running":
         if not allow_running:
             raise fail(f"run {run_dir.name} is still training; --allow-running evaluates its last checkpoint")
-        checkpoint = "last"
-    request = {"attacks": names, "checkpoint": checkpoint, "split": split, "n_per_class": n_per_class,
-               "batch_size": batch_size, "eps": eps_value, "force": force}
+        request["checkpoint"] = "last"
     command = ["-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
-    import sys
-
     proc = start_engine(run_dir, choice, command=[sys.executable, *command])
     from engine.config import load_profile
 
-    request["attacks"] = names or list(load_profile(run_dir / "profile.toml").eval.attacks)
+    request["attacks"] = request["attacks"] or list(load_profile(run_dir / "profile.toml").eval.attacks)
     code = follow(run_dir, proc, json_out, eval_request=request)
     if code == 2:
         log = (run_dir / "engine.log").read_text().splitlines()
         reason = next((line for line in reversed(log) if line.startswith("fairtui eval:")), None)
         if reason:
             typer.echo(reason, err=True)
-    raise typer.Exit(code)
+    return code

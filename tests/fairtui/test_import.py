@@ -92,6 +92,22 @@ def test_torchscript_import_evaluates_the_scripted_model(tmp_path):
     assert clean["clean_acc_per_class"] == pytest.approx(direct.tolist())
 
 
+def test_a_fairness_report_over_many_models(tmp_path):
+    home = tmp_path / "home"
+    for i in range(2):
+        torch.manual_seed(i)
+        net = MODELS["small_cnn"](ModelConfig(arch="small_cnn"), (1, 8, 8), 10)
+        torch.save(net.state_dict(), tmp_path / f"m{i}.pt")
+        run_json("import", "--state-dict", str(tmp_path / f"m{i}.pt"), "--arch", "small_cnn", "--dataset", "digits",
+                 "--no-normalize", "--eps", "0.2", "--name", f"model-{i}", "--tag", "zoo", home=home)
+    report = run_json("eval", "--tag", "zoo", "--attack", "clean,pgd2", home=home)  # one JSON document
+    assert sorted(len(doc["results"]) for doc in report["runs"]) == [2, 2]
+    table = fairtui_cmd("export", "--tag", "zoo", "--attack", "pgd2", "--format", "md", home=home)
+    assert table.returncode == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines() if line.startswith("| model-")]
+    assert len(rows) == 2  # two models, two rows: never averaged together
+
+
 def test_imported_and_trained_runs_compare_and_an_imported_run_does_not_train(tmp_path):
     home = tmp_path / "home"
     net = trained_small_cnn()
