@@ -69,6 +69,29 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return _strip(tensors, "module.")
 
 
+def from_layer_layout(state: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
+    """The common ``layer1.0.conv1.weight`` layout of (PreAct)ResNet-18 (the CFA, FRL and WAT authors'
+    code, torchvision-style names) in fairtui's names: its eight blocks are ``layers.0`` to ``layers.7``;
+    PreAct-ResNet's final BatchNorm ``bn`` is ``bn1`` and a block's projection ``shortcut.0`` is ``shortcut``.
+    Keys of any other layout pass through unchanged (and a strict load then names what does not fit)."""
+    import re
+
+    if arch not in ("preact_resnet18", "resnet18") or not any(k.startswith("layer1.") for k in state):
+        return state
+    out = {}
+    for key, value in state.items():
+        match = re.match(r"layer([1-4])\.([01])\.(.*)", key)
+        if match:
+            block, rest = 2 * (int(match.group(1)) - 1) + int(match.group(2)), match.group(3)
+            if arch == "preact_resnet18":
+                rest = re.sub(r"^shortcut\.0\.", "shortcut.", rest)
+            key = f"layers.{block}.{rest}"
+        elif arch == "preact_resnet18" and key.startswith("bn."):
+            key = "bn1." + key[len("bn."):]
+        out[key] = value
+    return out
+
+
 def load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str, num_classes: int) -> None:
     """``load_state_dict(strict=True)`` with a message that names the mismatch."""
     own = module.state_dict()
@@ -277,7 +300,7 @@ def build_for_import(profile: Profile, request: dict, splits, run_dir: Path) -> 
         if not profile.model.mean:
             raise ImportFailed("this state_dict has no normalisation layer: say what the model expects with "
                                "--mean and --std, or --no-normalize for a model that takes [0, 1] pixels")
-        load_strict(model[1], state, f"fairtui's {profile.model.arch}", k)
+        load_strict(model[1], from_layer_layout(state, profile.model.arch), f"fairtui's {profile.model.arch}", k)
     return model
 
 

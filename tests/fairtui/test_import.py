@@ -197,3 +197,72 @@ def test_robustbench_entry_imports_from_its_model_dir_and_evaluates(tmp_path):
     assert clean["clean_acc_per_class"] == pytest.approx(direct.tolist())
     doc = run_json("show", made["run_id"], home=home)
     assert doc["imported"]["robustbench_name"] == "Standard" and doc["imported"]["threat"] == "Linf"
+
+
+def test_the_authors_layer_layout_of_preact_resnet18_imports(tmp_path):
+    """CFA's published PreActResNet18 names its blocks layer1.0 ... layer4.1, its final BatchNorm `bn` and a
+    projection `shortcut.0`: the same network as fairtui's preact_resnet18 under other names."""
+    import re
+
+    from engine.models import build_model
+
+    torch.manual_seed(0)
+    ours = build_model(ModelConfig(arch="preact_resnet18"), (3, 32, 32), 10, (0.5,) * 3, (0.25,) * 3).eval()
+    for module in ours.modules():  # non-trivial BatchNorm statistics, so a wrong mapping shows
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.1, 0.1)
+            module.running_var.uniform_(0.5, 1.5)
+
+    def authors_name(key: str) -> str:  # fairtui's name -> the CFA authors' model.py name
+        m = re.match(r"layers\.(\d)\.(.*)", key)
+        if m:
+            block, rest = int(m.group(1)), m.group(2)
+            rest = re.sub(r"^shortcut\.", "shortcut.0.", rest)
+            return f"layer{block // 2 + 1}.{block % 2}.{rest}"
+        return "bn." + key[4:] if key.startswith("bn1.") else key
+
+    theirs = {authors_name(k): v for k, v in ours[1].state_dict().items()}
+    assert any(k.startswith("layer4.1.") for k in theirs) and "bn.weight" in theirs
+    torch.save(theirs, tmp_path / "cfa.pt")
+    from engine.imported import from_layer_layout, load_strict
+
+    fresh = build_model(ModelConfig(arch="preact_resnet18"), (3, 32, 32), 10, (0.5,) * 3, (0.25,) * 3).eval()
+    load_strict(fresh[1], from_layer_layout(theirs, "preact_resnet18"), "preact_resnet18", 10)
+    x = torch.rand(4, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(fresh(x), ours(x))  # the same network, logit for logit
+    from tests.engine.test_data import write_cifar
+
+    write_cifar(tmp_path / "data", n_train=50, n_test=20)
+    home = tmp_path / "home"
+    made = run_json("import", "--state-dict", str(tmp_path / "cfa.pt"), "--arch", "preact_resnet18", "--dataset",
+                    "cifar10", "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25", "--data-root",
+                    str(tmp_path / "data"), home=home)
+    shown = run_json("eval", made["run_id"], "--attack", "clean", home=home)
+    clean = next(r for r in shown["results"] if r["attack"] == "clean")
+    test = load_splits(DataConfig(dataset="cifar10", root=str(tmp_path / "data")), 0).test
+    with torch.no_grad():
+        pred = ours(test.images(slice(None))).argmax(1)
+    direct = torch.bincount(test.y, weights=(pred == test.y).double(), minlength=10) / torch.bincount(test.y,
+                                                                                                       minlength=10)
+    assert clean["clean_acc_per_class"] == pytest.approx(direct.tolist())
+
+
+def test_the_layer_layout_of_resnet18_maps_logit_for_logit():
+    """WAT's ResNet18 (models/resnet.py): layer1.0 ... layer4.1, shortcut Sequential(conv, bn) as fairtui's."""
+    import re
+
+    from engine.imported import from_layer_layout, load_strict
+    from engine.models import build_model
+
+    torch.manual_seed(1)
+    ours = build_model(ModelConfig(arch="resnet18"), (3, 32, 32), 10, (0.5,) * 3, (0.25,) * 3).eval()
+    theirs = {}
+    for key, value in ours[1].state_dict().items():
+        m = re.match(r"layers\.(\d)\.(.*)", key)
+        theirs[f"layer{int(m.group(1)) // 2 + 1}.{int(m.group(1)) % 2}.{m.group(2)}" if m else key] = value
+    fresh = build_model(ModelConfig(arch="resnet18"), (3, 32, 32), 10, (0.5,) * 3, (0.25,) * 3).eval()
+    load_strict(fresh[1], from_layer_layout(theirs, "resnet18"), "resnet18", 10)
+    x = torch.rand(4, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(fresh(x), ours(x))
