@@ -290,3 +290,22 @@ def test_cfa_profiles_lr_is_the_authors_lr_schedule(name):
 
     for epoch in range(1, 201):
         assert lr_at(epoch, profile) == pytest.approx(lr_schedule(epoch - 1), rel=1e-12), epoch
+
+
+def test_frl_fine_tuning_starts_a_fresh_optimizer_in_the_loop(tmp_path):
+    """In-run pre-training, then FRL: "fresh" drops the pre-training momentum at the first FRL epoch
+    (the authors build a new SGD), "continue" keeps it; the two runs differ only there."""
+    import hashlib
+
+    from tests.conftest import train_tiny
+
+    digests = {}
+    for choice in ("fresh", "continue"):
+        (tmp_path / choice).mkdir()
+        run = train_tiny(tmp_path / choice, ("method.name=\"frl\"", "method.pretrain_epochs=1", "train.epochs=2",
+                                             "method.finetune_lr=0.05", f"method.finetune_optimizer=\"{choice}\""))
+        state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+        digests[choice] = hashlib.sha256(b"".join(v.numpy().tobytes() for v in state["model"].values())).hexdigest()
+        momentum = [s["momentum_buffer"] for s in state["optimizer"]["state"].values()]
+        assert momentum and all(torch.isfinite(m).all() for m in momentum)
+    assert digests["fresh"] != digests["continue"]
