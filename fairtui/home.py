@@ -45,7 +45,11 @@ def list_run_dirs(home: Path) -> list[Path]:
 
 
 def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
-    """Resolve RUN: an id, a unique id prefix, or a run name (newest run of that name)."""
+    """Resolve RUN: an id, a unique id prefix, a run name (newest run of that name), or a short id.
+
+    The short id is the random last part of the id (``1eb6cc`` of ``20261122-224326-1eb6cc``): what
+    `fairtui ls`, `compare` and the app show. A unique prefix of it (4 characters or more) works too.
+    """
     if not ref or not ref.strip() or ref.strip() in (".", ".."):
         # an empty prefix would match every run (`fairtui rm "" --yes` deleted one)
         raise RunNotFound(f"RUN must be a run id, a unique prefix of one, or a run name; got {ref!r}")
@@ -54,6 +58,9 @@ def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
         return folder / ref
     ids = {name: folder / name for name in sorted(os.listdir(folder))} if folder.is_dir() else {}
     dirs = list(ids.values())
+    short = [p for p in dirs if short_id(p.name) == ref and (p / "profile.toml").exists()]
+    if len(short) == 1:
+        return short[0]
     prefixed = [p for p in dirs if p.name.startswith(ref) and (p / "profile.toml").exists()]
     if len(prefixed) == 1:
         return prefixed[0]
@@ -65,9 +72,21 @@ def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
     named = [ids[i] for i, n in names.items() if n == ref and i in ids]
     if named:
         return named[-1]
+    if len(ref) >= 4:
+        by_short = [p for p in dirs if short_id(p.name).startswith(ref)]
+        if len(by_short) == 1:
+            return by_short[0]
+        if len(by_short) > 1:
+            raise RunNotFound(f"{ref!r} is ambiguous; it starts the short ids of {len(by_short)} runs: "
+                              + ", ".join(p.name for p in by_short[:10]))
     close = difflib.get_close_matches(ref, list(ids) + sorted(set(names.values())), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise RunNotFound(f"no run {ref!r} in {runs_dir(home)}{hint}")
+
+
+def short_id(run_id: str) -> str:
+    """The id's random last part: unique in practice, and short enough to show and type."""
+    return run_id.rsplit("-", 1)[-1]
 
 
 def read_name(run_dir: Path) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from engine.results import describe
+from fairtui.home import short_id
 from fairtui.runfolder import RunView
 
 
@@ -114,7 +115,7 @@ def result_rows(results) -> list[dict]:
 def comparison_tables(cmp) -> list[Table]:
     """The compare command's tables: per class, summary with deltas and rho, configuration diff."""
     cols = cmp.columns
-    labels = [f"{c.view.name} [{c.view.run_id[-6:]}]" + (" (base)" if i == cmp.baseline else "")
+    labels = [f"{c.view.name} [{short_id(c.view.run_id)}]" + (" (base)" if i == cmp.baseline else "")
               for i, c in enumerate(cols)]
     per_class = Table(title=f"clean / robust per class ({cmp.attack} @ {cmp.checkpoint}); < marks each run's "
                       "worst class", title_justify="left")

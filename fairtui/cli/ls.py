@@ -30,19 +30,20 @@ def filter_docs(docs: list[dict], method, dataset, status, tag, name, sweep=None
 def ls(
     method: Optional[str] = typer.Option(None, "--method"),
     dataset: Optional[str] = typer.Option(None, "--dataset"),
-    status: Optional[str] = typer.Option(None, "--status", help="completed, failed, stopped, running, lost"),
+    status: Optional[str] = typer.Option(None, "--status", help="completed, imported, failed, stopped, running, "
+                                         "queued, lost"),
     tag: Optional[str] = typer.Option(None, "--tag"),
     name: Optional[str] = typer.Option(None, "--name", help="a glob pattern, e.g. 'cfa-*'"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="the children of a sweep (id or prefix)"),
     limit: int = typer.Option(50, "--limit", help="rows to show (0: all); --json always lists all"),
+    wide: bool = typer.Option(False, "--wide", help="every column, the full run id included, nothing cut"),
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
     import json
-    import time
 
     from fairtui.home import resolve_home
-    from fairtui.store import RunIndex, headline
+    from fairtui.store import RunIndex
 
     index = RunIndex(resolve_home(home))
     if json_out and not any((method, dataset, status, tag, name, sweep)):
@@ -59,24 +60,70 @@ def ls(
         # Straight to stdout: click's echo would scan megabytes of JSON for ANSI codes.
         sys.stdout.write(json.dumps(docs, separators=(",", ":")) + "\n")
         return
+    shown = docs if limit == 0 else docs[:limit]
+    print_table(shown, len(docs), wide)
+    if len(shown) < len(docs):
+        typer.echo(f"{len(docs) - len(shown)} more; --limit 0 shows all", err=True)
+
+
+# Columns in the order they are dropped last-to-first: at any width the most important come first
+# (name, status, epoch, robust average and worst), and the rest join as the terminal grows.
+PRIORITY = ("name", "status", "epoch", "robust", "worst", "id", "clean", "method", "data", "started", "run id")
+ORDER = ("id", "name", "method", "data", "status", "epoch", "clean", "robust", "worst", "started", "run id")
+NUMERIC = ("epoch", "clean", "robust", "worst")
+
+
+def cells(d: dict) -> dict[str, str]:
+    import time
+
+    from fairtui.home import short_id
+    from fairtui.store import headline
+
+    _, r = headline(d)
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    epoch = "-" if d.get("status") == "imported" else f"{d.get('epoch', 0)}/{d.get('epochs', 0)}"
+    return {"id": short_id(d["run_id"]), "run id": d["run_id"], "name": d.get("name") or "",
+            "method": d.get("method") or "", "data": d.get("dataset") or "", "status": d.get("status") or "",
+            "epoch": epoch, "clean": fmt(r and r.get("avg_clean")), "robust": fmt(r and r.get("avg_robust")),
+            "worst": fmt(r and r.get("worst_robust")),
+            "started": time.strftime("%m-%d %H:%M", time.localtime(d["started"])) if d.get("started") else "-"}
+
+
+def choose_columns(rows: list[dict[str, str]], width: int, wide: bool) -> tuple[list[str], int]:
+    """The columns that fit ``width`` (by priority) and the width the name column may take."""
+    need = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in ORDER}
+    if wide:
+        return list(ORDER), need["name"]
+    name_min = min(need["name"], 16)  # a name shrinks (with an ellipsis) before a column is dropped
+    chosen, used = [], 0
+    for col in PRIORITY:
+        if col == "run id":
+            continue  # the full id: --wide (or --json) only
+        w = name_min if col == "name" else need[col]
+        if used + w + 3 > width - 1 and chosen:
+            continue
+        chosen.append(col)
+        used += w + 3
+    name_width = min(need["name"], name_min + max(0, width - 1 - used))
+    return [c for c in ORDER if c in chosen], name_width
+
+
+def print_table(docs: list[dict], total: int, wide: bool) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{len(docs)} runs (accuracies: best checkpoint, first robust attack)",
-                  title_justify="left")
-    for col in ("id", "name", "method", "data", "status", "epoch", "clean", "robust", "worst", "started"):
-        table.add_column(col, justify="right" if col in ("epoch", "clean", "robust", "worst") else "left",
-                         no_wrap=col in ("id", "started"))
-    shown = docs if limit == 0 else docs[:limit]
-    for d in shown:
-        _, r = headline(d)
-        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-        started = time.strftime("%m-%d %H:%M", time.localtime(d["started"])) if d.get("started") else "-"
-        table.add_row(d["run_id"], d.get("name") or "", d.get("method") or "", d.get("dataset") or "",
-                      d.get("status") or "", f"{d.get('epoch', 0)}/{d.get('epochs', 0)}",
-                      fmt(r and r.get("avg_clean")), fmt(r and r.get("avg_robust")),
-                      fmt(r and r.get("worst_robust")), started)
     console = Console()
+    rows = [cells(d) for d in docs]
+    columns, name_width = choose_columns(rows, console.width, wide)
+    table = Table(title=f"{total} runs (accuracies: best checkpoint, first robust attack)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in columns:
+        table.add_column(col, justify="right" if col in NUMERIC else "left", no_wrap=True,
+                         overflow="ellipsis", min_width=name_width if col == "name" else None,
+                         max_width=None if wide or col != "name" else name_width)
+    for r in rows:
+        table.add_row(*[r[c] for c in columns])
+    if wide:
+        console = Console(width=max(console.width, sum(len(c) for c in columns) * 4 + 200))
     console.print(table)
-    if len(shown) < len(docs):
-        typer.echo(f"{len(docs) - len(shown)} more; --limit 0 shows all", err=True)

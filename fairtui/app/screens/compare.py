@@ -6,6 +6,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+
+from fairtui.home import short_id
 from textual.widgets import Footer, Header, Static
 
 from fairtui.app.widgets.bars import GroupedBars
@@ -50,7 +52,7 @@ class CompareScreen(Screen):
         tables = comparison_tables(cmp)
         self.query_one("#compare-summary", Static).update(tables[1])
         self.query_one(GroupedBars).show(cmp.class_names, [
-            (f"{c.view.name} [{c.view.run_id[-6:]}]", c.result["robust_acc_per_class"]) for c in cmp.columns])
+            (f"{c.view.name} [{short_id(c.view.run_id)}]", c.result["robust_acc_per_class"]) for c in cmp.columns])
         self.query_one("#compare-diff", Static).update(tables[2] if len(tables) > 2 else "configurations are equal")
 
     def action_next_baseline(self) -> None:

@@ -1,0 +1,48 @@
+"""`fairtui ls` keeps its most important columns whole at any width; the short id it shows is a RUN."""
+
+import json
+import re
+
+import pytest
+
+from fairtui.synthetic import make_run
+from tests.conftest import fairtui_cmd
+
+NAMES = ["cfa-trades-wrn34-10-lambda1-sweep-long-name-0", "wat"]
+
+
+@pytest.fixture
+def home(tmp_path):
+    for i, name in enumerate(NAMES):
+        make_run(tmp_path, f"20261122-10000{i}-ab{i}d9e", name=name, method="cfa", seed=i)
+    return tmp_path
+
+
+def header(out: str) -> list[str]:
+    line = next(line for line in out.splitlines() if line.strip().startswith(("id", "name")))
+    return line.split()
+
+
+@pytest.mark.parametrize("width, must, dropped", [
+    (60, ["name", "status", "epoch", "robust", "worst"], ["method", "started"]),
+    (80, ["id", "name", "status", "epoch", "clean", "robust", "worst"], ["run"]),
+    (140, ["id", "name", "method", "data", "status", "epoch", "clean", "robust", "worst", "started"], ["run"]),
+])
+def test_columns_by_priority_and_never_cut_to_one_character(home, width, must, dropped):
+    proc = fairtui_cmd("ls", home=home, env_extra={"COLUMNS": str(width)})
+    assert proc.returncode == 0, proc.stderr
+    cols = header(proc.stdout)
+    assert all(c in cols for c in must) and not any(c in cols for c in dropped), cols
+    assert max(len(line) for line in proc.stdout.splitlines()) <= width
+    assert "completed" in proc.stdout
+    cut = re.findall(r"(\S+)…", proc.stdout)
+    assert all(NAMES[0].startswith(c) and len(c) >= 12 for c in cut), cut  # only the long name shrinks
+
+
+def test_wide_shows_everything_and_the_short_id_is_a_run_reference(home):
+    proc = fairtui_cmd("ls", "--wide", home=home, env_extra={"COLUMNS": "80"})
+    assert "20261122-100000-ab0d9e" in proc.stdout and NAMES[0] in proc.stdout
+    shown = fairtui_cmd("show", "ab0d9e", "--json", home=home)  # the id form ls, compare and the app show
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["name"] == NAMES[0]
+    assert fairtui_cmd("show", "ab1d", "--json", home=home).returncode == 0  # a unique prefix of it
