@@ -117,6 +117,10 @@ def describe_summary(state: RunState) -> str:
 def result_lines(state: RunState) -> list[str]:
     out = []
     for (split, ckpt, attack), r in state.results.items():
+        if attack == "clean":  # a clean evaluation has no robust number: its accuracy is the clean one
+            out.append(f"{split} {attack:>8} @ {ckpt:<5} clean {r.get('avg_clean', 0):.3f}  worst class "
+                       f"{min(r.get('clean_acc_per_class') or [0]):.3f}")
+            continue
         out.append(f"{split} {attack:>8} @ {ckpt:<5} clean {r.get('avg_clean', 0):.3f}  robust "
                    f"{r.get('avg_robust', 0):.3f}  worst {r.get('worst_robust', 0):.3f}  CV {r.get('cv', 0):.4f}")
     return out

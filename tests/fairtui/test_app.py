@@ -199,3 +199,20 @@ async def test_launch_a_sweep_from_the_dialog_and_group_it(tmp_path, profiles):
         await wait_until(pilot, lambda: all(d.get("status") == "completed" for d in app.screen.docs), timeout=240)
         tags = {t for d in app.screen.docs for t in d["tags"]}
         assert {"attack.eps=0.1", "attack.eps=0.2"} <= tags
+
+
+async def test_run_screen_titles_the_run_by_its_own_name_and_labels_a_clean_result(tmp_path):
+    from fairtui.runstate import result_lines
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-c1a2b3", name="my-named-run", attacks=("clean", "pgd20"))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   open_run="20260101-000000-c1a2b3", queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "completed")
+        title = str(app.screen.query_one("#run-title").render())
+        assert title.startswith("my-named-run [c1a2b3]")  # the run's name, not its profile's ("synthetic")
+        lines = result_lines(app.screen.state)
+        clean = next(line for line in lines if " clean @" in line)
+        assert "robust" not in clean and "worst class" in clean
+        assert any("robust" in line for line in lines if "pgd20" in line)

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Header, RichLog, Static
 from fairtui.app.messages import EventsArrived
 from fairtui.app.widgets.bars import ClassBars
 from fairtui.app.widgets.plot import LinePlot
+from fairtui.home import short_id
 from fairtui.runfolder import EventTail
 from fairtui.runstate import RunState, describe_summary, result_lines
 
@@ -37,7 +38,7 @@ class RunScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"run {self.run_id}", id="run-title")
+        yield Static(f"run {self.run_id}", id="run-title", markup=False)  # "[id]" is text, not a style
         yield Static("", id="run-summary")
         with Horizontal(id="run-main"):
             with VerticalScroll(id="bars-pane"):
@@ -45,7 +46,7 @@ class RunScreen(Screen):
             with Vertical(id="plot-pane"):
                 yield LinePlot(id="plot")
         yield Static("", id="results")
-        yield RichLog(id="log", max_lines=2000, wrap=False, markup=False)
+        yield RichLog(id="log", max_lines=2000, wrap=True, markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -53,7 +54,8 @@ class RunScreen(Screen):
         from fairtui.runfolder import RunView
 
         view = RunView.load(run_dir)
-        self.query_one("#run-title", Static).update(f"{view.name} [{self.run_id}]  {view.status()}")
+        self.display_name = view.name  # the run's own name (--name), not its profile's
+        self.query_one("#run-title", Static).update(f"{view.name} [{short_id(self.run_id)}]  {view.status()}")
         self.tail = EventTail(run_dir / "events.jsonl")
         self.poll()
         self.set_interval(self.app.poll_interval / 2, self.poll)
@@ -78,8 +80,8 @@ class RunScreen(Screen):
         self.query_one(ClassBars).show(self.state.names, clean, robust, caption)
         self.query_one("#run-summary", Static).update(describe_summary(self.state))
         self.query_one("#results", Static).update("\n".join(result_lines(self.state)))
-        self.query_one("#run-title", Static).update(f"{self.state.config.get('name', '')} [{self.run_id}]  "
-                                                     f"{self.state.status}")
+        name = getattr(self, "display_name", None) or self.state.config.get("name", "")
+        self.query_one("#run-title", Static).update(f"{name} [{short_id(self.run_id)}]  {self.state.status}")
         self.refresh_plot()
 
     def refresh_plot(self) -> None:
