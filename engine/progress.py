@@ -17,11 +17,17 @@ class Progress:
     def __init__(self, path: Path, interval: float = 0.5):
         self.path, self.interval = path, interval
         self._last = 0.0
+        self._phase: tuple = ()
+        self._phase_started = time.time()
 
     def due(self) -> bool:
         return time.monotonic() - self._last >= self.interval
 
     def update(self, phase: str, epoch: int, batch: int, batches: int, **extra: object) -> None:
+        """``started``: when this phase (of this epoch, of this attack) began, so a reader can show an ETA."""
         self._last = time.monotonic()
+        key = (phase, epoch, extra.get("attack"))
+        if key != self._phase:
+            self._phase, self._phase_started = key, time.time()
         atomic_write_json(self.path, {"phase": phase, "epoch": epoch, "batch": batch, "batches": batches,
-                                      "t": time.time(), **extra})
+                                      "t": time.time(), "started": self._phase_started, **extra})

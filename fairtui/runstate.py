@@ -126,3 +126,36 @@ def result_lines(state: RunState) -> list[str]:
     return out
 
 
+
+
+def progress_line(p: dict, now: float | None = None) -> tuple[str, float | None]:
+    """``progress.json`` as one line ("train epoch 3: 120/391 batches, 31%, ETA 42 s") and the fraction done.
+
+    The ETA is the phase's rate so far (batches since ``started``); no ETA before the first batch.
+    """
+    import time
+
+    phase, batch, batches = p.get("phase"), int(p.get("batch") or 0), int(p.get("batches") or 0)
+    if phase in (None, "done") or not batches:
+        return "", None
+    what = {"train": f"train epoch {p.get('epoch')}", "val": f"validate epoch {p.get('epoch')}",
+            "test": f"test {p.get('attack', '')}", "eval": f"evaluate {p.get('attack', '')}"}.get(phase, phase)
+    fraction = min(1.0, batch / batches)
+    text = f"{what}: {batch}/{batches} batches, {fraction:.0%}"
+    started, t = p.get("started"), p.get("t")
+    if batch and started is not None and t and t > started:
+        eta = (t - started) / batch * (batches - batch)
+        age = max(0.0, (now or time.time()) - t)
+        text += f", ETA {format_seconds(max(0.0, eta - age))}"
+        if age > 120:
+            text += f" (no update for {format_seconds(age)})"
+    return text, fraction
+
+
+def format_seconds(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"

@@ -216,3 +216,97 @@ async def test_run_screen_titles_the_run_by_its_own_name_and_labels_a_clean_resu
         clean = next(line for line in lines if " clean @" in line)
         assert "robust" not in clean and "worst class" in clean
         assert any("robust" in line for line in lines if "pgd20" in line)
+
+
+async def test_launch_dialog_errors_are_visible_at_80x24(tmp_path, profiles):
+    home = tmp_path / "home"
+    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: FAKE_GPUS, poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("enter", *"train.epoch=3", "enter")  # a misspelt key
+        await pilot.pause()
+        error = app.screen.query_one("#launch-error")
+        assert "train.epoch" in str(error.render()) and "did you mean" in str(error.render())
+        region, screen = error.region, app.screen.region
+        assert region.height >= 1 and screen.contains_region(region)  # on screen, not below it
+        assert not (home / "runs").exists() or not list((home / "runs").iterdir())  # nothing launched
+
+
+async def test_notes_tags_export_and_evaluate_from_the_runs_screen(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base", tags=("sweep:abc123", "method.eta=0.1", "old"))
+    make_run(home, "20260101-000001-bbbbbb", name="fair", method="wat")  # another method: its own export row
+    started = []
+    import fairtui.launcher
+
+    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
+        (run_dir, command)))
+    monkeypatch.chdir(tmp_path)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    meta = lambda run_id: json.loads((home / "runs" / run_id / "meta.json").read_text())  # noqa: E731
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
+        table = app.screen.query_one("DataTable")
+        row_of = lambda run_id: [d["run_id"] for d in app.screen.visible()].index(run_id)  # noqa: E731
+        table.move_cursor(row=row_of("20260101-000000-aaaaaa"))
+        await pilot.pause()
+        first = app.screen.selected_id()
+        assert first == "20260101-000000-aaaaaa"
+        # notes: several lines, saved to meta.json as `fairtui note` saves them
+        await pilot.press("a")
+        await pilot.pause()
+        await pilot.press(*"first line", "enter", *"second", "ctrl+s")
+        await pilot.pause(0.3)
+        assert meta(first)["notes"] == "first line\nsecond"
+        # tags: the sweep's own tags are kept whatever is typed
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.screen.query_one("Input").value == "old"
+        await pilot.press("ctrl+u", *"paper", "enter")
+        await pilot.pause(0.3)
+        assert meta(first)["tags"] == ["sweep:abc123", "method.eta=0.1", "paper"]
+        # export the two marked runs to a file
+        table.move_cursor(row=0)
+        await pilot.pause()
+        await pilot.press("space", "down", "space")
+        await pilot.pause()
+        assert len(app.screen.marked) == 2, app.screen.marked
+        await pilot.press("x")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        written = list(tmp_path.glob("fairtui-export-*.md"))
+        assert len(written) == 1 and "| base" in written[0].read_text() and "| fair" in written[0].read_text()
+        # evaluate: the dialog's request goes to the engine as `fairtui eval` sends it
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("ctrl+u", *"pgd20 aa", "tab", "tab", "tab", *"5", "enter")
+        await pilot.pause(0.3)
+    assert len(started) == 1
+    command = started[0][1]
+    assert command[1:4] == ["-m", "engine", "eval"]
+    request = json.loads(command[command.index("--request") + 1])
+    assert request["attacks"] == ["pgd20", "aa"] and request["n_per_class"] == 5 and request["checkpoint"] == "best"
+
+
+def test_progress_line_and_its_eta():
+    from fairtui.runstate import progress_line
+
+    text, fraction = progress_line({"phase": "train", "epoch": 3, "batch": 100, "batches": 400, "started": 1000.0,
+                                    "t": 1050.0}, now=1050.0)
+    # 100 batches in 50 s: 300 more take 150 s
+    assert fraction == 0.25 and text == "train epoch 3: 100/400 batches, 25%, ETA 2 min 30 s"
+    assert progress_line({"phase": "done", "batch": 0, "batches": 0}) == ("", None)
+    stale, _ = progress_line({"phase": "eval", "attack": "aa", "batch": 1, "batches": 4, "started": 0.0, "t": 10.0},
+                             now=1000.0)
+    assert "no update for" in stale
+
+
+def test_help_fits_a_76_column_dialog():
+    from fairtui.app.screens.dialogs import HELP_TEXT
+
+    assert max(len(line) for line in HELP_TEXT.splitlines()) <= 72
+    for key in ("b ", "ctrl+l", "a ", "e ", "x "):
+        assert key in HELP_TEXT

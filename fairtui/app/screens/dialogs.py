@@ -6,24 +6,30 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input, Label, Select, Static, TextArea
 
 HELP_TEXT = """\
 fairtui keys (everything works without a mouse)
 
 Runs screen
-  n        new run (launch dialog)          enter    open the run
-  space    mark / unmark for comparison     c        compare the marked runs (or this one and the next)
-  s        stop the run (clean stop)        r        resume a stopped, failed or lost run
-  R        rerun with the same profile      t        tag the run
-  d        delete the run (asks first)      /        filter as you type
-  o        sort by the next column          O        reverse the sort
-  g        group sweeps (a sweep's children together; its progress is in the status line)
+  n      new run (launch dialog)    enter  open the run
+  space  mark / unmark              c      compare marked (or + next)
+  s      stop (a clean stop)        r      resume stopped/failed/lost
+  R      rerun the same profile     t      tags (sweep tags are kept)
+  a      read or write notes        e      evaluate (attacks, eps)
+  x      export marked runs (file)  d      delete (asks first)
+  /      filter as you type         o / O  sort by next column / reverse
+  g      group a sweep's children
 Run screen
-  [ / ]    the previous / next class-wise quantity (eps, beta, weights, multipliers, Hedge weights)
-  left / right   highlight another class    s        stop the run
+  [ / ]  previous / next class-wise quantity (eps, beta, weights, ...)
+  left / right  highlight a class   s      stop the run
+  e      evaluate this run          a      notes
+Compare screen
+  b      the next run is the baseline
+Launch dialog
+  tab    next field   ctrl+l  launch   escape  cancel
 Everywhere
-  ?        this help                        escape   back                 q   quit (runs keep training)
+  ?      this help    escape  back     q      quit (runs keep training)
 """
 
 
@@ -73,4 +79,119 @@ class HelpScreen(ModalScreen[None]):
             yield Static(HELP_TEXT, markup=False)
 
     def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class NotesDialog(ModalScreen[str | None]):
+    """The run's notes (meta.json's `notes`, as `fairtui note` writes them): several lines."""
+
+    BINDINGS = [Binding("ctrl+s", "save", "save"), Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, run_name: str, notes: str):
+        super().__init__()
+        self.run_name, self.notes = run_name, notes
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog notes"):
+            yield Label(f"notes: {self.run_name}")
+            yield TextArea(self.notes, id="notes-text")
+            yield Label("ctrl+s: save   escape: cancel", classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one(TextArea).focus()
+
+    def action_save(self) -> None:
+        self.dismiss(self.query_one(TextArea).text)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class EvalDialog(ModalScreen[dict | None]):
+    """What `fairtui eval` asks: attacks, checkpoint, split, a class-balanced subset, eps."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+l", "start", "start")]
+
+    def __init__(self, run_name: str, checkpoints: list[str]):
+        super().__init__()
+        self.run_name, self.checkpoints = run_name, checkpoints or ["best", "last"]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog eval"):
+            yield Label(f"evaluate {self.run_name}")
+            yield Input(value="aa", placeholder="attacks: aa, pgd20, pgd100, cw20, tpgd20, aa-fast, clean",
+                        id="eval-attacks")
+            yield Select([(c, c) for c in self.checkpoints], value=self.checkpoints[0], allow_blank=False,
+                         id="eval-checkpoint")
+            yield Select([("test", "test"), ("val", "val")], value="test", allow_blank=False, id="eval-split")
+            yield Input(placeholder="images per class (empty: the whole split)", id="eval-n")
+            yield Input(placeholder="eps (empty: the profile's), e.g. 8/255", id="eval-eps")
+            yield Static("", id="eval-error")
+            yield Label("ctrl+l or enter: start   escape: cancel", classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#eval-attacks", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_start()
+
+    def action_start(self) -> None:
+        import math
+
+        from engine.config import ATTACK_NAME
+        from engine.profile_schema import parse_fraction
+
+        error = self.query_one("#eval-error", Static)
+        attacks = [a.strip() for a in self.query_one("#eval-attacks", Input).value.replace(",", " ").split()]
+        bad = [a for a in attacks if not ATTACK_NAME.match(a)]
+        if not attacks or bad:
+            error.update(f"attacks: unknown {bad[0]!r}" if bad else "attacks: name at least one")
+            return
+        n_text = self.query_one("#eval-n", Input).value.strip()
+        if n_text and not (n_text.isdigit() and int(n_text) > 0):
+            error.update(f"images per class: a positive whole number, got {n_text!r}")
+            return
+        eps_text = self.query_one("#eval-eps", Input).value.strip()
+        eps = None
+        if eps_text:
+            try:
+                eps = parse_fraction(eps_text)
+            except ValueError as err:
+                error.update(f"eps: {err}")
+                return
+            if not (math.isfinite(eps) and 0 < eps <= 1):
+                error.update(f"eps: must be in (0, 1], got {eps_text}")
+                return
+        self.dismiss({"attacks": attacks, "checkpoint": self.query_one("#eval-checkpoint", Select).value,
+                      "split": self.query_one("#eval-split", Select).value, "n_per_class": int(n_text or 0),
+                      "batch_size": 0, "eps": eps, "force": False})
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ExportDialog(ModalScreen[tuple[str, str] | None]):
+    """Export runs as `fairtui export` does: a format and a file."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, count: int, default_path: str):
+        super().__init__()
+        self.count, self.default_path = count, default_path
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(f"export {self.count} run(s): average, worst class, worst 20%, CV, MCD")
+            yield Select([("markdown", "md"), ("csv", "csv"), ("latex", "latex"), ("json", "json")], value="md",
+                         allow_blank=False, id="export-format")
+            yield Input(value=self.default_path, id="export-path")
+            yield Label("enter: write the file   escape: cancel", classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#export-path", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss((self.query_one("#export-format", Select).value, event.value.strip()))
+
+    def action_cancel(self) -> None:
         self.dismiss(None)

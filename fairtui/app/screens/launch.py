@@ -6,7 +6,7 @@ import shlex
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
 
@@ -20,20 +20,22 @@ class LaunchDialog(ModalScreen[str | None]):
         self.gpus = self.app.inventory()
         with Vertical(classes="dialog launch"):
             yield Label(f"new run: profile ({self.app.profiles_dir})")
-            yield OptionList(*[p.name for p in profiles], id="profile")
-            yield Input(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
-            yield Input(placeholder="name (default: the profile's)", id="name")
-            yield Input(placeholder="tags, space-separated", id="tags")
-            yield Input(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
-            yield Input(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
-            if self.gpus:
-                yield Label(f"GPUs (at most {self.app.queue.per_gpu} run each; busy GPUs queue the run)")
-                yield SelectionList(*[(g.label(), g.index) for g in self.gpus], id="gpus")
-            else:
-                yield Label("GPUs: none found (NVML, nvidia-smi): CPU only")
+            # The fields scroll; the error line and the keys stay in view at any terminal size.
+            with VerticalScroll(id="launch-fields"):
+                yield OptionList(*[p.name for p in profiles], id="profile")
+                yield Input(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
+                yield Input(placeholder="name (default: the profile's)", id="name")
+                yield Input(placeholder="tags, space-separated", id="tags")
+                yield Input(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
+                yield Input(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
+                if self.gpus:
+                    yield Label(f"GPUs (at most {self.app.queue.per_gpu} run each; busy GPUs queue the run)")
+                    yield SelectionList(*[(g.label(), g.index) for g in self.gpus], id="gpus")
+                else:
+                    yield Label("GPUs: none found (NVML, nvidia-smi): CPU only")
+                yield Button("launch (ctrl+l)", id="launch", variant="primary")
             yield Static("", id="launch-error")
-            yield Button("launch (ctrl+l)", id="launch", variant="primary")
-            yield Label("tab: next field   enter on a profile or button: launch   escape: cancel", classes="hint")
+            yield Label("tab: next field  enter/ctrl+l: launch  escape: cancel", classes="hint")
 
     def on_mount(self) -> None:
         options = self.query_one("#profile", OptionList)

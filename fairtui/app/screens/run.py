@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, RichLog, Static
+from textual.widgets import Footer, Header, ProgressBar, RichLog, Static
 
 from fairtui.app.messages import EventsArrived
 from fairtui.app.widgets.bars import ClassBars
@@ -26,6 +26,7 @@ class RunScreen(Screen):
         Binding("escape", "app.pop_screen", "back"), Binding("left_square_bracket", "state(-1)", "prev state"),
         Binding("right_square_bracket", "state(1)", "next state"), Binding("left", "highlight(-1)", "class -"),
         Binding("right", "highlight(1)", "class +"), Binding("s", "stop", "stop"),
+        Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes"),
     ]
 
     def __init__(self, run_id: str):
@@ -40,6 +41,9 @@ class RunScreen(Screen):
         yield Header()
         yield Static(f"run {self.run_id}", id="run-title", markup=False)  # "[id]" is text, not a style
         yield Static("", id="run-summary")
+        with Horizontal(id="progress-row"):
+            yield ProgressBar(total=1.0, show_eta=False, show_percentage=False, id="progress-bar")
+            yield Static("", id="progress-text", markup=False)
         with Horizontal(id="run-main"):
             with VerticalScroll(id="bars-pane"):
                 yield ClassBars(id="bars")
@@ -65,6 +69,24 @@ class RunScreen(Screen):
         events = self.tail.read_new() if self.tail else []
         if events:
             self.post_message(EventsArrived(self.run_id, events))
+        import json
+
+        try:
+            progress = json.loads((self.app.home / "runs" / self.run_id / "progress.json").read_text())
+        except (OSError, ValueError):
+            progress = {}
+        self.app.call_from_thread(self.show_progress, progress)
+
+    def show_progress(self, progress: dict) -> None:
+        from fairtui.runstate import progress_line
+
+        live = self.state.status in ("running", "starting") or progress.get("phase") == "eval"
+        text, fraction = progress_line(progress) if live else ("", None)
+        row = self.query_one("#progress-row")
+        row.display = fraction is not None
+        if fraction is not None:
+            self.query_one("#progress-bar", ProgressBar).update(progress=fraction)
+            self.query_one("#progress-text", Static).update(" " + text)
 
     def on_events_arrived(self, message: EventsArrived) -> None:
         log = self.query_one(RichLog)
@@ -102,6 +124,16 @@ class RunScreen(Screen):
     def action_highlight(self, step: int) -> None:
         self.highlight += step
         self.refresh_plot()
+
+    def action_evaluate(self) -> None:
+        from fairtui.app.actions import evaluate
+
+        evaluate(self, self.app.home / "runs" / self.run_id)
+
+    def action_notes(self) -> None:
+        from fairtui.app.actions import edit_notes
+
+        edit_notes(self, self.app.home / "runs" / self.run_id)
 
     def action_stop(self) -> None:
         from fairtui.control import StopError, stop_run

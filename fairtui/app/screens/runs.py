@@ -14,10 +14,13 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from fairtui.app.messages import RunsLoaded
 from fairtui.store import headline as pick_headline
 
-COLUMNS = [("mark", ""), ("name", "name"), ("method", "method"), ("dataset", "data"), ("model", "model"),
-           ("status", "status"), ("epoch", "epoch"), ("avg_robust", "robust"), ("worst_robust", "worst"),
+# The most important columns first, so that 80 columns show them whole (name, status, epoch, robust
+# average and worst, the short id); the rest follow and scroll into view on a narrow terminal.
+COLUMNS = [("mark", ""), ("name", "name"), ("status", "status"), ("epoch", "epoch"), ("avg_robust", "robust"),
+           ("worst_robust", "worst"), ("id", "id"), ("method", "method"), ("dataset", "data"), ("model", "model"),
            ("gpus", "gpus"), ("started", "started")]
 SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "worst_robust", "sweep"]
+NAME_WIDTH = 28  # longer names end in an ellipsis here (whole on the run screen and in `ls --wide`)
 
 
 def headline(doc: dict) -> dict:
@@ -25,13 +28,18 @@ def headline(doc: dict) -> dict:
 
 
 def row_for(doc: dict, marked: bool) -> tuple:
+    from fairtui.home import short_id
+
     h = headline(doc)
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     started = time.strftime("%m-%d %H:%M", time.localtime(doc["started"])) if doc.get("started") else "-"
-    return ("*" if marked else "", doc.get("name") or doc["run_id"], doc.get("method") or "",
-            doc.get("dataset") or "", doc.get("model") or "", doc.get("status") or "",
-            f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}", fmt(h.get("avg_robust")), fmt(h.get("worst_robust")),
-            where(doc), started)
+    name = doc.get("name") or doc["run_id"]
+    if len(name) > NAME_WIDTH:
+        name = name[:NAME_WIDTH - 1] + "…"
+    epoch = "-" if doc.get("status") == "imported" else f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}"
+    return ("*" if marked else "", name, doc.get("status") or "", epoch, fmt(h.get("avg_robust")),
+            fmt(h.get("worst_robust")), short_id(doc["run_id"]), doc.get("method") or "", doc.get("dataset") or "",
+            doc.get("model") or "", where(doc), started)
 
 
 def where(doc: dict) -> str:
@@ -72,7 +80,8 @@ class RunsScreen(Screen):
         Binding("n", "new_run", "new"), Binding("enter", "open_run", "open"),
         Binding("space", "mark", "mark"), Binding("c", "compare", "compare"),
         Binding("s", "stop", "stop"), Binding("r", "resume", "resume"), Binding("R", "rerun", "rerun"),
-        Binding("t", "tag", "tag"), Binding("d", "delete", "delete"), Binding("slash", "filter", "filter"),
+        Binding("t", "tag", "tag"), Binding("a", "notes", "notes"), Binding("e", "evaluate", "eval"),
+        Binding("x", "export", "export"), Binding("d", "delete", "delete"), Binding("slash", "filter", "filter"),
         Binding("o", "sort", "sort"), Binding("O", "reverse", "reverse", show=False),
         Binding("g", "group", "group sweeps"),
         Binding("escape", "clear_filter", "clear", show=False),
@@ -99,6 +108,10 @@ class RunsScreen(Screen):
         table.focus()
         self.load()
         self.set_interval(self.app.poll_interval, self.load)
+
+    def on_screen_resume(self) -> None:
+        """Back from a dialog or another screen: the keys go to the table again (not the filter box)."""
+        self.query_one(DataTable).focus()
 
     @work(thread=True, exclusive=True, group="runs")
     def load(self) -> None:
@@ -247,16 +260,46 @@ class RunsScreen(Screen):
         from fairtui.app.screens.dialogs import TextDialog
 
         doc = next((d for d in self.docs if d["run_id"] == run_id), {})
+        tags = list(doc.get("tags") or [])
+        # A sweep's own tags (sweep:ID and its grid values) group its children: kept, not edited here.
+        kept = [t for t in tags if t.startswith("sweep:") or "=" in t]
+        own = [t for t in tags if t not in kept]
 
         def apply(text: str | None) -> None:
             if text is None:
                 return
             from fairtui.control import update_meta
 
-            update_meta(self.run_dir(run_id), lambda m: m.__setitem__("tags", text.split()))
+            update_meta(self.run_dir(run_id), lambda m: m.__setitem__("tags", kept + [
+                t for t in text.split() if t not in kept]))
             self.load()
 
-        self.app.push_screen(TextDialog("tags (space-separated)", " ".join(doc.get("tags") or [])), apply)
+        prompt = "tags (space-separated)" + (f"; kept: {' '.join(kept)}" if kept else "")
+        self.app.push_screen(TextDialog(prompt, " ".join(own)), apply)
+
+    def action_notes(self) -> None:
+        run_id = self.selected_id()
+        if run_id:
+            from fairtui.app.actions import edit_notes
+
+            edit_notes(self, self.run_dir(run_id))
+
+    def action_evaluate(self) -> None:
+        run_id = self.selected_id()
+        if run_id:
+            from fairtui.app.actions import evaluate
+
+            evaluate(self, self.run_dir(run_id))
+
+    def action_export(self) -> None:
+        ids = [d["run_id"] for d in self.visible() if d["run_id"] in self.marked] or (
+            [self.selected_id()] if self.selected_id() else [])
+        if not ids:
+            self.notify("mark runs with space, then press x", severity="warning")
+            return
+        from fairtui.app.actions import export
+
+        export(self, [self.run_dir(i) for i in ids])
 
     def action_delete(self) -> None:
         run_id = self.selected_id()
@@ -280,7 +323,8 @@ class RunsScreen(Screen):
             self.marked.discard(run_id)
             self.load()
 
-        self.app.push_screen(ConfirmDialog(f"delete run {run_id} and its folder?"), apply)
+        doc = next((d for d in self.docs if d["run_id"] == run_id), {})
+        self.app.push_screen(ConfirmDialog(f"delete run {doc.get('name') or ''} [{run_id}] and its folder?"), apply)
 
     def action_filter(self) -> None:
         self.query_one("#filter", Input).focus()

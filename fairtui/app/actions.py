@@ -1,0 +1,100 @@
+"""What the runs and run screens do for notes, evaluations and exports: the command line's own paths."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from textual.screen import Screen
+
+
+def edit_notes(screen: Screen, run_dir: Path) -> None:
+    """Read or write the run's notes in a dialog (meta.json under its lock, as `fairtui note`)."""
+    from fairtui.app.screens.dialogs import NotesDialog
+    from fairtui.runfolder import RunView
+
+    view = RunView.load(run_dir)
+
+    def save(text: str | None) -> None:
+        if text is None:
+            return
+        from fairtui.control import update_meta
+        from fairtui.home import ReadOnlyHome
+
+        try:
+            update_meta(run_dir, lambda meta: meta.__setitem__("notes", text))
+        except (OSError, ReadOnlyHome) as err:
+            screen.notify(f"notes not saved: {err}", severity="error")
+            return
+        screen.notify(f"notes of {view.name} saved")
+
+    screen.app.push_screen(NotesDialog(view.name, view.meta.get("notes") or ""), save)
+
+
+def evaluate(screen: Screen, run_dir: Path) -> None:
+    """Ask what to evaluate, then start the engine as `fairtui eval` does; progress on the run screen."""
+    from fairtui.app.screens.dialogs import EvalDialog
+    from fairtui.runfolder import RunView
+
+    view = RunView.load(run_dir)
+    if view.status() in ("running", "queued"):
+        screen.notify(f"{view.name} is {view.status()}: evaluate it when it has finished", severity="warning")
+        return
+    try:
+        from engine.checkpoint import CheckpointStore
+
+        checkpoints = CheckpointStore(run_dir / "checkpoints").available()
+    except Exception:  # noqa: BLE001 - an unreadable checkpoint: the engine says why when asked
+        checkpoints = ["best", "last"]
+    order = ["best", "last", "ema", "fawa"]
+    checkpoints = sorted(checkpoints, key=lambda c: order.index(c) if c in order else len(order))
+
+    def start(request: dict | None) -> None:
+        if request is None:
+            return
+        from fairtui.launcher import GpuChoice, start_engine
+
+        command = [sys.executable, "-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
+        try:
+            start_engine(run_dir, GpuChoice.parse(view.meta.get("gpus")), command=command)
+        except OSError as err:
+            screen.notify(f"could not start the evaluation: {err}", severity="error")
+            return
+        screen.notify(f"evaluating {view.name}: {', '.join(request['attacks'])} @ {request['checkpoint']} "
+                      "(progress on its run screen; results join its table)")
+
+    screen.app.push_screen(EvalDialog(view.name, checkpoints), start)
+
+
+def export(screen: Screen, run_dirs: list[Path]) -> None:
+    """Write the runs' summary table (`fairtui export`) to a file and say where."""
+    from fairtui.app.screens.dialogs import ExportDialog
+
+    default = str(Path.cwd() / f"fairtui-export-{time.strftime('%Y%m%d-%H%M%S')}.md")
+
+    def write(choice: tuple[str, str] | None) -> None:
+        if choice is None:
+            return
+        fmt, path = choice
+        from fairtui.compare import CompareError, export_rows
+        from fairtui.export import render
+        from fairtui.runfolder import RunView
+
+        try:
+            rows = export_rows([RunView.load(d) for d in run_dirs], None, "best")
+        except CompareError as err:
+            screen.notify(str(err), severity="error")
+            return
+        target = Path(path).expanduser()
+        if fmt != "md" and target.suffix == ".md":
+            target = target.with_suffix({"csv": ".csv", "latex": ".tex", "json": ".json"}[fmt])
+        try:
+            target.write_text(render(rows, fmt, "first robust attack", "best"))
+        except OSError as err:
+            screen.notify(f"not written: {err}", severity="error")
+            return
+        screen.notify(f"exported {len(run_dirs)} run(s) to {target.resolve()}")
+
+    screen.app.push_screen(ExportDialog(len(run_dirs), default), write)
