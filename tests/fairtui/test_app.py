@@ -310,3 +310,26 @@ def test_help_fits_a_76_column_dialog():
     assert max(len(line) for line in HELP_TEXT.splitlines()) <= 72
     for key in ("b ", "ctrl+l", "a ", "e ", "x "):
         assert key in HELP_TEXT
+
+
+@pytest.mark.parametrize("k", [10, 100])
+async def test_every_class_is_reachable_at_80x24_and_the_worst_is_always_named(tmp_path, k):
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-d4e5f6", name="many", k=k)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   open_run="20260101-000000-d4e5f6", queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "completed")
+        await pilot.pause()
+        bars = app.screen.query_one(ClassBars)
+        worst = min(range(k), key=lambda i: bars.robust[i])
+        seen = set()
+        for _ in range(bars.pages()):
+            text = str(bars.render())
+            assert bars.names[worst] in text and "< worst" in text  # named on every page
+            lines = text.splitlines()
+            assert len(lines) <= bars.size.height  # nothing cut off below the widget
+            seen |= set(bars.visible_classes())
+            await pilot.press("pagedown")
+        assert seen == set(range(k))  # every class on some page
+        assert bars.pages() == 1 if k == 10 else bars.pages() > 1  # 10 fit at 80x24; 100 are paged

@@ -22,6 +22,7 @@ Runs screen
   g      group a sweep's children
 Run screen
   [ / ]  previous / next class-wise quantity (eps, beta, weights, ...)
+  pgup / pgdn   the other classes when they do not fit
   left / right  highlight a class   s      stop the run
   e      evaluate this run          a      notes
 Compare screen

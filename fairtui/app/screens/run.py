@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, RichLog, Static
 
@@ -27,6 +27,9 @@ class RunScreen(Screen):
         Binding("right_square_bracket", "state(1)", "next state"), Binding("left", "highlight(-1)", "class -"),
         Binding("right", "highlight(1)", "class +"), Binding("s", "stop", "stop"),
         Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes"),
+        # priority: the focused log would take pgup / pgdn for itself
+        Binding("pagedown", "page(1)", "classes", show=False, priority=True),
+        Binding("pageup", "page(-1)", "classes", show=False, priority=True),
     ]
 
     def __init__(self, run_id: str):
@@ -45,7 +48,7 @@ class RunScreen(Screen):
             yield ProgressBar(total=1.0, show_eta=False, show_percentage=False, id="progress-bar")
             yield Static("", id="progress-text", markup=False)
         with Horizontal(id="run-main"):
-            with VerticalScroll(id="bars-pane"):
+            with Vertical(id="bars-pane"):
                 yield ClassBars(id="bars")
             with Vertical(id="plot-pane"):
                 yield LinePlot(id="plot")
@@ -124,6 +127,9 @@ class RunScreen(Screen):
     def action_highlight(self, step: int) -> None:
         self.highlight += step
         self.refresh_plot()
+
+    def action_page(self, step: int) -> None:
+        self.query_one(ClassBars).turn(step)
 
     def action_evaluate(self) -> None:
         from fairtui.app.actions import evaluate

@@ -23,9 +23,13 @@ def worst_index(values: list[float | None]) -> int | None:
 
 
 class ClassBars(Widget):
-    """One row per class: name, robust bar and value, clean bar and value."""
+    """One row per class: name, robust bar and value, clean bar and value.
 
-    DEFAULT_CSS = "ClassBars { height: auto; }"
+    As many classes as the widget's height holds; more (CIFAR-100's 100, or 10 at 80x24) are paged
+    (``page``; the run screen's pgup / pgdn), and the worst class is always named, on any page.
+    """
+
+    DEFAULT_CSS = "ClassBars { height: 1fr; }"
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -33,24 +37,47 @@ class ClassBars(Widget):
         self.clean: list[float | None] = []
         self.robust: list[float | None] = []
         self.caption = ""
+        self.page = 0
 
     def show(self, names: list[str], clean: list[float | None], robust: list[float | None], caption: str = "") -> None:
         self.names, self.clean, self.robust, self.caption = names, clean, robust, caption
         self.refresh(layout=True)
 
-    def get_content_height(self, container, viewport, width: int) -> int:
-        return len(self.names) + 2
+    def per_page(self) -> int:
+        """Classes on one page: all if they fit, else the rows left after the caption, header and worst line."""
+        rows = max(1, self.size.height - 2) if self.size.height else len(self.names)
+        return len(self.names) if len(self.names) <= rows else max(1, rows - 1)
+
+    def pages(self) -> int:
+        n = self.per_page()
+        return max(1, -(-len(self.names) // n)) if self.names else 1
+
+    def turn(self, step: int) -> None:
+        self.page = (self.page + step) % self.pages()
+        self.refresh()
+
+    def visible_classes(self) -> range:
+        n = self.per_page()
+        self.page = min(self.page, self.pages() - 1)
+        return range(self.page * n, min(len(self.names), (self.page + 1) * n))
 
     def render(self) -> Text:
         text = Text()
-        text.append(self.caption + "\n", style="bold")
         if not self.names or len(self.robust) != len(self.names) or len(self.clean) != len(self.names):
-            return text.append("waiting for the first epoch…")
+            return text.append(self.caption + "\nwaiting for the first epoch…", style="bold")
+        shown = self.visible_classes()
+        paged = len(shown) < len(self.names)
+        text.append(self.caption + (f"  classes {shown.start + 1}-{shown.stop} of {len(self.names)} (pgup/pgdn)"
+                                    if paged else "") + "\n", style="bold")
         name_w = min(14, max(len(n) for n in self.names))
         bar_w = max(6, (self.size.width - name_w - 26) // 2)
         worst = worst_index(self.robust)
         text.append(f"{'class':<{name_w}}  {'robust':<{bar_w + 6}}  clean\n", style="dim")
-        for i, name in enumerate(self.names):
+        rows = list(shown)
+        if paged and worst is not None and worst not in shown:
+            rows.append(worst)  # the worst class, named on every page
+        for i in rows:
+            name = self.names[i]
             is_worst = i == worst
             r, c = self.robust[i], self.clean[i]
             text.append(f"{name[:name_w]:<{name_w}}  ", style="bold red" if is_worst else "")
