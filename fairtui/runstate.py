@@ -9,6 +9,10 @@ from engine import metrics
 from fairtui.runfolder import headline_results
 
 
+# Per-class validation accuracies over epochs, plotted like a method's class-wise state.
+ACCURACY_KEYS = {"val robust accuracy": "robust_acc_per_class", "val clean accuracy": "clean_acc_per_class"}
+
+
 @dataclass
 class RunState:
     run_id: str = ""
@@ -54,15 +58,16 @@ class RunState:
         last = self.epochs[-1]
         val = last.get("val", {})
         return (val.get("clean_acc_per_class", []), val.get("robust_acc_per_class", []),
-                f"validation accuracy per class, epoch {last['epoch']}/{self.total_epochs}")
+                f"val accuracy, epoch {last['epoch']}/{self.total_epochs}")
 
     def summary(self) -> dict[str, float]:
         _, robust, _ = self.latest_bars()
         return metrics.summary(robust) if robust else {}
 
     def state_keys(self) -> list[str]:
-        """The method_state keys that hold one value per class (or K + 1 for WAT), in first-seen order."""
-        keys: list[str] = []
+        """What the run screen can plot per class over epochs: validation robust and clean accuracy, then
+        the method_state keys that hold one value per class (or K + 1 for WAT), in first-seen order."""
+        keys: list[str] = list(ACCURACY_KEYS) if self.epochs else []
         k = len(self.names)
         for e in self.epochs:
             for key, value in (e.get("method_state") or {}).items():
@@ -73,7 +78,10 @@ class RunState:
 
     def trajectory(self, key: str) -> tuple[list[int], list[list[float | None]], list[str]]:
         """Epochs and one series per class of ``method_state[key]`` (WAT's K + 1: 'overall' first)."""
-        rows = [(e["epoch"], (e.get("method_state") or {}).get(key)) for e in self.epochs]
+        if key in ACCURACY_KEYS:
+            rows = [(e["epoch"], (e.get("val") or {}).get(ACCURACY_KEYS[key])) for e in self.epochs]
+        else:
+            rows = [(e["epoch"], (e.get("method_state") or {}).get(key)) for e in self.epochs]
         rows = [(ep, v) for ep, v in rows if isinstance(v, list)]
         if not rows:
             return [], [], []

@@ -96,7 +96,14 @@ async def test_replay_of_a_recorded_cfa_run(tmp_path):
         bars = screen.query_one(ClassBars)
         assert bars.robust == expected["robust_acc_per_class"] and bars.clean == expected["clean_acc_per_class"]
         plot = screen.query_one(LinePlot)
-        assert plot.title.startswith("eps_per_class")
+        # first: per-class validation robust accuracy over epochs, the worst class (at the last epoch) marked
+        assert plot.title.startswith("val robust accuracy")
+        robust = [e["val"]["robust_acc_per_class"] for e in screen.state.epochs]
+        assert plot.series[3] == [row[3] for row in robust]
+        assert plot.worst() == min(range(10), key=lambda i: robust[-1][i])
+        await pilot.press("right_square_bracket", "right_square_bracket")  # past clean accuracy: CFA's margins
+        plot = screen.query_one(LinePlot)
+        assert plot.title.startswith("eps_per_class") and plot.worst() is None
         assert plot.points() == 4  # one point per recorded epoch
         eps = [e["method_state"]["eps_per_class"] for e in screen.state.epochs]
         assert plot.series[0] == [row[0] for row in eps]
@@ -104,6 +111,8 @@ async def test_replay_of_a_recorded_cfa_run(tmp_path):
         assert screen.query_one(LinePlot).highlight == 1
         await pilot.press("right_square_bracket")
         assert not screen.query_one(LinePlot).title.startswith("eps_per_class")
+        drawn = str(screen.query_one(LinePlot).render())
+        assert any("\u2800" < ch <= "\u28ff" for ch in drawn)  # braille curves, drawn by plotext
 
 
 async def test_compare_screen_shows_the_right_deltas(tmp_path):
@@ -326,9 +335,10 @@ async def test_every_class_is_reachable_at_80x24_and_the_worst_is_always_named(t
         seen = set()
         for _ in range(bars.pages()):
             text = str(bars.render())
-            assert bars.names[worst] in text and "< worst" in text  # named on every page
             lines = text.splitlines()
+            assert any(line.startswith(bars.names[worst]) and line.endswith(" <") for line in lines)  # every page
             assert len(lines) <= bars.size.height  # nothing cut off below the widget
+            assert max(len(line) for line in lines) <= bars.size.width  # no line wraps
             seen |= set(bars.visible_classes())
             await pilot.press("pagedown")
         assert seen == set(range(k))  # every class on some page

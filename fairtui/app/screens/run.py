@@ -113,12 +113,13 @@ class RunScreen(Screen):
         keys = self.state.state_keys()
         plot = self.query_one(LinePlot)
         if not keys:
-            plot.show("class-wise state: none logged by this method", [], [], [])
+            plot.show("per-class values: waiting for the first epoch", [], [], [])
             return
         key = keys[self.state_index % len(keys)]
         epochs, series, labels = self.state.trajectory(key)
         self.highlight %= max(1, len(series))
-        plot.show(f"{key}  ([ / ] {len(keys)} quantities)", epochs, series, labels, self.highlight)
+        plot.show(f"{key} ([ ] {self.state_index % len(keys) + 1}/{len(keys)})", epochs, series, labels,
+                  self.highlight)
 
     def action_state(self, step: int) -> None:
         self.state_index += step

@@ -67,12 +67,16 @@ class ClassBars(Widget):
             return text.append(self.caption + "\nwaiting for the first epoch…", style="bold")
         shown = self.visible_classes()
         paged = len(shown) < len(self.names)
-        text.append(self.caption + (f"  classes {shown.start + 1}-{shown.stop} of {len(self.names)} (pgup/pgdn)"
-                                    if paged else "") + "\n", style="bold")
+        width = self.size.width or 80
+        caption = self.caption + (f"; {shown.start + 1}-{shown.stop} of {len(self.names)} (pgup/pgdn)"
+                                  if paged else "")
+        # every line fits the width: a wrapped line would push the last classes out of view
+        text.append((caption if len(caption) <= width else caption[:width - 1] + "…") + "\n", style="bold")
         name_w = min(14, max(len(n) for n in self.names))
-        bar_w = max(6, (self.size.width - name_w - 26) // 2)
+        bar_w = max(3, (width - name_w - 21) // 2)  # name, 2 bars, 2 values and the " <" mark
         worst = worst_index(self.robust)
-        text.append(f"{'class':<{name_w}}  {'robust':<{bar_w + 6}}  clean\n", style="dim")
+        header = f"{'class':<{name_w}}  {'robust (< worst)':<{bar_w + 7}} clean"
+        text.append(header[:width] + "\n", style="dim")
         rows = list(shown)
         if paged and worst is not None and worst not in shown:
             rows.append(worst)  # the worst class, named on every page
@@ -82,10 +86,10 @@ class ClassBars(Widget):
             r, c = self.robust[i], self.clean[i]
             text.append(f"{name[:name_w]:<{name_w}}  ", style="bold red" if is_worst else "")
             text.append(bar(r, bar_w), style="red" if is_worst else "green")
-            text.append(f" {'-' if r is None else f'{r:.3f}'}  ", style="bold red" if is_worst else "")
+            text.append(f" {'-' if r is None else f'{r:.3f}'} ", style="bold red" if is_worst else "")
             text.append(bar(c, bar_w), style="blue")
             text.append(f" {'-' if c is None else f'{c:.3f}'}")
-            text.append("  < worst\n" if is_worst else "\n", style="bold red")
+            text.append(" <\n" if is_worst else "\n", style="bold red")
         return text
 
 

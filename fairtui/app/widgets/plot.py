@@ -1,17 +1,24 @@
-"""A line plot in text cells: one line per class across epochs, one class highlighted."""
+"""Per-class curves over epochs (accuracies, margins, betas, weights, multipliers), drawn by plotext.
+
+textual-plotext draws the lines in braille; one class is highlighted (left / right), the worst class
+at the last epoch is drawn in red, the others are dim. Only those two are named, so the legend fits.
+"""
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual.widget import Widget
-
-MARKERS = "o+x*#@%&=~"
+from textual_plotext import PlotextPlot
 
 
-class LinePlot(Widget):
-    """Trajectories of a class-wise quantity (eps, beta, weights, multipliers) over epochs."""
+def worst_series(series: list[list[float | None]]) -> int | None:
+    """The series with the lowest last value (the worst class for an accuracy)."""
+    last = [(s[-1], i) for i, s in enumerate(series) if s and s[-1] is not None]
+    return min(last)[1] if last else None
 
-    DEFAULT_CSS = "LinePlot { height: 16; }"
+
+class LinePlot(PlotextPlot):
+    """Trajectories of one per-class quantity over epochs, one class highlighted."""
+
+    DEFAULT_CSS = "LinePlot { height: 1fr; min-height: 8; }"
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -25,43 +32,38 @@ class LinePlot(Widget):
              highlight: int = 0) -> None:
         self.title, self.epochs, self.series, self.labels = title, epochs, series, labels
         self.highlight = highlight if 0 <= highlight < len(series) else 0
-        self.refresh()
+        self.replot()
 
     def points(self) -> int:
         """The number of epochs plotted (for tests: one point per epoch)."""
         return len(self.epochs)
 
-    def render(self) -> Text:
-        text = Text(self.title + "\n", style="bold")
-        values = [v for s in self.series for v in s if v is not None]
-        if not values or not self.epochs:
-            return text.append("no class-wise state logged yet")
-        height = max(4, self.size.height - 4)
-        width = max(10, self.size.width - 10)
-        lo, hi = min(values), max(values)
-        span = (hi - lo) or 1.0
-        grid = [[" "] * width for _ in range(height)]
-        styles = [[""] * width for _ in range(height)]
-        n = len(self.epochs)
-        order = [i for i in range(len(self.series)) if i != self.highlight] + [self.highlight]
-        for s in order:
-            for j, v in enumerate(self.series[s]):
-                if v is None:
-                    continue
-                col = 0 if n == 1 else round(j * (width - 1) / (n - 1))
-                row = height - 1 - round((v - lo) / span * (height - 1))
-                hl = s == self.highlight
-                grid[row][col] = "●" if hl else MARKERS[s % len(MARKERS)]
-                styles[row][col] = "bold red" if hl else "dim"
-        for r in range(height):
-            label = f"{hi:>8.4g} " if r == 0 else f"{lo:>8.4g} " if r == height - 1 else " " * 9
-            text.append(label + "|", style="dim")
-            for c in range(width):
-                text.append(grid[r][c], style=styles[r][c])
-            text.append("\n")
-        text.append(" " * 10 + f"epoch {self.epochs[0]}".ljust(width - 8) + f"{self.epochs[-1]}\n", style="dim")
-        name = self.labels[self.highlight] if self.labels else str(self.highlight)
-        text.append(f"● {name} (highlighted; ←/→ another class)   others: " +
-                    " ".join(f"{MARKERS[i % len(MARKERS)]}{self.labels[i]}" for i in range(len(self.labels))
-                             if i != self.highlight)[: max(0, self.size.width - 40)], style="")
-        return text
+    def worst(self) -> int | None:
+        return worst_series(self.series) if "accuracy" in self.title else None
+
+    def replot(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title(self.title)
+        if not self.series or not self.epochs:
+            plt.title(self.title or "no per-class values logged yet")
+            self.refresh()
+            return
+        worst = self.worst()
+        order = [i for i in range(len(self.series)) if i not in (self.highlight, worst)]
+        order += [i for i in (worst, self.highlight) if i is not None]
+        for i in dict.fromkeys(order):
+            points = [(e, v) for e, v in zip(self.epochs, self.series[i]) if v is not None]
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            name = self.labels[i] if i < len(self.labels) else str(i)
+            if i == self.highlight:
+                plt.plot(xs, ys, marker="braille", color="cyan", label=f"{name} (←/→)")
+            elif i == worst:
+                plt.plot(xs, ys, marker="braille", color="red", label=f"{name} (worst)")
+            else:
+                plt.plot(xs, ys, marker="braille", color="gray")
+        plt.xlabel("epoch")
+        self.refresh()
