@@ -96,3 +96,16 @@ def read_name(run_dir: Path) -> str:
         return json.loads((run_dir / "meta.json").read_text()).get("name", run_dir.name)
     except (OSError, ValueError):
         return run_dir.name
+
+
+def display_path(path: Path) -> str:
+    """A folder as the app shows it: relative to the current folder when inside it, else with ~."""
+    path = Path(path).expanduser().resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        pass
+    try:
+        return "~/" + str(path.relative_to(Path.home().resolve()))
+    except ValueError:
+        return str(path)

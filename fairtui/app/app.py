@@ -34,7 +34,9 @@ class FairtuiApp(App):
     def on_mount(self) -> None:
         from fairtui.app.screens.runs import RunsScreen
 
-        self.sub_title = str(self.home)
+        from fairtui.home import display_path
+
+        self.sub_title = display_path(self.home)
         self.push_screen(RunsScreen())
         if self.compare_runs:
             from fairtui.app.screens.compare import CompareScreen

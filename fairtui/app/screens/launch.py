@@ -19,7 +19,9 @@ class LaunchDialog(ModalScreen[str | None]):
         self.profiles = profiles
         self.gpus = self.app.inventory()
         with Vertical(classes="dialog launch"):
-            yield Label(f"new run: profile ({self.app.profiles_dir})")
+            from fairtui.home import display_path
+
+            yield Label(f"new run: profile ({display_path(self.app.profiles_dir)})")
             # The fields scroll; the error line and the keys stay in view at any terminal size.
             with VerticalScroll(id="launch-fields"):
                 yield OptionList(*[p.name for p in profiles], id="profile")

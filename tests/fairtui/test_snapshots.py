@@ -1,0 +1,78 @@
+"""What users see: every screen and dialog as an SVG snapshot at 80x24 and 120x40 (pytest-textual-snapshot).
+
+A layout change fails here; `pytest tests/fairtui/test_snapshots.py --snapshot-update` records the new
+look after a reviewer has seen it (the report shows old and new side by side). The runs are synthetic,
+with fixed times, in UTC, so a snapshot depends on the layout only.
+"""
+
+import time
+
+import pytest
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from fairtui.app import make_app  # noqa: E402
+from fairtui.gpus import GpuInfo  # noqa: E402
+from fairtui.synthetic import make_run  # noqa: E402
+from tests.conftest import TINY  # noqa: E402
+
+SIZES = [(80, 24), (120, 40)]
+T0 = 1767225600.0  # 2026-01-01 00:00 UTC
+GPUS = [GpuInfo(0, "Fake GPU", 1024.0, 81920.0, 3.0)]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "tiny.toml").write_text(TINY)
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="cfa-trades-wrn34-10-lambda1-0.3-seed0", method="cfa",
+             attacks=("clean", "pgd20"), t0=T0, tags=("paper",))
+    make_run(home, "20260101-000100-bbbbbb", name="wat-eta0.1", method="wat", robust_centre=0.6, t0=T0 + 60)
+    make_run(home, "20260101-000200-cccccc", name="pgd-at-baseline", method="pgd_at", robust_centre=0.4,
+             t0=T0 + 120)
+    yield home
+    time.tzset()
+
+
+def app_for(home, **kw):
+    return make_app(home=home, profiles_dir=home.parent / "profiles", gpu_inventory=lambda: GPUS,
+                    poll_interval=0.2, queue_worker=False, **kw)
+
+
+async def settle(pilot):
+    for _ in range(10):
+        await pilot.pause(0.1)
+    for widget in pilot.app.screen.query("Input, TextArea"):
+        widget.cursor_blink = False  # a blinking cursor would make every snapshot a coin toss
+    await pilot.pause(0.1)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x40"])
+def test_runs_screen(snap_compare, home, size):
+    assert snap_compare(app_for(home), terminal_size=size, run_before=settle)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x40"])
+def test_run_screen(snap_compare, home, size):
+    assert snap_compare(app_for(home, open_run="20260101-000000-aaaaaa"), terminal_size=size, run_before=settle)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x40"])
+def test_compare_screen(snap_compare, home, size):
+    app = app_for(home, compare=["20260101-000200-cccccc", "20260101-000100-bbbbbb"])
+    assert snap_compare(app, terminal_size=size, run_before=settle)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x40"])
+@pytest.mark.parametrize("keys", [["n"], ["question_mark"], ["e"], ["a"]], ids=["launch", "help", "eval", "notes"])
+def test_dialogs(snap_compare, home, size, keys):
+    async def run_before(pilot):
+        await settle(pilot)
+        await pilot.press(*keys)
+        await settle(pilot)
+
+    assert snap_compare(app_for(home), terminal_size=size, run_before=run_before)
