@@ -343,3 +343,23 @@ async def test_every_class_is_reachable_at_80x24_and_the_worst_is_always_named(t
             await pilot.press("pagedown")
         assert seen == set(range(k))  # every class on some page
         assert bars.pages() == 1 if k == 10 else bars.pages() > 1  # 10 fit at 80x24; 100 are paged
+
+
+async def test_per_class_test_tables_from_the_run_screen(tmp_path):
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-e1e2e3", name="tabled", attacks=("clean", "pgd20", "aa"))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   open_run="20260101-000000-e1e2e3", queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "completed")
+        await pilot.press("p")
+        await pilot.pause(0.3)
+        assert type(app.screen).__name__ == "ResultsScreen"
+        from fairtui.report import per_class_tables
+        from fairtui.runfolder import RunView
+
+        tables = per_class_tables(RunView.load(home / "runs" / "20260101-000000-e1e2e3"))
+        headers = [c.header for c in tables[0].columns]
+        assert "robust pgd20" in headers and "robust aa" in headers  # every attack of the checkpoint
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "RunScreen"

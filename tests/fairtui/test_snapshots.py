@@ -76,3 +76,13 @@ def test_dialogs(snap_compare, home, size, keys):
         await settle(pilot)
 
     assert snap_compare(app_for(home), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x40"])
+def test_per_class_results_screen(snap_compare, home, size):
+    async def run_before(pilot):
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+
+    assert snap_compare(app_for(home, open_run="20260101-000000-aaaaaa"), terminal_size=size, run_before=run_before)

@@ -10,7 +10,6 @@ from textual.widgets import Input, Label, Select, Static, TextArea
 
 HELP_TEXT = """\
 fairtui keys (everything works without a mouse)
-
 Runs screen
   n      new run (launch dialog)    enter  open the run
   space  mark / unmark              c      compare marked (or + next)
@@ -21,16 +20,12 @@ Runs screen
   /      filter as you type         o / O  sort by next column / reverse
   g      group a sweep's children
 Run screen
-  [ / ]  previous / next class-wise quantity (eps, beta, weights, ...)
-  pgup / pgdn   the other classes when they do not fit
-  left / right  highlight a class   s      stop the run
-  e      evaluate this run          a      notes
-Compare screen
-  b      the next run is the baseline
-Launch dialog
-  tab    next field   ctrl+l  launch   escape  cancel
-Everywhere
-  ?      this help    escape  back     q      quit (runs keep training)
+  [ / ]  previous / next per-class curve (accuracy, eps, beta, ...)
+  left / right  highlight a class   pgup / pgdn  more classes
+  p      per-class test tables      e  evaluate   a  notes   s  stop
+Compare screen: b  the next run is the baseline
+Launch dialog:  tab  next field   ctrl+l  launch   escape  cancel
+Everywhere:     ?  help   escape  back   q  quit (runs keep training)
 """
 
 

@@ -26,7 +26,7 @@ class RunScreen(Screen):
         Binding("escape", "app.pop_screen", "back"), Binding("left_square_bracket", "state(-1)", "prev state"),
         Binding("right_square_bracket", "state(1)", "next state"), Binding("left", "highlight(-1)", "class -"),
         Binding("right", "highlight(1)", "class +"), Binding("s", "stop", "stop"),
-        Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes"),
+        Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes"), Binding("p", "results", "per class"),
         # priority: the focused log would take pgup / pgdn for itself
         Binding("pagedown", "page(1)", "classes", show=False, priority=True),
         Binding("pageup", "page(-1)", "classes", show=False, priority=True),
@@ -128,6 +128,11 @@ class RunScreen(Screen):
     def action_highlight(self, step: int) -> None:
         self.highlight += step
         self.refresh_plot()
+
+    def action_results(self) -> None:
+        from fairtui.app.screens.results import ResultsScreen
+
+        self.app.push_screen(ResultsScreen(self.run_id))
 
     def action_page(self, step: int) -> None:
         self.query_one(ClassBars).turn(step)
