@@ -23,10 +23,11 @@ from fairtui.runstate import RunState, describe_summary, result_lines
 
 class RunScreen(Screen):
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "back"), Binding("left_square_bracket", "state(-1)", "prev state"),
-        Binding("right_square_bracket", "state(1)", "next state"), Binding("left", "highlight(-1)", "class -"),
-        Binding("right", "highlight(1)", "class +"), Binding("s", "stop", "stop"),
-        Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes"), Binding("p", "results", "per class"),
+        Binding("escape", "app.pop_screen", "back"), Binding("left_square_bracket", "state(-1)", "curve"),
+        Binding("right_square_bracket", "state(1)", "curve"), Binding("left", "highlight(-1)", "class -", show=False),
+        Binding("right", "highlight(1)", "class +", show=False), Binding("s", "stop", "stop"),
+        Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes", show=False),
+        Binding("p", "results", "per class"),
         # priority: the focused log would take pgup / pgdn for itself
         Binding("pagedown", "page(1)", "classes", show=False, priority=True),
         Binding("pageup", "page(-1)", "classes", show=False, priority=True),

@@ -76,14 +76,16 @@ def sort_key(doc: dict, column: str):
 
 
 class RunsScreen(Screen):
+    # The footer names the keys of a working day; the rest are in `?` (the footer has 80 columns).
     BINDINGS = [
         Binding("n", "new_run", "new"), Binding("enter", "open_run", "open"),
-        Binding("space", "mark", "mark"), Binding("c", "compare", "compare"),
-        Binding("s", "stop", "stop"), Binding("r", "resume", "resume"), Binding("R", "rerun", "rerun"),
-        Binding("t", "tag", "tag"), Binding("a", "notes", "notes"), Binding("e", "evaluate", "eval"),
-        Binding("x", "export", "export"), Binding("d", "delete", "delete"), Binding("slash", "filter", "filter"),
-        Binding("o", "sort", "sort"), Binding("O", "reverse", "reverse", show=False),
-        Binding("g", "group", "group sweeps"),
+        Binding("space", "mark", "mark"), Binding("c", "compare", "compare"), Binding("e", "evaluate", "eval"),
+        Binding("s", "stop", "stop", show=False), Binding("r", "resume", "resume", show=False),
+        Binding("R", "rerun", "rerun", show=False), Binding("t", "tag", "tag", show=False),
+        Binding("a", "notes", "notes", show=False), Binding("x", "export", "export", show=False),
+        Binding("d", "delete", "delete", show=False), Binding("slash", "filter", "filter"),
+        Binding("o", "sort", "sort", show=False), Binding("O", "reverse", "reverse", show=False),
+        Binding("g", "group", "group sweeps", show=False),
         Binding("escape", "clear_filter", "clear", show=False),
     ]
 
