@@ -15,7 +15,6 @@ mean 0 and std 1 for a model that takes [0, 1] pixels), so attacks work in [0, 1
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import sys
@@ -34,14 +33,6 @@ TS_FILE = Path("imported") / "model.ts"
 
 class ImportFailed(ValueError):
     """The model cannot be imported as asked: exit 2 with a message naming the mismatch."""
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # -- state_dicts ------------------------------------------------------------------------------------------
@@ -104,16 +95,17 @@ def load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str, nu
         return
     parts = []
     # a classifier of another size: say it in classes
-    for key, got, want in shapes:
-        if len(want) in (1, 2) and got[1:] == want[1:] and want[0] == num_classes:
-            parts.append(f"{num_classes} classes expected, {got[0]} given ({key}: {list(got)})")
-            break
+    classifier = next(((k, g) for k, g, w in shapes if len(w) in (1, 2) and g[1:] == w[1:] and w[0] == num_classes),
+                      None)
+    if classifier:
+        parts.append(f"{num_classes} classes expected, {classifier[1][0]} given ({classifier[0]}: "
+                     f"{list(classifier[1])})")
     if missing:
         parts.append(f"missing keys ({len(missing)}): {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}")
     if unexpected:
         parts.append(f"unexpected keys ({len(unexpected)}): {', '.join(unexpected[:6])}"
                      f"{' ...' if len(unexpected) > 6 else ''}")
-    other = [s for s in shapes if not parts or f"({s[0]}:" not in parts[0]]
+    other = [s for s in shapes if not classifier or s[0] != classifier[0]]
     if other:
         parts.append("shape mismatches: " + ", ".join(f"{k} {list(g)} (expected {list(w)})" for k, g, w in other[:4]))
     raise ImportFailed(f"the weights do not fit {what}: " + "; ".join(parts))
@@ -183,10 +175,6 @@ def robustbench_state(path: Path, name: str) -> dict[str, torch.Tensor]:
     if isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     return _strip(_strip({k: v for k, v in state.items() if isinstance(v, torch.Tensor)}, "module."), "model.")
-
-
-def robustbench_path(model_dir: str, name: str, dataset: str, threat: str) -> Path:
-    return Path(model_dir).expanduser() / dataset / threat / f"{name}.pt"
 
 
 def build(profile: Profile, input_shape: tuple[int, ...], num_classes: int, data_mean, data_std,
@@ -304,4 +292,4 @@ def build_for_import(profile: Profile, request: dict, splits, run_dir: Path) -> 
     return model
 
 
-__all__ = ["ImportFailed", "TS_FILE", "build", "import_run", "robustbench_path", "sha256_of"]
+__all__ = ["ImportFailed", "TS_FILE", "build", "import_run"]
