@@ -16,3 +16,8 @@ class RunsLoaded(Message):
 class EventsArrived(Message):
     run_id: str
     events: list[dict]
+
+
+@dataclass
+class ProgressRead(Message):
+    progress: dict

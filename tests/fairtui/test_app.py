@@ -95,6 +95,7 @@ async def test_replay_of_a_recorded_cfa_run(tmp_path):
         expected = last_val(home / "runs" / run_id)
         bars = screen.query_one(ClassBars)
         assert bars.robust == expected["robust_acc_per_class"] and bars.clean == expected["clean_acc_per_class"]
+        await wait_until(pilot, lambda: screen.query_one(LinePlot).points() == 4)  # curves redraw on a timer
         plot = screen.query_one(LinePlot)
         # first: per-class validation robust accuracy over epochs, the worst class (at the last epoch) marked
         assert plot.title.startswith("val robust accuracy")

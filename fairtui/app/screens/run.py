@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, RichLog, Static
 
-from fairtui.app.messages import EventsArrived
+from fairtui.app.messages import EventsArrived, ProgressRead
 from fairtui.app.widgets.bars import ClassBars
 from fairtui.app.widgets.plot import LinePlot
 from fairtui.home import short_id
@@ -79,11 +79,12 @@ class RunScreen(Screen):
             progress = json.loads((self.app.home / "runs" / self.run_id / "progress.json").read_text())
         except (OSError, ValueError):
             progress = {}
-        self.app.call_from_thread(self.show_progress, progress)
+        self.post_message(ProgressRead(progress))  # never waits for the screen (events must keep flowing)
 
-    def show_progress(self, progress: dict) -> None:
+    def on_progress_read(self, message: ProgressRead) -> None:
         from fairtui.runstate import progress_line
 
+        progress = message.progress
         live = self.state.status in ("running", "starting") or progress.get("phase") == "eval"
         text, fraction = progress_line(progress) if live else ("", None)
         row = self.query_one("#progress-row")
@@ -108,6 +109,19 @@ class RunScreen(Screen):
         self.query_one("#results", Static).update("\n".join(result_lines(self.state)))
         name = getattr(self, "display_name", None) or self.state.config.get("name", "")
         self.query_one("#run-title", Static).update(f"{name} [{short_id(self.run_id)}]  {self.state.status}")
+        self.schedule_plot()
+
+    PLOT_EVERY_S = 0.5  # redraw the curves at most this often while epochs stream in
+
+    def schedule_plot(self) -> None:
+        """Redraw the curves soon, once for any number of epochs arriving meanwhile (plotting hundreds of
+        epochs per class on every batch of events would hold the stream up)."""
+        if not getattr(self, "_plot_pending", False):
+            self._plot_pending = True
+            self.set_timer(self.PLOT_EVERY_S, self._plot_now)
+
+    def _plot_now(self) -> None:
+        self._plot_pending = False
         self.refresh_plot()
 
     def refresh_plot(self) -> None:
