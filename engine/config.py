@@ -112,6 +112,12 @@ class TrainConfig:
     # authors' `train_epoch` for AT and FAT. Unset: "train" for CFA with form = "code" on AT or FAT,
     # else "eval".
     attack_mode: Optional[str] = field(None, choices=("eval", "train"))
+    # Several processes (`--gpus 0,1`): BatchNorm statistics over the whole global batch across the
+    # ranks (SyncBatchNorm) rather than over each rank's share of it. No effect in one process.
+    sync_bn: bool = field(False)
+    # Seconds a collective operation of a multi-process run waits for the other ranks before the
+    # run fails (a dead or hung rank never leaves the others waiting for ever).
+    dist_timeout: float = field(300.0, gt=0.0)
 
 
 @dataclass(frozen=True)

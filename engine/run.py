@@ -47,9 +47,12 @@ class StopFlag:
         signal.signal(signal.SIGTERM, handler)
 
 
-def setup_logging() -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+def setup_logging(rank: int | None = None) -> None:
+    """INFO to stderr (``engine.log``); in a multi-process run every line names its rank, and ranks
+    other than 0 log warnings and errors only (rank 0 tells the run's story once)."""
+    where = f" rank{rank}" if rank is not None else ""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO if not rank else logging.WARNING,
+                        format=f"%(asctime)s{where} %(levelname)s %(message)s", datefmt="%H:%M:%S")
 
 
 def write_process_file(run_dir: Path, command: str) -> None:
@@ -74,8 +77,71 @@ def acquire_lock(run_dir: Path) -> Any:
     return fh
 
 
-def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int:
-    """Run ``body``; turn its outcome into a `run_finished` event and an exit code."""
+def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None], group: Any = None) -> int:
+    """Run ``body``; turn its outcome into a `run_finished` event and an exit code.
+
+    In a supervised multi-process run, a rank other than 0 writes no event: a failure goes to
+    ``.rank<r>.failed`` for the supervisor. Rank 0 does the same when a collective operation failed
+    (another rank died first: the supervisor knows which).
+    """
+    if group is not None and group.active and group.supervised:
+        return _guarded_rank(run_dir, events, body, group)
+    return _guarded(run_dir, events, body)
+
+
+def _guarded_rank(run_dir: Path, events: EventWriter, body: Callable[[], None], group: Any) -> int:
+    from engine.distributed import is_collective_error
+    from engine.supervisor import write_failure
+    from engine.trainer import StopRequested
+
+    def own_body() -> None:
+        try:
+            body()
+        except (StopRequested, KeyboardInterrupt):
+            raise
+        except BaseException as err:
+            collective = is_collective_error(err)
+            reason = _one_line(err)
+            write_failure(run_dir, group.rank, reason, collective)
+            if collective or not group.is_main:
+                log.error("%s", traceback.format_exc() if not collective else reason)
+                raise _Silent(EXIT_FAILED) from None
+            raise
+
+    if not group.is_main:
+        try:
+            own_body()
+        except (StopRequested, KeyboardInterrupt):
+            return EXIT_STOPPED
+        except _Silent as quiet:
+            return quiet.code
+        return EXIT_OK
+    try:
+        return _guarded(run_dir, events, own_body)
+    except _Silent as quiet:
+        return quiet.code
+
+
+class _Silent(BaseException):
+    """A rank's failure that the supervisor reports (no event from this rank)."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _one_line(err: BaseException) -> str:
+    from engine.atomic import DiskFull
+    from engine.checkpoint import CheckpointError
+    from engine.data import DataError
+    from engine.trainer import Diverged
+
+    if isinstance(err, (ProfileError, CheckpointError, Diverged, DataError, DiskFull)):
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    return f"{type(err).__name__}: {err}".splitlines()[0]
+
+
+def _guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int:
     from engine.atomic import DiskFull
     from engine.checkpoint import CheckpointError
     from engine.data import DataError
@@ -103,8 +169,11 @@ def guarded(run_dir: Path, events: EventWriter, body: Callable[[], None]) -> int
     return EXIT_OK
 
 
-def train(run_dir: Path) -> int:
-    setup_logging()
+def train(run_dir: Path, nproc: int = 1) -> int:
+    from engine.distributed import Group
+
+    group = Group.from_env()
+    setup_logging(group.rank if group.active else None)
     try:
         profile = load_profile(run_dir / "profile.toml")
     except ProfileError as err:
@@ -113,14 +182,24 @@ def train(run_dir: Path) -> int:
     if profile.source is not None:
         print(f"{run_dir}: an imported model does not train (fairtui eval evaluates it)", file=sys.stderr)
         return EXIT_USAGE
-    lock = acquire_lock(run_dir)
+    if nproc > 1 and not group.active:
+        from engine.supervisor import supervise
+
+        return supervise(run_dir, nproc)
+    # A supervised rank runs under its supervisor's lock and engine.json; under another launcher
+    # (torchrun, srun) rank 0 takes them.
+    owner = group.is_main and not group.supervised
+    lock = acquire_lock(run_dir) if owner else True
     if lock is None:
         print(f"{run_dir}: another engine is already running this folder", file=sys.stderr)
         return EXIT_USAGE
     stop = StopFlag()
     stop.install()
-    write_process_file(run_dir, "train")
-    events = EventWriter(run_dir / "events.jsonl", run_dir.name)
+    if owner:
+        write_process_file(run_dir, "train")
+    from engine.trainer import NoEvents
+
+    events: Any = EventWriter(run_dir / "events.jsonl", run_dir.name) if group.is_main else NoEvents()
 
     def body() -> None:
         from engine.final_eval import final_evaluation
@@ -128,14 +207,18 @@ def train(run_dir: Path) -> int:
         from engine.trainer import Trainer
         from engine.utils import make_runtime
 
-        runtime = make_runtime(profile.train)
-        log.info("run %s on %s", run_dir.name, runtime.describe())
-        trainer = Trainer(run_dir, profile, runtime, events, Progress(run_dir / "progress.json"), stop)
+        runtime = make_runtime(profile.train, group.local_rank, group.world)
+        group.init(runtime.device, profile.train.dist_timeout)
+        log.info("run %s on %s%s", run_dir.name, runtime.describe(),
+                 f" (rank {group.rank} of {group.world}, {group.backend})" if group.active else "")
+        trainer = Trainer(run_dir, profile, runtime, events, Progress(run_dir / "progress.json"), stop, group)
         trainer.fit()
-        final_evaluation(trainer)
+        group.close()  # the test evaluation runs on rank 0 alone; the other ranks are done
+        if group.is_main:
+            final_evaluation(trainer)
 
     try:
-        return guarded(run_dir, events, body)
+        return guarded(run_dir, events, body, group)
     finally:
         events.close()
 
@@ -147,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_train = sub.add_parser("train", help="train the run folder (resumes from its last checkpoint)")
     p_train.add_argument("run_dir", type=Path)
+    p_train.add_argument("--nproc", type=int, default=1,
+                         help="processes (one per GPU of CUDA_VISIBLE_DEVICES, or CPU processes): DDP")
     p_eval = sub.add_parser("eval", help="evaluate a run's checkpoint under named attacks")
     p_eval.add_argument("run_dir", type=Path)
     p_eval.add_argument("--request", required=True, help="JSON: attacks, checkpoint, split, ...")
@@ -158,7 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.run_dir}: not a run folder (no profile.toml)", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "train":
-        return train(args.run_dir)
+        if args.nproc < 1:
+            print(f"--nproc must be at least 1, got {args.nproc}", file=sys.stderr)
+            return EXIT_USAGE
+        return train(args.run_dir, args.nproc)
     if args.command == "import":
         from engine.imported import import_run
 

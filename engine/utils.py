@@ -110,13 +110,20 @@ def apply_determinism(cfg: TrainConfig) -> None:
         torch.backends.cudnn.benchmark = False
 
 
-def make_runtime(cfg: TrainConfig) -> Runtime:
+def make_runtime(cfg: TrainConfig, local_rank: int = 0, world: int = 1) -> Runtime:
+    """The runtime of one process; in a multi-process run, of rank ``local_rank`` of ``world`` on this
+    machine: its GPU (``cuda:local_rank`` when it sees several, else ``cuda:0``), its share of the cores."""
     apply_determinism(cfg)
+    if world > 1 and not cfg.threads and not cfg.deterministic:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # the ranks share this machine's cores
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if want_cuda and not torch.cuda.is_available():
         raise RuntimeError("train.device = \"cuda\" but no CUDA device is visible "
                            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
-    device = torch.device("cuda", 0) if want_cuda else torch.device("cpu")
+    index = local_rank if want_cuda and torch.cuda.device_count() > 1 else 0
+    if want_cuda and world > 1:
+        torch.cuda.set_device(index)
+    device = torch.device("cuda", index) if want_cuda else torch.device("cpu")
     # bf16 autocast and channels-last pay off on CUDA only; on the CPU they are ignored.
     dtype = torch.bfloat16 if (cfg.amp == "bf16" and want_cuda) else None
     compile_on = cfg.compile == "on" or (cfg.compile == "auto" and want_cuda)

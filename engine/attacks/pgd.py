@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from engine.attacks import noise
 from engine.utils import attack_mode
 
 Tensor = torch.Tensor
@@ -64,9 +65,9 @@ def ascent_step(delta: Tensor, grad: Tensor, step: Tensor, norm: str) -> Tensor:
 
 def random_start(x: Tensor, eps: Tensor, norm: str) -> Tensor:
     if norm == "linf":
-        return (torch.rand_like(x) * 2 - 1) * eps
-    direction = torch.randn_like(x)
-    radius = torch.rand(x.shape[0], device=x.device, dtype=x.dtype).view(-1, *([1] * (x.dim() - 1)))
+        return (noise.rand_like(x) * 2 - 1) * eps
+    direction = noise.randn_like(x)
+    radius = noise.rand_rows(x).view(-1, *([1] * (x.dim() - 1)))
     return direction / _l2_norm(direction) * radius * eps
 
 
@@ -129,7 +130,9 @@ class PGD:
                 active = active & ~(wrong & (budget == 0))
                 budget = torch.where(wrong & (budget > 0), budget - 1, budget)
                 moved = torch.where(active.view(-1, *([1] * (x.dim() - 1))), moved, delta.detach())
-                if not active.any():
+                # A shard of a multi-process batch takes every step (a no-op once all are stopped):
+                # its ranks must run the same number of forwards (SyncBatchNorm in train mode).
+                if not noise.in_shard() and not active.any():
                     delta = moved
                     break
             delta = moved

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.attacks import noise
 from engine.attacks.pgd import as_per_sample, ascent_step, project
 from engine.utils import attack_mode
 
@@ -45,7 +46,7 @@ class TRADESAttack:
         with attack_mode(self.model, self.model_mode):
             with torch.no_grad():
                 p_clean = self.model(x)
-            delta = project(0.001 * torch.randn_like(x), eps_b, self.norm)
+            delta = project(0.001 * noise.randn_like(x), eps_b, self.norm)
             delta = (x + delta).clamp(0, 1) - x
             for _ in range(self.steps):
                 delta.requires_grad_(True)

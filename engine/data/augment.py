@@ -73,14 +73,19 @@ class EpochPlan:
         return EpochPlan(move(self.order), self.batch_size, move(self.shift_y), move(self.shift_x),
                          move(self.flip))
 
-    def batch(self, b: int, images, labels: Tensor) -> tuple[Tensor, Tensor]:
-        """Batch ``b``: images from ``images(index)`` ([B, ...] floats in [0, 1]), augmented, and labels."""
-        rows = slice(b * self.batch_size, (b + 1) * self.batch_size)
-        idx = self.order[rows]
+    def batch(self, b: int, images, labels: Tensor, rows: tuple[int, int] | None = None) -> tuple[Tensor, Tensor]:
+        """Batch ``b``: images from ``images(index)`` ([B, ...] floats in [0, 1]), augmented, and labels.
+        ``rows``: only rows [lo, hi) of the batch (a rank's shard), with their own crops and flips."""
+        start = b * self.batch_size
+        end = min(start + self.batch_size, len(self.order))
+        if rows is not None:
+            start, end = start + rows[0], start + rows[1]
+        take = slice(start, end)
+        idx = self.order[take]
         x = images(idx)
         if self.shift_y is not None:
-            x = crop_flip(x, self.shift_y[rows], self.shift_x[rows],
-                          None if self.flip is None else self.flip[rows])
+            x = crop_flip(x, self.shift_y[take], self.shift_x[take],
+                          None if self.flip is None else self.flip[take])
         return x, labels[idx]
 
 

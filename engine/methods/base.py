@@ -8,6 +8,7 @@ per-class vectors that the shared losses read: ``eps_per_class`` (margins),
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -45,6 +46,8 @@ class MethodContext:
     device: torch.device
     # The validation split, for methods that measure more than the loop does (WAT's TRADES losses).
     val: Any = None  # engine.data.TensorData
+    # This process's place in a multi-process run (engine.distributed.Group); None: one process.
+    group: Any = None
 
     @property
     def attack(self) -> AttackConfig:
@@ -56,11 +59,20 @@ class MethodContext:
         return training_attack_mode(self.profile)
 
     def val_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
-        """The validation split in evaluation-sized batches, on the device. x: [B, ...], y: [B]"""
+        """The validation split in evaluation-sized batches, on the device. x: [B, ...], y: [B]
+
+        In a multi-process run, this rank's shard of every batch, with the attacks' random starts
+        drawn as for the whole batch: the caller all-reduces what it sums (``group.sum_``)."""
+        from engine.attacks import noise
+
         bs = self.profile.data.eval_batch_size
         for start in range(0, len(self.val), bs):
-            yield (self.val.images(slice(start, start + bs)).to(self.device),
-                   self.val.y[start:start + bs].to(self.device))
+            n = min(bs, len(self.val) - start)
+            lo, hi = self.group.shard(n) if self.group is not None else (0, n)
+            with noise.sharded(lo, hi, n) if self.group is not None and self.group.active \
+                    else contextlib.nullcontext():
+                yield (self.val.images(slice(start + lo, start + hi)).to(self.device),
+                       self.val.y[start + lo:start + hi].to(self.device))
 
 
 def weighted_mean(values: Tensor, weights: Tensor) -> Tensor:

@@ -12,6 +12,7 @@ import torch
 
 from engine.attacks.pgd import PGD
 from engine.attacks.trades import TRADESAttack, trades_kl
+from engine.distributed import attack_view
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample, clean_predictions, \
     weighted_mean
 from engine.method_params import MethodParams
@@ -42,7 +43,7 @@ class PGDAT(Method):
 
     def adversarial(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> Tensor:
         eps = self.eps_per_class[y]
-        self.attack.model = model
+        self.attack.model = attack_view(model)
         return self.attack.perturb(x, y, eps=eps, step=self.step_for(eps))
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
@@ -50,7 +51,7 @@ class PGDAT(Method):
         # In train mode (the CFA authors' loop) the clean accuracy comes from a train-mode forward
         # after the optimiser step, which the loop runs; in eval mode, from an eval-mode forward here.
         after = self.attack.model_mode == "train"
-        logits_clean = None if after else clean_predictions(model, x)
+        logits_clean = None if after else clean_predictions(attack_view(model), x)
         logits_adv = model(x_adv)
         loss = weighted_mean(ce_per_sample(logits_adv, y), self.weight_nat[y])
         return StepOutput(loss, logits_adv.detach(), logits_clean, clean_after_step=after)
@@ -91,7 +92,7 @@ class TRADES(Method):
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
         eps = self.eps_per_class[y]
-        self.attack.model = model
+        self.attack.model = attack_view(model)
         x_adv = self.attack.perturb(x, eps=eps, step=self.step_for(eps))
         logits_clean = model(x)
         logits_adv = model(x_adv)

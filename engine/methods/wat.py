@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attacks.trades import trades_kl
+from engine.distributed import attack_view
 from engine.method_params import MethodParams, WATParams
 from engine.methods.base import MethodContext, StepOutput, ValResult, ce_per_sample
 from engine.methods.standard import TRADES
@@ -49,7 +50,7 @@ class WAT(TRADES):
         self.start_epoch(1, None)
 
     def trades_terms(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        self.attack.model = model
+        self.attack.model = attack_view(model)
         x_adv = self.attack.perturb(x)
         logits_clean, logits_adv = model(x), model(x_adv)
         per_sample = ce_per_sample(logits_clean, y) + self.p.beta * trades_kl(logits_adv, logits_clean)
@@ -89,6 +90,8 @@ class WAT(TRADES):
                 s, c = per_class_mean(per_sample.double(), y, k)
                 sums += s.cpu()
                 counts += c.cpu()
+        if self.ctx.group is not None:
+            self.ctx.group.sum_(sums, counts)  # every rank's shard: the same K + 1 costs on every rank
         overall = sums.sum() / counts.sum().clamp(min=1)
         return torch.cat([overall.view(1), sums / counts.clamp(min=1)])
 

@@ -1,0 +1,318 @@
+"""One run on several processes: torch.distributed with DistributedDataParallel (DDP).
+
+A run with N > 1 processes (``fairtui run ... --gpus 0,1``, or ``python -m engine
+train RUN --nproc 2``) is started the way ``torchrun`` starts one: a supervisor
+(:mod:`engine.supervisor`) spawns N ranks of ``python -m engine train RUN`` with
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in
+their environment. NCCL on CUDA (one GPU per rank), gloo on the CPU. The ranks
+keep the single-process semantics where they must:
+
+- The global batch is the profile's ``data.batch_size``. Every global batch is
+  split into W contiguous shards (:meth:`Group.shard`), so the order and the
+  augmentation, drawn from (seed, epoch), are the single-process ones.
+- Random starts of the attacks are drawn for the whole global batch on every
+  rank and sliced (:mod:`engine.attacks.noise`): the RNG streams stay equal on
+  all ranks and equal to one process's.
+- Each rank's loss is scaled by n_rank * W / n_batch, so DDP's gradient average
+  is the gradient of the global batch mean (exact for the plain means of PGD-AT,
+  TRADES and CFA; FRL's normalised class weights and WAT's per-class batch means
+  are taken over each rank's shard, as in any DDP training).
+- Per-class counts and the loss are all-reduced; validation is sharded the same
+  way and its counts all-reduced; BatchNorm buffers are broadcast from rank 0
+  after every epoch. Every method's class-wise state is then computed from the
+  same numbers on every rank, and checked to be identical (:meth:`Group.check_identical`).
+- Rank 0 alone writes the run folder.
+
+``train.sync_bn`` turns BatchNorm into statistics over the whole global batch:
+PyTorch's SyncBatchNorm on CUDA, and on the CPU (gloo, where SyncBatchNorm
+does not run) :class:`GroupBatchNorm`, the same computation with a
+differentiable all-reduce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+ENV_SUPERVISED = "FAIRTUI_SUPERVISED"
+
+
+class PeerLost(RuntimeError):
+    """A collective operation failed: another rank died, or did not answer within the timeout."""
+
+
+class RankMismatch(RuntimeError):
+    """Ranks that must hold identical state do not (a bug, never a result to keep)."""
+
+
+def is_collective_error(err: BaseException) -> bool:
+    """Whether ``err`` came out of a collective operation (a peer died or timed out), not this rank."""
+    if isinstance(err, PeerLost) or isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(s in text for s in ("gloo/", "NCCL", "ProcessGroup",
+                                                                      "Connection closed by peer"))
+
+
+@dataclass
+class Group:
+    """This process's place in the run: rank ``rank`` of ``world``. ``world == 1``: no collectives."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    supervised: bool = False
+    backend: str = ""
+    control: Any = field(default=None, repr=False)  # a gloo group for host-side tensors and flags
+
+    @classmethod
+    def from_env(cls) -> "Group":
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        if world <= 1:
+            return cls()
+        return cls(rank=int(os.environ["RANK"]), world=world, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+                   supervised=os.environ.get(ENV_SUPERVISED) == "1")
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def init(self, device: torch.device, timeout_s: float) -> None:
+        """Join the process group: NCCL on CUDA, gloo on the CPU, both with ``timeout_s`` on every
+        collective; host-side flags and float64 sums go through a gloo group either way."""
+        if not self.active:
+            return
+        timeout = datetime.timedelta(seconds=timeout_s)
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(self.backend, rank=self.rank, world_size=self.world, timeout=timeout)
+        self.control = dist.new_group(backend="gloo", timeout=timeout) if self.backend == "nccl" else None
+
+    def close(self) -> None:
+        if self.active and dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+    def describe(self) -> dict[str, Any]:
+        return {"world_size": self.world, "backend": self.backend}
+
+    # -- sharding -----------------------------------------------------------------------------------
+    def shard(self, n: int) -> tuple[int, int]:
+        """Rows [lo, hi) of a batch of ``n`` that this rank takes: W contiguous shards whose sizes
+        differ by at most one (torch.tensor_split's split)."""
+        q, r = divmod(n, self.world)
+        lo = self.rank * q + min(self.rank, r)
+        return lo, lo + q + (1 if self.rank < r else 0)
+
+    def shard_sizes(self, n: int) -> list[int]:
+        q, r = divmod(n, self.world)
+        return [q + (1 if i < r else 0) for i in range(self.world)]
+
+    # -- collectives ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _collective(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except RuntimeError as err:
+            if isinstance(err, (PeerLost, RankMismatch)) or not is_collective_error(err):
+                raise
+            raise PeerLost(f"{what} failed on rank {self.rank}: {str(err).splitlines()[0][:200]}") from None
+
+    def _group_for(self, t: torch.Tensor) -> Any:
+        return self.control if t.device.type == "cpu" else None
+
+    def sum_(self, *tensors: torch.Tensor) -> None:
+        """All-reduce (sum) in place: counters on the device, float64 sums on the host."""
+        if not self.active:
+            return
+        with self._collective("all-reduce"):
+            for t in tensors:
+                dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self._group_for(t))
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is set on any rank (a host-side all-reduce: no GPU synchronisation)."""
+        if not self.active:
+            return flag
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        with self._collective("stop-flag all-reduce"):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control)
+        return bool(t.item())
+
+    def broadcast_buffers(self, model: nn.Module) -> None:
+        """Rank 0's buffers (BatchNorm running statistics) to every rank."""
+        if not self.active:
+            return
+        with self._collective("buffer broadcast"):
+            for buf in model.buffers():
+                dist.broadcast(buf, src=0)
+
+    def gather_host(self, values: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's float64 vector of the same length, in rank order."""
+        if not self.active:
+            return [values]
+        out = [torch.empty_like(values) for _ in range(self.world)]
+        with self._collective("all-gather"):
+            dist.all_gather(out, values, group=self.control)
+        return out
+
+    def check_identical(self, named: dict[str, Any], what: str) -> list[list[float]]:
+        """Check that ``named`` (tensors, numbers, nested tables) holds the same values on every rank;
+        raise :class:`RankMismatch` naming the first entry that differs. Returns the fingerprints."""
+        names, prints = fingerprint(named)
+        gathered = self.gather_host(prints)
+        for r, other in enumerate(gathered[1:], 1):
+            diff = (other != gathered[0]) & ~(other.isnan() & gathered[0].isnan())
+            if bool(diff.any()):
+                bad = names[int(diff.nonzero()[0]) // 2]
+                raise RankMismatch(f"{what}: rank {r}'s {bad} differs from rank 0's; the ranks no longer "
+                                   "compute the same run")
+        return [g.tolist() for g in gathered]
+
+
+def _flatten(value: Any, prefix: str, out: list[tuple[str, torch.Tensor]]) -> None:
+    if isinstance(value, torch.Tensor):
+        out.append((prefix, value.detach()))
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), out)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _flatten(v, f"{prefix}[{i}]", out)
+    elif isinstance(value, (bool, int, float)):
+        out.append((prefix, torch.tensor(float(value))))
+
+
+def fingerprint(named: dict[str, Any]) -> tuple[list[str], torch.Tensor]:
+    """Two float64 numbers per tensor: its sum and its sum weighted by position (a permutation or a
+    swapped pair changes the second). Equal state gives bit-equal fingerprints."""
+    flat: list[tuple[str, torch.Tensor]] = []
+    _flatten(named, "", flat)
+    prints = torch.zeros(2 * len(flat), dtype=torch.float64)
+    for i, (_, t) in enumerate(flat):
+        v = t.reshape(-1).to("cpu", torch.float64)
+        prints[2 * i] = v.sum()
+        prints[2 * i + 1] = (v * torch.arange(1, len(v) + 1, dtype=torch.float64)).sum() if len(v) else 0.0
+    return [name for name, _ in flat], prints
+
+
+# -- synchronised BatchNorm on the CPU ----------------------------------------------------------------
+class _SumAcrossRanks(torch.autograd.Function):
+    """all_reduce(sum) whose gradient is the all-reduced gradient (each rank's loss depends on every
+    rank's statistics), as SyncBatchNorm's backward does."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        out = t.clone()
+        dist.all_reduce(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class GroupBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """BatchNorm whose training-mode statistics are those of the whole global batch across ranks.
+
+    What ``torch.nn.SyncBatchNorm`` computes, for the CPU (gloo), where SyncBatchNorm refuses to run:
+    the per-channel sum, sum of squares and count of every rank are all-reduced, the mean and the
+    biased variance normalise, and the running variance takes the unbiased one. Eval mode, and a
+    process outside a group, is plain BatchNorm.
+    """
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return super().forward(x)
+        dims = [0] + list(range(2, x.dim()))
+        count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype, device=x.device)
+        stats = torch.cat([x.sum(dims), (x * x).sum(dims), count])
+        total = _SumAcrossRanks.apply(stats)
+        c = x.shape[1]
+        n = total[2 * c]
+        mean = total[:c] / n
+        var = (total[c:2 * c] / n - mean * mean).clamp_min(0)
+        if self.track_running_stats and self.running_mean is not None:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+                self.running_mean.mul_(1 - m).add_(mean.detach(), alpha=m)
+                self.running_var.mul_(1 - m).add_(var.detach() * (n / max(float(n) - 1, 1.0)), alpha=m)
+        shape = [1, c] + [1] * (x.dim() - 2)
+        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        if self.affine:
+            y = y * self.weight.view(shape) + self.bias.view(shape)
+        return y
+
+
+def convert_sync_bn(model: nn.Module, device: torch.device) -> nn.Module:
+    """Every BatchNorm of ``model`` synchronised across ranks: SyncBatchNorm on CUDA, GroupBatchNorm
+    on the CPU. Parameter and buffer names do not change, so checkpoints load either way."""
+    if device.type == "cuda":
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    return _convert_cpu(model)
+
+
+def _convert_cpu(module: nn.Module) -> nn.Module:
+    out = module
+    if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(module, GroupBatchNorm):
+        out = GroupBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
+                             module.track_running_stats)
+        if module.affine:
+            with torch.no_grad():
+                out.weight.copy_(module.weight)
+                out.bias.copy_(module.bias)
+        if module.track_running_stats:
+            out.running_mean.copy_(module.running_mean)
+            out.running_var.copy_(module.running_var)
+            out.num_batches_tracked.copy_(module.num_batches_tracked)
+        out.train(module.training)
+    for name, child in module.named_children():
+        out.add_module(name, _convert_cpu(child))
+    return out
+
+
+def has_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def wrap_ddp(model: nn.Module, attack_model: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` under DistributedDataParallel for the loss forwards. ``attack_model`` (the same
+    parameters, maybe compiled) is what attacks and gradient-free forwards use: they must not go
+    through DDP, whose forward prepares a gradient all-reduce and broadcasts buffers."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    object.__setattr__(ddp, "attack_model", attack_model)  # not a registered submodule
+    return ddp
+
+
+def attack_view(model: nn.Module) -> nn.Module:
+    """The module attacks and gradient-free forwards call: the model itself, or what DDP wraps."""
+    return getattr(model, "attack_model", model)
+
+
+def local_threads(world: int) -> int:
+    """CPU threads per rank when several ranks share this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // max(world, 1))
+
+
+def sizes_per_rank(total: int, batch_size: int, world: int) -> int:
+    """The largest shard of a global batch (what a compiled step sees)."""
+    return math.ceil(min(batch_size, max(total, 1)) / world)
