@@ -119,8 +119,9 @@ def change_meta(run_dir: Path, change) -> dict:
     return meta
 
 
-def engine_command(run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "engine", "train", str(run_dir)]
+def engine_command(run_dir: Path, nproc: int = 1) -> list[str]:
+    """The engine's command line; ``nproc`` > 1: one run on that many processes (DDP, one per GPU)."""
+    return [sys.executable, "-m", "engine", "train", str(run_dir)] + (["--nproc", str(nproc)] if nproc > 1 else [])
 
 
 def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str] | None = None) -> subprocess.Popen:
@@ -129,13 +130,15 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
     if gpus is not None:
         env.update(gpus.env())
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if command is None:  # several GPUs for one run: one process per GPU under torch.distributed
+        command = engine_command(run_dir, len(gpus.devices) if gpus is not None and not gpus.cpu else 1)
     log = open(run_dir / "engine.log", "ab")
     try:
-        proc = subprocess.Popen(command or engine_command(run_dir), stdin=subprocess.DEVNULL, stdout=log,
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=log, env=env, start_new_session=True, cwd=os.getcwd())
     finally:
         log.close()
-    if (command or engine_command(run_dir))[2:4] == ["engine", "train"]:
+    if command[2:4] == ["engine", "train"]:
         # Known to be alive from this moment; the engine rewrites the file with the same pid.
         from engine.procinfo import process_start_time
 

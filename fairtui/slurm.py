@@ -80,8 +80,11 @@ def shared_storage_warning(home: Path) -> str | None:
 class TrainRun:
     """The picklable task of one array element: train (or resume) one run folder."""
 
-    def __init__(self, run_dir: str):
+    def __init__(self, run_dir: str, nproc: int = 1):
         self.run_dir = run_dir
+        # GPUs of the task: more than one trains the run with DDP, one rank per GPU of the allocation
+        # (the engine's supervisor inside the task, as torchrun inside the task would).
+        self.nproc = nproc
         self.proc: subprocess.Popen | None = None
 
     def __call__(self) -> int:
@@ -89,8 +92,9 @@ class TrainRun:
         _record_job(run_dir)
         (run_dir / "queued").unlink(missing_ok=True)
         with open(run_dir / "engine.log", "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "engine", "train", str(run_dir)],
-                                         stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            from fairtui.launcher import engine_command
+
+            self.proc = subprocess.Popen(engine_command(run_dir, getattr(self, "nproc", 1)), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
             # Poll rather than wait(): the preemption handler runs on this thread and must be able to
             # reap the engine itself (a nested Popen.wait would deadlock on Popen's wait lock).
             while (code := self.proc.poll()) is None:
@@ -110,7 +114,7 @@ class TrainRun:
                 time.sleep(0.2)
             if self.proc.poll() is None:
                 self.proc.kill()
-        return submitit.helpers.DelayedSubmission(TrainRun(self.run_dir))
+        return submitit.helpers.DelayedSubmission(TrainRun(self.run_dir, getattr(self, "nproc", 1)))
 
 
 def _record_job(run_dir: Path) -> None:
@@ -151,7 +155,7 @@ def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
     jobs = []
     with executor.batch():
         for run_dir in runs:
-            jobs.append(executor.submit(TrainRun(run_dir)))
+            jobs.append(executor.submit(TrainRun(run_dir, settings.gpus_per_task)))
     from fairtui.launcher import change_meta
     from fairtui.store import RunIndex
     from fairtui.sweep import save_record

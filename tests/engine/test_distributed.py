@@ -1,0 +1,288 @@
+"""One run on several processes (DDP), on the CPU with gloo and 2 processes.
+
+What must hold: the 2-process run is the 1-process run (the same numbers where
+the arithmetic allows it), rank 0 alone writes, every rank holds the same state,
+a dead rank ends the run `failed` and it resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.attacks import noise
+from engine.distributed import Group, fingerprint
+from engine.events import read_events
+from tests.conftest import ROOT, engine_env, make_run_dir
+
+
+def train(run_dir: Path, nproc: int, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", "train", str(run_dir), "--nproc", str(nproc)],
+                          env=engine_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def start(run_dir: Path, nproc: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "engine", "train", str(run_dir), "--nproc", str(nproc)],
+                            env=engine_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+
+
+def events_of(run_dir: Path, kind: str | None = None) -> list[dict]:
+    events, warnings = read_events(run_dir / "events.jsonl")
+    assert not warnings
+    return [e for e in events if kind is None or e["type"] == kind]
+
+
+def wait_for_epoch(run_dir: Path, epoch: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if any(e["epoch"] >= epoch for e in events_of(run_dir, "epoch_end")):
+            return
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    raise AssertionError(f"epoch {epoch} not reached")
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def max_weight_difference(a: Path, b: Path) -> float:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    return max(float((wa[k].double() - wb[k].double()).abs().max()) for k in wa)
+
+
+# -- pure parts ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n,world", [(50, 2), (49, 2), (2, 2), (7, 3), (128, 8), (3, 4)])
+def test_shards_cover_the_batch_once_in_order(n, world):
+    shards = [Group(rank=r, world=world).shard(n) for r in range(world)]
+    assert shards[0][0] == 0 and shards[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(shards, shards[1:]))
+    sizes = [hi - lo for lo, hi in shards]
+    assert max(sizes) - min(sizes) <= 1 and sizes == Group(world=world).shard_sizes(n)
+
+
+def test_sharded_draws_are_the_rows_of_the_whole_batch_draw():
+    x = torch.zeros(10, 3, 4, 4)
+    torch.manual_seed(5)
+    whole = (noise.rand_like(x), noise.randn_like(x), noise.rand_rows(x))
+    parts = []
+    for lo, hi in [(0, 6), (6, 10)]:
+        torch.manual_seed(5)
+        with noise.sharded(lo, hi, 10):
+            parts.append((noise.rand_like(x[lo:hi]), noise.randn_like(x[lo:hi]), noise.rand_rows(x[lo:hi])))
+        assert not noise.in_shard()
+    for i in range(3):
+        assert torch.equal(torch.cat([p[i] for p in parts]), whole[i])
+
+
+def test_fingerprints_tell_equal_state_from_changed_or_permuted_state():
+    state = {"lam": torch.tensor([0.1, 0.2, 0.3]), "fawa": {"w": torch.ones(2, 2)}, "epoch": 3}
+    names, a = fingerprint(state)
+    assert names == ["epoch", "fawa.w", "lam"]
+    _, same = fingerprint({"lam": torch.tensor([0.1, 0.2, 0.3]), "fawa": {"w": torch.ones(2, 2)}, "epoch": 3})
+    _, swapped = fingerprint({**state, "lam": torch.tensor([0.2, 0.1, 0.3])})  # the same sum
+    _, nudged = fingerprint({**state, "lam": torch.tensor([0.1, 0.2, 0.3 + 1e-7])})
+    assert torch.equal(a, same) and not torch.equal(a, swapped) and not torch.equal(a, nudged)
+
+
+# -- collectives in 2 gloo processes -------------------------------------------------------------------
+COLLECTIVES = textwrap.dedent("""
+    import json, os, sys
+    import torch
+    from engine.distributed import Group, GroupBatchNorm, RankMismatch, convert_sync_bn
+    g = Group.from_env()
+    g.init(torch.device("cpu"), 60)
+    out = {}
+    # GroupBatchNorm on each rank's half = BatchNorm2d on the whole batch: outputs, input and
+    # parameter gradients (DDP averages the latter), running statistics.
+    torch.manual_seed(0)
+    x = torch.randn(12, 3, 5, 5) * 2 + 1
+    w = torch.randn(12, 3, 5, 5)
+    ref = torch.nn.BatchNorm2d(3)
+    ref.weight.data.uniform_(0.5, 1.5); ref.bias.data.uniform_(-1, 1)
+    net = convert_sync_bn(torch.nn.Sequential(ref), torch.device("cpu"))
+    assert isinstance(net[0], GroupBatchNorm)
+    xr = x.clone().requires_grad_(True)
+    y_ref = ref(xr)
+    ((y_ref * w).sum() / 12).backward()
+    lo, hi = g.shard(12)
+    xs = x[lo:hi].clone().requires_grad_(True)
+    y = net(xs)
+    # each rank's mean over its shard, weighted by its share as the trainer does
+    ((y * w[lo:hi]).sum() / (hi - lo) * (hi - lo) * g.world / 12).backward()
+    pgrad = torch.stack([net[0].weight.grad, net[0].bias.grad])
+    g.sum_(pgrad)
+    pgrad /= g.world
+    out["bn_out"] = float((y - y_ref[lo:hi]).abs().max())
+    net.eval(); ref.eval()
+    out["bn_eval"] = float((net(x) - ref(x)).abs().max())
+    # A rank's loss is W times its share of the global mean, so its input gradient is W times the
+    # global one; DDP's average over the ranks brings the parameters' gradients back to the global ones.
+    out["bn_input_grad"] = float((xs.grad / g.world - xr.grad[lo:hi]).abs().max())
+    out["bn_param_grad"] = float((pgrad - torch.stack([ref.weight.grad, ref.bias.grad])).abs().max())
+    out["bn_running"] = float(max((net[0].running_mean - ref.running_mean).abs().max(),
+                                  (net[0].running_var - ref.running_var).abs().max()))
+    # check_identical: equal state passes; one rank's changed value is named.
+    g.check_identical({"lam": torch.tensor([1.0, 2.0])}, "test")
+    try:
+        g.check_identical({"lam": torch.tensor([1.0, 2.0 + g.rank])}, "after epoch 3")
+        out["mismatch"] = None
+    except RankMismatch as err:
+        out["mismatch"] = str(err)
+    out["any"] = [g.any(g.rank == 1), g.any(False)]
+    print(json.dumps(out))
+    g.close()
+""")
+
+
+def test_collectives_on_two_gloo_processes(tmp_path):
+    script = tmp_path / "collectives.py"
+    script.write_text(COLLECTIVES)
+    port = str(29400 + os.getpid() % 500)
+    procs = [subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**engine_env(), "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
+                                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    for stdout, _ in outs:
+        res = json.loads(stdout.strip().splitlines()[-1])
+        assert res["bn_out"] < 1e-5 and res["bn_eval"] < 1e-5 and res["bn_running"] < 1e-5
+        assert res["bn_input_grad"] < 1e-5 and res["bn_param_grad"] < 1e-5
+        assert res["mismatch"] == ("after epoch 3: rank 1's lam differs from rank 0's; the ranks no longer "
+                                   "compute the same run")
+        assert res["any"] == [True, False]
+
+
+# -- whole runs -----------------------------------------------------------------------------------------
+def test_two_ranks_train_the_one_process_run_and_rank_zero_alone_writes(tmp_path, tiny_profile):
+    """small_cnn has no BatchNorm: with the shards' attack starts drawn as for the whole batch and
+    DDP's gradient average, 2 processes give the 1-process run's numbers."""
+    profile = tiny_profile()
+    one, two = make_run_dir(tmp_path, profile, "one"), make_run_dir(tmp_path, profile, "two")
+    assert train(one, 1).returncode == 0
+    res = train(two, 2)
+    assert res.returncode == 0, res.stderr
+    events = events_of(two)
+    assert [e["seq"] for e in events] == list(range(len(events)))  # one writer, no gap, no repeat
+    assert [e["type"] for e in events].count("run_started") == 1
+    assert [e["epoch"] for e in events_of(two, "epoch_end")] == [1, 2]
+    started = events_of(two, "run_started")[0]
+    assert started["distributed"] == {"world_size": 2, "backend": "gloo", "sync_bn": False,
+                                      "global_batch_size": 50, "batch_per_rank": [25, 25]}
+    for e1, e2 in zip(events_of(one, "epoch_end"), events_of(two, "epoch_end")):
+        d = e2["distributed"]
+        # every sample counted once: the all-reduced counts are the whole split, summed over the ranks
+        assert e2["train"]["count_per_class"] == started["split_sizes"]["train"] == e1["train"]["count_per_class"]
+        assert d["samples_per_rank"] == [150, 150]
+        assert len(set(d["model_digest_per_rank"])) == 1 and len(set(d["method_digest_per_rank"])) == 1
+        for part in ("train", "val"):
+            for key in ("clean_acc_per_class", "robust_acc_per_class"):
+                assert e2[part][key] == e1[part][key], (part, key)
+        assert e2["train"]["loss"] == pytest.approx(e1["train"]["loss"], abs=1e-6)
+    assert "distributed" not in events_of(one, "epoch_end")[0]
+    r1 = {(e["checkpoint"], e["attack"]): e["robust_acc_per_class"] for e in events_of(one, "eval_result")}
+    r2 = {(e["checkpoint"], e["attack"]): e["robust_acc_per_class"] for e in events_of(two, "eval_result")}
+    assert r1 == r2
+    assert max_weight_difference(one, two) < 1e-5
+    info = json.loads((two / "engine.json").read_text())
+    assert info["world_size"] == 2 and [r["rank"] for r in info["ranks"]] == [0, 1]
+    assert not list(two.glob(".rank*"))
+    assert all(not k.startswith("module.") for k in weights(two))  # loads into a 1-process run
+
+
+WRN = ['model.arch="wide_resnet"', "model.depth=10", "model.width=1", "train.epochs=1", "train.deterministic=true",
+       'eval.attacks=["clean"]']
+
+
+def test_sync_bn_makes_two_ranks_train_the_one_process_weights(tmp_path, tiny_profile):
+    """WRN-10-1 has BatchNorm. With train.sync_bn the 2-rank epoch equals the 1-process epoch to 1e-5
+    (float rounding of the all-reduced sums); without it each rank normalises its half batch and the
+    weights move apart by more than 1e-3. The adversarial case uses batch 149 (shards of 75 and 74,
+    and a last batch of 2): the loss weighting makes DDP's average the whole batch's gradient.
+
+    Why natural training and two steps of PGD-AT: sign() in an attack step turns rounding into a
+    different step for a pixel, so longer adversarial runs differ in any two setups, one process with
+    1 and with 2 threads included (9e-3 after one TRADES epoch on digits). These cases keep the
+    arithmetic smooth enough for the comparison to test the semantics."""
+    profile = tiny_profile()
+    natural = WRN + ['method.name="natural"']
+    n1 = make_run_dir(tmp_path, profile, "n1", tuple(natural))
+    n2 = make_run_dir(tmp_path, profile, "n2", tuple(natural + ["train.sync_bn=true"]))
+    n2_local = make_run_dir(tmp_path, profile, "n2-local", tuple(natural))
+    adv = WRN + ["data.batch_size=149"]
+    a1 = make_run_dir(tmp_path, profile, "a1", tuple(adv))
+    a2 = make_run_dir(tmp_path, profile, "a2", tuple(adv + ["train.sync_bn=true"]))
+    for run_dir, nproc in ((n1, 1), (n2, 2), (n2_local, 2), (a1, 1), (a2, 2)):
+        res = train(run_dir, nproc)
+        assert res.returncode == 0, res.stderr
+    assert events_of(n2, "run_started")[0]["distributed"]["sync_bn"] is True
+    assert max_weight_difference(n1, n2) < 1e-5
+    assert max_weight_difference(n1, n2_local) > 1e-3
+    assert max_weight_difference(a1, a2) < 1e-5
+    assert events_of(a2, "epoch_end")[0]["distributed"]["samples_per_rank"] == [151, 149]  # 75+75+1, 74+74+1
+
+
+def test_a_stopped_or_killed_group_ends_cleanly_and_resumes_to_completion(tmp_path, tiny_profile):
+    run_dir = make_run_dir(tmp_path, tiny_profile(), "run", ("train.epochs=24",))
+    # stop: SIGTERM to the supervisor (what `fairtui stop` sends); the ranks stop at the same batch
+    proc = start(run_dir, 2)
+    wait_for_epoch(run_dir, 2, proc)
+    os.kill(json.loads((run_dir / "engine.json").read_text())["pid"], signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    assert events_of(run_dir, "run_finished")[-1]["status"] == "stopped"
+    # a rank killed: the run fails within the grace, names the rank, keeps the checkpoint
+    proc = start(run_dir, 2)
+    wait_for_epoch(run_dir, 5, proc)
+    info = json.loads((run_dir / "engine.json").read_text())
+    killed = time.time()
+    os.kill(info["ranks"][1]["pid"], signal.SIGKILL)
+    assert proc.wait(timeout=60) == 1
+    assert time.time() - killed < 30
+    finished = events_of(run_dir, "run_finished")[-1]
+    assert finished["status"] == "failed"
+    assert f"rank 1 (pid {info['ranks'][1]['pid']}) was killed by SIGKILL" in finished["error"]
+    for rank in info["ranks"]:  # no rank left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(rank["pid"], 0)
+    last = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["epoch"]
+    assert last >= 5
+    res = train(run_dir, 2)
+    assert res.returncode == 0, res.stderr
+    assert [e["epoch"] for e in events_of(run_dir, "run_resumed")][-1] == last
+    ends = sorted({e["epoch"] for e in events_of(run_dir, "epoch_end")})
+    assert ends == list(range(1, 25))
+    assert events_of(run_dir, "run_finished")[-1]["status"] == "completed"
+    assert events_of(run_dir, "eval_result")
+
+
+@pytest.mark.parametrize("method", [
+    ['method.name="cfa"', 'method.base="trades"', "method.fawa_start_epoch=1", "method.fawa_threshold=0"],
+    ['method.name="frl"', "method.pretrain_epochs=1"],
+    ['method.name="wat"'],
+], ids=["cfa", "frl", "wat"])
+def test_class_wise_state_is_identical_on_every_rank_after_each_epoch(tmp_path, tiny_profile, method):
+    """The engine checks every rank's weights and method state after each epoch and fails the run on
+    a difference; the digests it records are equal, and the state is the method's own."""
+    run_dir = make_run_dir(tmp_path, tiny_profile(), "run", tuple(method + ["train.epochs=3"]))
+    res = train(run_dir, 2)
+    assert res.returncode == 0, res.stderr
+    ends = events_of(run_dir, "epoch_end")
+    assert [e["epoch"] for e in ends] == [1, 2, 3]
+    for e in ends:
+        assert len(set(e["distributed"]["method_digest_per_rank"])) == 1
+        assert len(set(e["distributed"]["model_digest_per_rank"])) == 1
+    state = ends[-1]["method_state"]
+    key = {"cfa": "beta_per_class", "frl": "lambda_bndy", "wat": "val_cost_sum"}[method[0].split('"')[1]]
+    assert key in state and state[key] is not None
