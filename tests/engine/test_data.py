@@ -184,3 +184,16 @@ def test_random_crop_flip_is_a_shifted_copy():
         padded = torch.nn.functional.pad(x[i], (1, 1, 1, 1))
         windows = [padded[:, r:r + 8, c:c + 8] for r in range(3) for c in range(3)]
         assert any(torch.equal(out[i], w) for w in windows)
+
+
+def test_digits_read_without_scikit_learn_are_load_digits():
+    """The engine reads scikit-learn's digits CSV itself (no sklearn import at start-up): the same arrays."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from engine.data.datasets import digits_arrays
+
+    images, target = digits_arrays()
+    bunch = load_digits()
+    assert np.array_equal(images, bunch.images) and np.array_equal(target, bunch.target)
+    assert images.dtype == bunch.images.dtype and target.dtype == bunch.target.dtype
