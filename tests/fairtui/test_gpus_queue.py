@@ -168,3 +168,30 @@ def test_a_run_queued_by_a_command_that_quit_still_trains(tmp_path, tiny_profile
         time.sleep(0.2)
     else:
         raise AssertionError("the queue worker is still running with an empty queue")
+
+
+def test_a_run_on_several_gpus_starts_one_engine_with_a_rank_per_gpu(tmp_path, monkeypatch):
+    """`--gpus 0,1` (run, resume, the queue, the launch dialog) starts the engine with --nproc 2 on
+    CUDA_VISIBLE_DEVICES=0,1; one GPU or the CPU starts it as before."""
+    import subprocess
+
+    from fairtui import launcher
+
+    calls = []
+
+    class FakePopen:
+        pid = 4242
+
+        def __init__(self, command, env, **kw):
+            calls.append((command, env.get("CUDA_VISIBLE_DEVICES")))
+
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for choice in (GpuChoice(devices=(0, 1)), GpuChoice(devices=(3,)), GpuChoice(cpu=True)):
+        launcher.start_engine(run_dir, choice)
+    (two, two_env), (one, one_env), (cpu, cpu_env) = calls
+    assert two[2:] == ["engine", "train", str(run_dir), "--nproc", "2"] and two_env == "0,1"
+    assert one[2:] == ["engine", "train", str(run_dir)] and one_env == "3"
+    assert cpu[2:] == ["engine", "train", str(run_dir)] and cpu_env == ""
+    assert launcher.engine_command(run_dir, 4)[-2:] == ["--nproc", "4"]
