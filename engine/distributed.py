@@ -198,11 +198,12 @@ def fingerprint(named: dict[str, Any]) -> tuple[list[str], torch.Tensor]:
     swapped pair changes the second). Equal state gives bit-equal fingerprints."""
     flat: list[tuple[str, torch.Tensor]] = []
     _flatten(named, "", flat)
-    prints = torch.zeros(2 * len(flat), dtype=torch.float64)
-    for i, (_, t) in enumerate(flat):
-        v = t.reshape(-1).to("cpu", torch.float64)
-        prints[2 * i] = v.sum()
-        prints[2 * i + 1] = (v * torch.arange(1, len(v) + 1, dtype=torch.float64)).sum() if len(v) else 0.0
+    parts = []
+    for _, t in flat:  # reduced where the tensor lives: two numbers per tensor cross to the host
+        v = t.reshape(-1).to(torch.float64)
+        position = torch.arange(1, len(v) + 1, dtype=torch.float64, device=v.device)
+        parts.append(torch.stack([v.sum(), (v * position).sum()]).cpu())
+    prints = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
     return [name for name, _ in flat], prints
 
 
