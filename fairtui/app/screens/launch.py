@@ -31,8 +31,9 @@ class LaunchDialog(ModalScreen[str | None]):
                 yield Input(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
                 yield Input(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
                 if self.gpus:
-                    yield Label(f"GPUs: several train one run with DDP (a sweep spreads over them); at most "
-                                f"{self.app.queue.per_gpu} run each, busy GPUs queue the run")
+                    # 68 characters: the dialog's width at 80 columns
+                    yield Label(f"GPUs (several: one DDP run on all; at most {self.app.queue.per_gpu} run each; "
+                                "busy: queued)")
                     yield SelectionList(*[(g.label(), g.index) for g in self.gpus], id="gpus")
                 else:
                     yield Label("GPUs: none found (NVML, nvidia-smi): CPU only")
