@@ -103,9 +103,13 @@ class RunState:
         if kind == "run_resumed":
             return f"resumed after epoch {event.get('epoch')}"
         if kind == "eval_result":
-            return (f"{event.get('split')} {event.get('attack')} @ {event.get('checkpoint')}: clean "
-                    f"{event.get('avg_clean', 0):.3f} robust {event.get('avg_robust', 0):.3f} "
-                    f"worst {event.get('worst_robust', 0):.3f}")
+            head = f"{event.get('split')} {event.get('attack')} @ {event.get('checkpoint')}: "
+            if event.get("attack") == "clean":  # no attack: there is no robust number to show
+                worst = min((a for a in event.get("clean_acc_per_class") or [] if a is not None), default=None)
+                return head + f"clean {event.get('avg_clean') or 0:.3f}" + \
+                    (f" worst class {worst:.3f}" if worst is not None else "")
+            return head + (f"clean {event.get('avg_clean') or 0:.3f} robust {event.get('avg_robust') or 0:.3f} "
+                           f"worst {event.get('worst_robust') or 0:.3f}")
         if kind == "run_finished":
             return f"finished: {event.get('status')}" + (f" ({event['error']})" if event.get("error") else "")
         return None

@@ -226,6 +226,13 @@ async def test_run_screen_titles_the_run_by_its_own_name_and_labels_a_clean_resu
         clean = next(line for line in lines if " clean @" in line)
         assert "robust" not in clean and "worst class" in clean
         assert any("robust" in line for line in lines if "pgd20" in line)
+        # the log says the same: a clean evaluation has no robust number
+        line = app.screen.state.log_line({"type": "eval_result", "split": "test", "attack": "clean",
+                                          "checkpoint": "last", "avg_clean": 0.7, "avg_robust": 0.7,
+                                          "clean_acc_per_class": [0.6, 0.8]})
+        assert line == "test clean @ last: clean 0.700 worst class 0.600"
+        log = "\n".join(str(strip.text) for strip in app.screen.query_one("#log").lines)
+        assert "test clean @ last: clean" in log and "robust" not in log.split("test clean @ last")[1].split("\n")[0]
 
 
 async def test_launch_dialog_errors_are_visible_at_80x24(tmp_path, profiles):
@@ -364,3 +371,30 @@ async def test_per_class_test_tables_from_the_run_screen(tmp_path):
         assert "robust pgd20" in headers and "robust aa" in headers  # every attack of the checkpoint
         await pilot.press("escape")
         assert type(app.screen).__name__ == "RunScreen"
+
+
+@pytest.mark.parametrize("size,split", [((80, 24), False), ((120, 40), True)])
+async def test_curves_show_accuracy_beside_the_method_state_when_there_is_room(tmp_path, size, split):
+    """At 120x40 the per-class accuracy curves and the method's class-wise state are drawn at once (c
+    switches robust / clean, [ ] the state); at 80x24 one plot cycles through all of them."""
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-f1f2f3", name="curves", method="cfa")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   open_run="20260101-000000-f1f2f3", queue_worker=False)
+    async with app.run_test(size=size) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "completed")
+        app.screen.refresh_plot()
+        top, below = app.screen.query_one("#plot", LinePlot), app.screen.query_one("#plot-state", LinePlot)
+        assert below.display is split
+        assert top.title.startswith("val robust accuracy")
+        if split:
+            assert below.title.startswith("eps_per_class")
+            await pilot.press("c")
+            assert top.title.startswith("val clean accuracy")
+            await pilot.press("right_square_bracket")
+            assert top.title.startswith("val clean accuracy") and not below.title.startswith("eps_per_class")
+        else:
+            await pilot.press("right_square_bracket")
+            assert top.title.startswith("val clean accuracy")
+            await pilot.press("right_square_bracket")
+            assert top.title.startswith("eps_per_class")

@@ -20,7 +20,7 @@ Runs screen
   /      filter as you type         o / O  sort by next column / reverse
   g      group a sweep's children
 Run screen
-  [ / ]  previous / next per-class curve (accuracy, eps, beta, ...)
+  [ / ]  per-class curves (accuracy, eps, beta...)  c  robust / clean
   left / right  highlight a class   pgup / pgdn  more classes
   p      per-class test tables      e  evaluate   a  notes   s  stop
 Compare screen: b  the next run is the baseline

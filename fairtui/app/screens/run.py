@@ -28,6 +28,7 @@ class RunScreen(Screen):
         Binding("right", "highlight(1)", "class +", show=False), Binding("s", "stop", "stop"),
         Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes", show=False),
         Binding("p", "results", "per class"),
+        Binding("c", "accuracy", "robust/clean", show=False),
         # priority: the focused log would take pgup / pgdn for itself
         Binding("pagedown", "page(1)", "classes", show=False, priority=True),
         Binding("pageup", "page(-1)", "classes", show=False, priority=True),
@@ -38,6 +39,7 @@ class RunScreen(Screen):
         self.run_id = run_id
         self.state = RunState(run_id=run_id)
         self.state_index = 0
+        self.accuracy_index = 0
         self.highlight = 0
         self.tail: EventTail | None = None
 
@@ -53,6 +55,9 @@ class RunScreen(Screen):
                 yield ClassBars(id="bars")
             with Vertical(id="plot-pane"):
                 yield LinePlot(id="plot")
+                # On a large terminal the method's class-wise state gets its own plot under the
+                # accuracies; on a small one the single plot cycles through both ([ and ]).
+                yield LinePlot(id="plot-state")
         yield Static("", id="results")
         yield RichLog(id="log", max_lines=2000, wrap=True, markup=False)
         yield Footer()
@@ -124,17 +129,48 @@ class RunScreen(Screen):
         self._plot_pending = False
         self.refresh_plot()
 
+    # Two plots (accuracy above, the method's state below) from this terminal size on.
+    SPLIT_SIZE = (120, 36)
+
+    @property
+    def split(self) -> bool:
+        return self.size.width >= self.SPLIT_SIZE[0] and self.size.height >= self.SPLIT_SIZE[1]
+
+    def on_resize(self, event) -> None:
+        self.query_one("#plot-state", LinePlot).display = self.split
+        self.refresh_plot()
+
     def refresh_plot(self) -> None:
+        from fairtui.runstate import ACCURACY_KEYS
+
         keys = self.state.state_keys()
-        plot = self.query_one(LinePlot)
+        plot, state_plot = self.query_one("#plot", LinePlot), self.query_one("#plot-state", LinePlot)
+        state_plot.display = self.split
         if not keys:
             plot.show("per-class values: waiting for the first epoch", [], [], [])
+            state_plot.show("method state: waiting for the first epoch", [], [], [])
             return
-        key = keys[self.state_index % len(keys)]
+        method_keys = [k for k in keys if k not in ACCURACY_KEYS]
+        if not self.split:
+            self._show(plot, keys, self.state_index, "[ ]")
+            return
+        # accuracy above (c: robust / clean), the method's class-wise state below ([ ])
+        self._show(plot, list(ACCURACY_KEYS), self.accuracy_index, "c")
+        if method_keys:
+            self._show(state_plot, method_keys, self.state_index, "[ ]")
+        else:
+            name = (self.state.config.get("method") or {}).get("name") or "this method"
+            state_plot.show(f"{name} logs no class-wise state", [], [], [])
+
+    def _show(self, plot: LinePlot, keys: list[str], index: int, hint: str) -> None:
+        key = keys[index % len(keys)]
         epochs, series, labels = self.state.trajectory(key)
         self.highlight %= max(1, len(series))
-        plot.show(f"{key} ([ ] {self.state_index % len(keys) + 1}/{len(keys)})", epochs, series, labels,
-                  self.highlight)
+        plot.show(f"{key} ({hint} {index % len(keys) + 1}/{len(keys)})", epochs, series, labels, self.highlight)
+
+    def action_accuracy(self) -> None:
+        self.accuracy_index += 1
+        self.refresh_plot()
 
     def action_state(self, step: int) -> None:
         self.state_index += step
