@@ -102,17 +102,17 @@ async def test_replay_of_a_recorded_cfa_run(tmp_path):
         robust = [e["val"]["robust_acc_per_class"] for e in screen.state.epochs]
         assert plot.series[3] == [row[3] for row in robust]
         assert plot.worst() == min(range(10), key=lambda i: robust[-1][i])
-        await pilot.press("right_square_bracket", "right_square_bracket")  # past clean accuracy: CFA's margins
-        plot = screen.query_one(LinePlot)
+        # at 120x40 CFA's margins are drawn at once, under the accuracies
+        plot = screen.query_one("#plot-state", LinePlot)
         assert plot.title.startswith("eps_per_class") and plot.worst() is None
         assert plot.points() == 4  # one point per recorded epoch
         eps = [e["method_state"]["eps_per_class"] for e in screen.state.epochs]
         assert plot.series[0] == [row[0] for row in eps]
         await pilot.press("right")
-        assert screen.query_one(LinePlot).highlight == 1
+        assert plot.highlight == 1
         await pilot.press("right_square_bracket")
-        assert not screen.query_one(LinePlot).title.startswith("eps_per_class")
-        drawn = str(screen.query_one(LinePlot).render())
+        assert not plot.title.startswith("eps_per_class")
+        drawn = str(plot.render())
         assert any("\u2800" < ch <= "\u28ff" for ch in drawn)  # braille curves, drawn by plotext
 
 
@@ -398,3 +398,29 @@ async def test_curves_show_accuracy_beside_the_method_state_when_there_is_room(t
             assert top.title.startswith("val clean accuracy")
             await pilot.press("right_square_bracket")
             assert top.title.startswith("eps_per_class")
+
+
+async def test_runs_table_drops_columns_when_narrow_and_brings_them_back(tmp_path):
+    from textual.widgets import DataTable
+
+    from fairtui.app.screens.runs import COLUMNS, ESSENTIAL, fitting_columns
+
+    rows = [("", "a-long-run-name-of-28-chars-x", "completed", "5/10", "0.381", "0.243", "cccccc", "pgd_at",
+             "digits", "small_cnn", "0,1", "01-01 00:02")]
+    assert fitting_columns(rows, 80) == list(range(ESSENTIAL))
+    assert fitting_columns(rows, 200) == list(range(len(COLUMNS)))
+    assert fitting_columns(rows, 10) == list(range(ESSENTIAL))  # the essentials at any width (scrolling)
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-d1d2d3", name="a-run-whose-name-fills-its-28-cells")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=3600,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.screen.query_one(DataTable)
+        await wait_until(pilot, lambda: table.row_count == 1)
+        labels = lambda: [str(c.label) for c in table.ordered_columns]  # noqa: E731
+        assert labels() == [label for _, label in COLUMNS[:ESSENTIAL]]
+        await pilot.resize_terminal(160, 40)
+        await wait_until(pilot, lambda: len(labels()) == len(COLUMNS))
+        await pilot.resize_terminal(80, 24)
+        await wait_until(pilot, lambda: len(labels()) == ESSENTIAL)
+        assert table.row_count == 1

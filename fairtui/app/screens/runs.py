@@ -16,12 +16,27 @@ from fairtui.app.widgets.table import RunsTable
 from fairtui.store import headline as pick_headline
 
 # The most important columns first, so that 80 columns show them whole (name, status, epoch, robust
-# average and worst, the short id); the rest follow and scroll into view on a narrow terminal.
+# average and worst, the short id); the rest are shown as far as the terminal's width allows, dropped
+# from the end when it is narrower and back when it grows (fitting_columns).
 COLUMNS = [("mark", ""), ("name", "name"), ("status", "status"), ("epoch", "epoch"), ("avg_robust", "robust"),
            ("worst_robust", "worst"), ("id", "id"), ("method", "method"), ("dataset", "data"), ("model", "model"),
            ("gpus", "gpus"), ("started", "started")]
 SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "worst_robust", "sweep"]
 NAME_WIDTH = 28  # longer names end in an ellipsis here (whole on the run screen and in `ls --wide`)
+ESSENTIAL = 7  # mark, name, status, epoch, robust, worst, id: shown at any width (the table scrolls)
+
+
+def fitting_columns(rows: list[tuple], width: int) -> list[int]:
+    """The indices of COLUMNS that fit in ``width`` cells with these rows: the essentials always, then
+    the others in priority order until one does not fit (each cell is padded by one on either side)."""
+    widths = [max([len(label)] + [len(str(row[i])) for row in rows]) + 2 for i, (_, label) in enumerate(COLUMNS)]
+    shown, used = [], 0
+    for i, w in enumerate(widths):
+        if i >= ESSENTIAL and used + w > width:
+            break
+        shown.append(i)
+        used += w
+    return shown
 
 
 def headline(doc: dict) -> dict:
@@ -96,6 +111,7 @@ class RunsScreen(Screen):
         self.marked: set[str] = set()
         self.filter_text = ""
         self.sort_column, self.sort_reverse = "started", True
+        self.shown_columns: list[int] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -106,8 +122,6 @@ class RunsScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
         table.focus()
         self.load()
         self.set_interval(self.app.poll_interval, self.load)
@@ -133,13 +147,24 @@ class RunsScreen(Screen):
             or any(needle in t.lower() for t in d.get("tags") or [])]
         return sorted(docs, key=lambda d: sort_key(d, self.sort_column), reverse=self.sort_reverse)
 
+    def on_resize(self, event) -> None:
+        self.render_rows()  # columns drop out, or come back, with the width
+
     def render_rows(self) -> None:
         table = self.query_one(DataTable)
         current = self.selected_id()
-        table.clear()
         docs = self.visible()
-        for doc in docs:
-            table.add_row(*row_for(doc, doc["run_id"] in self.marked), key=doc["run_id"])
+        rows = [row_for(doc, doc["run_id"] in self.marked) for doc in docs]
+        shown = fitting_columns(rows, table.size.width or self.size.width)
+        if shown != self.shown_columns:
+            table.clear(columns=True)
+            for i in shown:
+                table.add_column(COLUMNS[i][1], key=COLUMNS[i][0])
+            self.shown_columns = shown
+        else:
+            table.clear()
+        for doc, row in zip(docs, rows):
+            table.add_row(*(row[i] for i in shown), key=doc["run_id"])
         ids = [d["run_id"] for d in docs]
         if current in ids:
             table.move_cursor(row=ids.index(current))
