@@ -202,38 +202,37 @@ def test_two_ranks_train_the_one_process_run_and_rank_zero_alone_writes(tmp_path
     assert all(not k.startswith("module.") for k in weights(two))  # loads into a 1-process run
 
 
+CFA = ('method.name="cfa"', 'method.base="trades"', "method.fawa_start_epoch=1", "method.fawa_threshold=0")
 WRN = ['model.arch="wide_resnet"', "model.depth=10", "model.width=1", "train.epochs=1", "train.deterministic=true",
        'eval.attacks=["clean"]']
 
 
 def test_sync_bn_makes_two_ranks_train_the_one_process_weights(tmp_path, tiny_profile):
-    """WRN-10-1 has BatchNorm. With train.sync_bn the 2-rank epoch equals the 1-process epoch to 1e-5
-    (float rounding of the all-reduced sums; without sync_bn, where each rank normalises its half
-    batch, the same comparison gave 1.8e-2 when this was written). The adversarial case uses batch 149 (shards of 75 and 74,
-    and a last batch of 2): the loss weighting makes DDP's average the whole batch's gradient.
+    """WRN-10-1 has BatchNorm. With train.sync_bn a 2-rank PGD-AT epoch equals the 1-process epoch to
+    1e-5 (float rounding of the all-reduced sums; measured 1.2e-7). Batch 149 gives shards of 75 and
+    74 and a last batch of 2 (1 per rank): the loss weighting makes DDP's average the whole batch's
+    gradient, and the random starts are the whole batch's. Without sync_bn, where each rank normalises
+    its half batch, such comparisons differed by about 2e-2 when this was written.
 
-    Why natural training and two steps of PGD-AT: sign() in an attack step turns rounding into a
-    different step for a pixel, so longer adversarial runs differ in any two setups, one process with
-    1 and with 2 threads included (9e-3 after one TRADES epoch on digits). These cases keep the
-    arithmetic smooth enough for the comparison to test the semantics."""
+    Why three steps of PGD-AT and not a longer run: sign() in an attack step turns float rounding into
+    a different step for a pixel, so longer adversarial runs differ in any two setups, one process
+    with 1 and with 2 threads included (9e-3 after one TRADES epoch on digits). Natural training over
+    6 steps also agreed to 1.2e-7 when this was written."""
     profile = tiny_profile()
-    natural = WRN + ['method.name="natural"']
-    n1 = make_run_dir(tmp_path, profile, "n1", tuple(natural))
-    n2 = make_run_dir(tmp_path, profile, "n2", tuple(natural + ["train.sync_bn=true"]))
     adv = WRN + ["data.batch_size=149"]
     a1 = make_run_dir(tmp_path, profile, "a1", tuple(adv))
     a2 = make_run_dir(tmp_path, profile, "a2", tuple(adv + ["train.sync_bn=true"]))
-    for run_dir, nproc in ((n1, 1), (n2, 2), (a1, 1), (a2, 2)):
+    for run_dir, nproc in ((a1, 1), (a2, 2)):
         res = train(run_dir, nproc)
         assert res.returncode == 0, res.stderr
-    assert events_of(n2, "run_started")[0]["distributed"]["sync_bn"] is True
-    assert max_weight_difference(n1, n2) < 1e-5
+    assert events_of(a2, "run_started")[0]["distributed"]["sync_bn"] is True
     assert max_weight_difference(a1, a2) < 1e-5
     assert events_of(a2, "epoch_end")[0]["distributed"]["samples_per_rank"] == [151, 149]  # 75+75+1, 74+74+1
 
 
 def test_a_stopped_or_killed_group_ends_cleanly_and_resumes_to_completion(tmp_path, tiny_profile):
-    run_dir = make_run_dir(tmp_path, tiny_profile(), "run", ("train.epochs=24",))
+    # CFA on TRADES with FAWA: its class-wise state is checked identical on both ranks every epoch too
+    run_dir = make_run_dir(tmp_path, tiny_profile(), "run", ("train.epochs=24",) + CFA)
     # stop: SIGTERM to the supervisor (what `fairtui stop` sends); the ranks stop at the same batch
     proc = start(run_dir, 2)
     wait_for_epoch(run_dir, 2, proc)
@@ -263,16 +262,19 @@ def test_a_stopped_or_killed_group_ends_cleanly_and_resumes_to_completion(tmp_pa
     assert ends == list(range(1, 25))
     assert events_of(run_dir, "run_finished")[-1]["status"] == "completed"
     assert events_of(run_dir, "eval_result")
+    for e in events_of(run_dir, "epoch_end"):
+        assert len(set(e["distributed"]["method_digest_per_rank"])) == 1
+        assert "beta_per_class" in e["method_state"] and "fawa_accepted" in e["method_state"]
 
 
 @pytest.mark.parametrize("method", [
-    ['method.name="cfa"', 'method.base="trades"', "method.fawa_start_epoch=1", "method.fawa_threshold=0"],
     ['method.name="frl"', "method.pretrain_epochs=1"],
     ['method.name="wat"'],
-], ids=["cfa", "frl", "wat"])
+], ids=["frl", "wat"])
 def test_class_wise_state_is_identical_on_every_rank_after_each_epoch(tmp_path, tiny_profile, method):
     """The engine checks every rank's weights and method state after each epoch and fails the run on
-    a difference; the digests it records are equal, and the state is the method's own."""
+    a difference; the digests it records are equal, and the state is the method's own. (CFA: in the
+    stop / kill / resume test.)"""
     run_dir = make_run_dir(tmp_path, tiny_profile(), "run", tuple(method + ["train.epochs=3"]))
     res = train(run_dir, 2)
     assert res.returncode == 0, res.stderr
@@ -282,5 +284,5 @@ def test_class_wise_state_is_identical_on_every_rank_after_each_epoch(tmp_path, 
         assert len(set(e["distributed"]["method_digest_per_rank"])) == 1
         assert len(set(e["distributed"]["model_digest_per_rank"])) == 1
     state = ends[-1]["method_state"]
-    key = {"cfa": "beta_per_class", "frl": "lambda_bndy", "wat": "val_cost_sum"}[method[0].split('"')[1]]
+    key = {"frl": "lambda_bndy", "wat": "val_cost_sum"}[method[0].split('"')[1]]
     assert key in state and state[key] is not None

@@ -171,10 +171,10 @@ class RunsScreen(Screen):
         running = sum(d.get("status") == "running" for d in self.docs)
         queued = sum(d.get("status") == "queued" for d in self.docs)
         sweeps = sweep_progress(self.docs)
+        # "? help" is in the footer: this line keeps its 80 columns for the counts
         self.query_one("#status-line", Static).update(
             f"{len(docs)} of {len(self.docs)} runs, {running} running, {queued} queued, {len(self.marked)} marked; "
-            f"sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}" + (f" | {sweeps}" if sweeps else "")
-            + "  |  ? help")
+            f"sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}" + (f" | {sweeps}" if sweeps else ""))
 
     def selected_id(self) -> str | None:
         table = self.query_one(DataTable)
