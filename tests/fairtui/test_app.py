@@ -424,3 +424,29 @@ async def test_runs_table_drops_columns_when_narrow_and_brings_them_back(tmp_pat
         await pilot.resize_terminal(80, 24)
         await wait_until(pilot, lambda: len(labels()) == ESSENTIAL)
         assert table.row_count == 1
+
+
+async def test_keys_typed_right_after_ctrl_u_are_kept(tmp_path):
+    """Over SSH ctrl+u and the next characters often arrive in one read. Textual's Input ran ctrl+u
+    (a binding) after those characters and so deleted them too (the tag dialog lost "abc"); every
+    text field of the app is a LineInput, which edits in the order the keys came."""
+    from textual import events
+    from textual.widgets import Input
+
+    from fairtui.app.widgets.lineinput import LineInput
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-a9a8a7", name="tagged", tags=("old",))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=3600, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query("DataTable") and app.screen.query_one("DataTable").row_count == 1)
+        await pilot.press("t")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "TextDialog")
+        field = app.screen.query_one("#text", Input)
+        assert isinstance(field, LineInput) and field.value == "old"
+        for key, char in [("ctrl+u", "\x15"), ("a", "a"), ("b", "b"), ("c", "c")]:  # one read, as a terminal sends it
+            app.post_message(events.Key(key, char))
+        await wait_until(pilot, lambda: field.value == "abc", timeout=5)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: json.loads((home / "runs" / "20260101-000000-a9a8a7" / "meta.json")
+                                                   .read_text())["tags"] == ["abc"], timeout=5)

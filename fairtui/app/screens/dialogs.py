@@ -8,6 +8,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Select, Static, TextArea
 
+from fairtui.app.widgets.lineinput import LineInput
+
 HELP_TEXT = """\
 fairtui keys (everything works without a mouse)
 Runs screen
@@ -56,7 +58,7 @@ class TextDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.prompt)
-            yield Input(value=self.value, id="text")
+            yield LineInput(value=self.value, id="text")
             yield Label("enter: ok   escape: cancel", classes="hint")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -115,13 +117,13 @@ class EvalDialog(ModalScreen[dict | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog eval"):
             yield Label(f"evaluate {self.run_name}")
-            yield Input(value="aa", placeholder="attacks: aa, pgd20, pgd100, cw20, tpgd20, aa-fast, clean",
+            yield LineInput(value="aa", placeholder="attacks: aa, pgd20, pgd100, cw20, tpgd20, aa-fast, clean",
                         id="eval-attacks")
             yield Select([(c, c) for c in self.checkpoints], value=self.checkpoints[0], allow_blank=False,
                          id="eval-checkpoint")
             yield Select([("test", "test"), ("val", "val")], value="test", allow_blank=False, id="eval-split")
-            yield Input(placeholder="images per class (empty: the whole split)", id="eval-n")
-            yield Input(placeholder="eps (empty: the profile's), e.g. 8/255", id="eval-eps")
+            yield LineInput(placeholder="images per class (empty: the whole split)", id="eval-n")
+            yield LineInput(placeholder="eps (empty: the profile's), e.g. 8/255", id="eval-eps")
             yield Static("", id="eval-error")
             yield Label("ctrl+l or enter: start   escape: cancel", classes="hint")
 
@@ -180,7 +182,7 @@ class ExportDialog(ModalScreen[tuple[str, str] | None]):
             yield Label(f"export {self.count} run(s): average, worst class, worst 20%, CV, MCD")
             yield Select([("markdown", "md"), ("csv", "csv"), ("latex", "latex"), ("json", "json")], value="md",
                          allow_blank=False, id="export-format")
-            yield Input(value=self.default_path, id="export-path")
+            yield LineInput(value=self.default_path, id="export-path")
             yield Label("enter: write the file   escape: cancel", classes="hint")
 
     def on_mount(self) -> None:

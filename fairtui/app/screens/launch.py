@@ -10,6 +10,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
 
+from fairtui.app.widgets.lineinput import LineInput
+
 
 class LaunchDialog(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+l", "launch", "launch")]
@@ -25,11 +27,11 @@ class LaunchDialog(ModalScreen[str | None]):
             # The fields scroll; the error line and the keys stay in view at any terminal size.
             with VerticalScroll(id="launch-fields"):
                 yield OptionList(*[p.name for p in profiles], id="profile")
-                yield Input(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
-                yield Input(placeholder="name (default: the profile's)", id="name")
-                yield Input(placeholder="tags, space-separated", id="tags")
-                yield Input(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
-                yield Input(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
+                yield LineInput(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
+                yield LineInput(placeholder="name (default: the profile's)", id="name")
+                yield LineInput(placeholder="tags, space-separated", id="tags")
+                yield LineInput(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
+                yield LineInput(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
                 if self.gpus:
                     # 68 characters: the dialog's width at 80 columns
                     yield Label(f"GPUs (several: one DDP run on all; at most {self.app.queue.per_gpu} run each; "

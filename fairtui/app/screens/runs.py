@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from fairtui.app.messages import RunsLoaded
+from fairtui.app.widgets.lineinput import LineInput
 from fairtui.app.widgets.table import RunsTable
 from fairtui.store import headline as pick_headline
 
@@ -115,7 +116,7 @@ class RunsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Input(placeholder="/ filter by name, method, data, status or tag", id="filter")
+        yield LineInput(placeholder="/ filter by name, method, data, status or tag", id="filter")
         yield RunsTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static("", id="status-line")
         yield Footer()
