@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -307,13 +306,3 @@ def wrap_ddp(model: nn.Module, attack_model: nn.Module, device: torch.device) ->
 def attack_view(model: nn.Module) -> nn.Module:
     """The module attacks and gradient-free forwards call: the model itself, or what DDP wraps."""
     return getattr(model, "attack_model", model)
-
-
-def local_threads(world: int) -> int:
-    """CPU threads per rank when several ranks share this machine's cores."""
-    return max(1, (os.cpu_count() or 1) // max(world, 1))
-
-
-def sizes_per_rank(total: int, batch_size: int, world: int) -> int:
-    """The largest shard of a global batch (what a compiled step sees)."""
-    return math.ceil(min(batch_size, max(total, 1)) / world)

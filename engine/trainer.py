@@ -13,14 +13,14 @@ from typing import Any
 import torch
 
 from engine import metrics
-from engine.averaging import WeightAverage
+from engine.attacks import noise
 from engine.attacks.suite import AttackSettings, build_attack
+from engine.averaging import WeightAverage
 from engine.checkpoint import CheckpointStore
 from engine.config import Profile
 from engine.data import Splits, load_splits
 from engine.data.augment import plan_epoch
 from engine.distributed import Group, convert_sync_bn, has_batchnorm, wrap_ddp
-from engine.attacks import noise
 from engine.evaluate import per_class_result, predict
 from engine.events import EventWriter
 from engine.methods import Method, MethodContext, ValResult, build_method
