@@ -222,6 +222,11 @@ def _resolve(p: Profile, file: str) -> Profile:
     beyond = [m for m in p.train.milestones if m > p.train.epochs]
     if beyond:
         raise ProfileError(file, "train.milestones", f"{beyond[0]} is beyond train.epochs ({p.train.epochs})")
+    pretrain = getattr(p.method, "pretrain_epochs", 0)
+    if pretrain and pretrain >= p.train.epochs:
+        raise ProfileError(file, "method.pretrain_epochs", f"{pretrain} pre-training epochs leave no {p.method.name} "
+                           f"epoch in train.epochs ({p.train.epochs}): lower it (--set method.pretrain_epochs=N) "
+                           "or raise train.epochs")
     if not p.eval.attacks:
         raise ProfileError(file, "eval.attacks", "needs at least one attack (else the run ends with no result)")
     if not p.eval.checkpoints:

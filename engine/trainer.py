@@ -309,7 +309,7 @@ class Trainer:
         method_state.update(self.method.measurements())
         distributed = self._check_ranks(epoch, stats) if self.group.active else None
         score = self.method.selection_score(val)
-        is_best = score > self.best["score"]
+        is_best = self.method.selectable(epoch) and score > self.best["score"]
         if is_best:
             self.best = {"score": score, "epoch": epoch}
         self.last_val = val

@@ -29,7 +29,8 @@ def trades_kl(logits_adv: torch.Tensor, logits_clean: torch.Tensor) -> torch.Ten
 
 @dataclass
 class TRADESAttack:
-    """x' = x + 0.001 * N(0, 1), then ``steps`` ascent steps on the KL, projected per sample."""
+    """x' = x + 0.001 * N(0, 1) (not clamped to [0, 1]), then ``steps`` ascent steps on the KL, each
+    projected onto the sample's eps-ball and [0, 1]."""
 
     model: torch.nn.Module
     eps: float
@@ -46,12 +47,14 @@ class TRADESAttack:
         with attack_mode(self.model, self.model_mode):
             with torch.no_grad():
                 p_clean = self.model(x)
-            delta = project(0.001 * noise.randn_like(x), eps_b, self.norm)
-            delta = (x + delta).clamp(0, 1) - x
+            # The first gradient is taken at x + 0.001 N(0, 1) as it is, neither clamped to [0, 1] nor
+            # projected, as in TRADES and the CFA, FRL and WAT codes: every step's projection then
+            # keeps x' in the eps-ball and in [0, 1].
+            delta = 0.001 * noise.randn_like(x)
             for _ in range(self.steps):
                 delta.requires_grad_(True)
                 kl = trades_kl(self.model(x + delta), p_clean).sum()
                 (grad,) = torch.autograd.grad(kl, delta)
                 delta = ascent_step(delta.detach(), grad, step_b, self.norm)
                 delta = (x + project(delta, eps_b, self.norm)).clamp(0, 1) - x
-        return (x + delta).detach()
+        return (x + project(delta, eps_b, self.norm)).clamp(0, 1).detach()  # (a no-op after any step)

@@ -131,6 +131,10 @@ class Method:
         """What end_epoch measured in this epoch, merged into the epoch's `method_state`."""
         return {}
 
+    def selectable(self, epoch: int) -> bool:
+        """Whether ``epoch`` may become the best checkpoint (FRL: not its in-run pre-training)."""
+        return True
+
     def selection_score(self, val: ValResult) -> float:
         """Higher is better: the best checkpoint maximises validation average + worst robust accuracy."""
         from engine import metrics

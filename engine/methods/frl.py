@@ -115,6 +115,11 @@ class FRL(TRADES):
         scale = self.decay(epoch)
         return scale, scale
 
+    def selectable(self, epoch: int) -> bool:
+        """Only FRL's own epochs: a pre-training epoch is a plain PGD-AT / TRADES model, which
+        neither the paper nor the authors' code selects."""
+        return not self.pretraining(epoch)
+
     def lr_for(self, epoch: int, scheduled_lr: float) -> float:
         return scheduled_lr if self.pretraining(epoch) else self.p.finetune_lr * self.decay(epoch)
 

@@ -98,3 +98,32 @@ def test_trades_kl_is_zero_for_identical_logits_and_positive_otherwise():
     p, q = torch.softmax(a, 1), torch.softmax(a.flip(1), 1)
     expected = (p * (p / q).log()).sum().item()  # KL(f(x) || f(x')) with f(x) = softmax(a)
     assert trades_kl(a.flip(1), a).item() == pytest.approx(expected, rel=1e-5)
+
+
+class Recording(nn.Module):
+    """A linear model that records the input of every forward pass."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.lin = nn.Linear(3 * 8 * 8, 5)
+        self.inputs: list[torch.Tensor] = []
+
+    def forward(self, x):
+        self.inputs.append(x.detach().clone())
+        return self.lin(x.flatten(1))
+
+
+def test_trades_attack_takes_its_first_gradient_at_the_unclamped_start():
+    """TRADES and the CFA, FRL and WAT codes: x' = x + 0.001 N(0, 1) as it is (no clamp into [0, 1]);
+    each step's projection keeps x' in the box."""
+    x, _ = batch()  # samples 0 and 1 sit at 0 and 1: their starts leave the box
+    model = Recording()
+    torch.manual_seed(7)
+    x_adv = TRADESAttack(model, eps=0.1, step=0.05, steps=2).perturb(x)
+    torch.manual_seed(7)
+    start = x + 0.001 * torch.randn_like(x)
+    first_step = model.inputs[1]  # inputs[0] is the clean forward that the KL compares against
+    torch.testing.assert_close(first_step, start, rtol=0, atol=0)
+    assert (first_step < 0).any() and (first_step > 1).any()  # the start really is outside [0, 1]
+    assert 0 <= x_adv.min() and x_adv.max() <= 1 and distance(x_adv, x, "linf").max() <= 0.1 + 1e-6

@@ -207,3 +207,37 @@ def test_lr_schedules():
     c = Profile(train=TrainConfig(lr=0.1, epochs=10, schedule="cosine"))
     assert lr_at(1, c) == pytest.approx(0.1) and lr_at(6, c) == pytest.approx(0.05)
     assert math.isclose(lr_at(10, c), 0.1 * 0.5 * (1 + math.cos(math.pi * 0.9)))
+
+
+def test_frl_best_checkpoint_never_comes_from_its_pretraining(tmp_path, tiny_profile, monkeypatch):
+    """An FRL run whose pre-training epoch has the best validation score: `best.pt` is still an FRL epoch
+    (neither FRL's paper nor its code selects across pre-training)."""
+    from engine import trainer as trainer_mod
+    from engine.config import load_profile
+    from engine.events import EventWriter
+    from engine.methods.frl import FRL
+    from engine.progress import Progress
+    from engine.utils import make_runtime
+
+    run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=(
+        'method.name="frl"', "method.pretrain_epochs=2", "train.epochs=4", "method.finetune_lr=0.01"))
+    profile = load_profile(run_dir / "profile.toml")
+    scores = {1: 0.5, 2: 0.9, 3: 0.3, 4: 0.4}  # the pre-training's epoch 2 scores best
+    monkeypatch.setattr(FRL, "selection_score", lambda self, val: scores[self.epoch])
+    events = EventWriter(run_dir / "events.jsonl", "run")
+    t = trainer_mod.Trainer(run_dir, profile, make_runtime(profile.train), events, Progress(run_dir / "p.json"),
+                            lambda: False)
+    t.fit()
+    events.close()
+    ends = [e for e in events_of(run_dir) if e["type"] == "epoch_end"]
+    assert [e["is_best"] for e in ends] == [False, False, True, True]
+    assert [e["best_epoch"] for e in ends] == [0, 0, 3, 4]
+    assert torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)["epoch"] == 4
+
+
+def test_frl_pretraining_must_leave_frl_epochs(tiny_profile):
+    from engine.config import load_profile
+    from engine.profile_schema import ProfileError
+
+    with pytest.raises(ProfileError, match="method.pretrain_epochs.*leave no frl epoch in train.epochs \\(3\\)"):
+        load_profile(tiny_profile(), ['method.name="frl"', "method.pretrain_epochs=3", "train.epochs=3"])
