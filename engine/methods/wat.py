@@ -30,6 +30,13 @@ def hedge_weights(cost_sums: Tensor, eta: float) -> Tensor:
     return torch.softmax(eta * cost_sums.to(torch.float64), dim=0)
 
 
+def code_weights(hedge: Tensor, epoch: int) -> Tensor:
+    """The authors' weights for ``loss_form = "code"``: ``torch.ones(K + 1)`` in the first epoch (they sum
+    to K + 1), then K * softmax(eta * S) (they sum to K). Same order as ``hedge``, overall first."""
+    k = hedge.numel() - 1
+    return torch.ones_like(hedge) if epoch == 1 else k * hedge
+
+
 def per_class_mean(values: Tensor, y: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Per-class sums and counts of per-sample values. Two [K] tensors."""
     sums = torch.zeros(k, dtype=values.dtype, device=values.device).index_add_(0, y, values)
@@ -59,19 +66,19 @@ class WAT(TRADES):
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
         per_sample, logits_clean, logits_adv = self.trades_terms(model, x, y)
         w = self.batch_weights.to(per_sample.dtype)
-        k = self.ctx.num_classes
         if self.p.loss_form == "code":
-            # (1/B) sum_n (w_{y_n} + w_overall) * loss_n, weights scaled to sum to K
-            loss = ((k * w[1:][y] + k * w[0]) * per_sample).mean()
+            # (1/B) sum_n (w_{y_n} + w_overall) * loss_n with the authors' weights (code_weights)
+            loss = ((w[1:][y] + w[0]) * per_sample).mean()
         else:
-            sums, counts = per_class_mean(per_sample, y, k)
+            sums, counts = per_class_mean(per_sample, y, self.ctx.num_classes)
             class_losses = sums / counts.clamp(min=1)  # L_k; a class absent from the batch contributes 0
             loss = w[0] * per_sample.mean() + (w[1:] * class_losses).sum()
         return StepOutput(loss, logits_adv.detach(), logits_clean.detach())
 
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:
         self.trained_with = self.hedge.clone()
-        self.batch_weights = self.hedge.to(self.ctx.device, torch.float32)  # read by every batch: on the device
+        weights = code_weights(self.hedge, epoch) if self.p.loss_form == "code" else self.hedge
+        self.batch_weights = weights.to(self.ctx.device, torch.float32)  # read by every batch: on the device
 
     @torch.no_grad()
     def validation_costs(self, model: torch.nn.Module) -> Tensor:
@@ -102,7 +109,10 @@ class WAT(TRADES):
         self.hedge = hedge_weights(self.cost_sums, self.p.eta)
 
     def method_state(self) -> dict[str, Any]:
-        return {"weights": self.trained_with.tolist()}
+        state = {"weights": self.trained_with.tolist()}
+        if self.p.loss_form == "code":  # what the batches multiplied: sum K + 1 in epoch 1, K after
+            state["loss_weights"] = self.batch_weights.double().tolist()
+        return state
 
     def measurements(self) -> dict[str, Any]:
         return {"val_cost": self.val_cost.tolist() if self.val_cost is not None else None,

@@ -309,3 +309,57 @@ def test_frl_fine_tuning_starts_a_fresh_optimizer_in_the_loop(tmp_path):
         momentum = [s["momentum_buffer"] for s in state["optimizer"]["state"].values()]
         assert momentum and all(torch.isfinite(m).all() for m in momentum)
     assert digests["fresh"] != digests["continue"]
+
+
+# -- WAT ------------------------------------------------------------------------------------------------
+
+def authors_wat_loss(natural_logits, adv_logits, target, nat_w, bndy_w, beta):
+    """worst_class_adversarial_train.py's train(): class sums weighted by the class's entry, plus the
+    overall TRADES loss weighted by the last entry (their weights: classes first, overall last)."""
+    k = len(nat_w) - 1
+    nat = nn.functional.cross_entropy(natural_logits, target, reduction="none")
+    bndy = nn.functional.kl_div(nn.functional.log_softmax(adv_logits, 1), nn.functional.softmax(natural_logits, 1),
+                                reduction="none").sum(1)
+    nat_loss = sum(nat[target == i].sum() * nat_w[i] for i in range(k))
+    bndy_loss = sum(bndy[target == i].sum() * bndy_w[i] for i in range(k))
+    loss = (nat_loss + beta * bndy_loss) / len(target)
+    trades = nat.mean() + beta * bndy.sum() / len(target)
+    return loss + trades * bndy_w[k]
+
+
+def test_wat_code_form_is_the_authors_loss_from_the_first_epoch():
+    """Their weights start as torch.ones(K + 1) (sum K + 1), then K * exp(eta S) / sum (sum K)."""
+    from engine.method_params import WATParams
+    from engine.methods.wat import WAT, hedge_weights
+
+    k, beta, eta = 3, 6.0, 0.1
+    params = WATParams(loss_form="code", beta=beta, eta=eta)
+    m = WAT(params, MethodContext(k, Profile(attack=AttackConfig(eps=EPS, step=2 / 255, steps=2), method=params),
+                                  torch.device("cpu")))
+    torch.manual_seed(0)
+    model = SmallBN().eval()
+    x, y = torch.rand(12, 1, 4, 4), torch.tensor([0, 1, 2] * 4)
+    theirs_w = torch.ones(k + 1)
+    costs = [torch.tensor([1.0, 2.0, 0.5, 3.0], dtype=torch.float64),  # overall first (ours)
+             torch.tensor([0.7, 0.2, 1.5, 0.9], dtype=torch.float64)]
+    total = torch.zeros(k + 1, dtype=torch.float64)
+    for epoch in (1, 2, 3):
+        m.start_epoch(epoch, None)
+        torch.manual_seed(epoch)
+        ours = m.loss(model, x, y).loss.detach()
+        torch.manual_seed(epoch)
+        x_adv = m.attack.perturb(x)
+        with torch.no_grad():
+            expected = authors_wat_loss(model(x), model(x_adv), y, theirs_w, theirs_w, beta)
+        assert float(ours) == pytest.approx(float(expected), rel=1e-5), epoch
+        if epoch == 1:  # 1.1 on CIFAR-10; (K + 1) / K = 4/3 here against a uniform start summing to K
+            assert sum(m.method_state()["loss_weights"]) == pytest.approx(k + 1)
+        cost = costs[epoch - 1] if epoch <= 2 else torch.zeros(k + 1, dtype=torch.float64)
+        m.val_cost = cost
+        m.cost_sums = m.cost_sums + cost
+        m.hedge = hedge_weights(m.cost_sums, eta)
+        # theirs: class_factor = exp(eta * sum of costs), classes first and overall last
+        total = total + cost
+        theirs_order = torch.cat([total[1:], total[:1]])
+        factor = (theirs_order * eta).exp()
+        theirs_w = (k * factor / factor.sum()).float()
