@@ -90,8 +90,10 @@ class TrainConfig:
     schedule: str = field("piecewise", choices=("piecewise", "cosine", "constant"))
     milestones: tuple[int, ...] = field((), items_min=1)
     gamma: float = field(0.1, gt=0.0, max=1.0)
-    ema_decay: float = field(0.0, min=0.0, max=0.99999)  # 0: no EMA of weights
-    ema_start_epoch: int = field(1, min=1)  # CFA's paper starts weight averaging at epoch 50 of 200
+    # EMA of the weights, evaluated as the `ema` checkpoint. Unset: the method's form decides (CFA's EMA
+    # baseline: 0.85 from epoch 50 in the paper, 0.88 from epoch 1 in the authors' code), else off.
+    ema_decay: Optional[float] = field(None, min=0.0, max=0.99999)  # 0: no EMA of weights
+    ema_start_epoch: Optional[int] = field(None, min=1)
     device: str = field("auto", choices=("auto", "cpu", "cuda"))
     amp: str = field("none", choices=("none", "bf16"))
     channels_last: bool = field(False)
@@ -254,17 +256,24 @@ def _resolve(p: Profile, file: str) -> Profile:
     ev = dataclasses.replace(p.eval, eps=p.eval.eps or p.attack.eps, step=p.eval.step or p.attack.step)
     if p.attack.norm == "linf" and ev.eps > 1:
         raise ProfileError(file, "eval.eps", f"an L-inf eps must be in (0, 1], got {ev.eps}")
-    train = dataclasses.replace(p.train, attack_mode=training_attack_mode(p))
-    return dataclasses.replace(p, eval=ev, train=train)
+    return dataclasses.replace(p, eval=ev, train=resolved_train(p))
+
+
+# What an unset `[train]` key means when the method's form does not set it either.
+TRAIN_DEFAULTS: dict[str, object] = {"ema_decay": 0.0, "ema_start_epoch": 1, "attack_mode": "eval"}
+
+
+def resolved_train(p: Profile) -> TrainConfig:
+    """``p.train`` with every unset key filled: the profile's value, else the method form's
+    (``MethodParams.train_defaults``), else TRAIN_DEFAULTS."""
+    defaults = {**TRAIN_DEFAULTS, **p.method.train_defaults()}
+    return dataclasses.replace(p.train, **{key: value for key, value in defaults.items()
+                                           if getattr(p.train, key) is None})
 
 
 def training_attack_mode(p: Profile) -> str:
-    """``train.attack_mode``, or its default: train mode for the CFA authors' code on AT and FAT."""
-    if p.train.attack_mode is not None:
-        return p.train.attack_mode
-    m = p.method
-    authors_cfa = m.name == "cfa" and getattr(m, "form", "") == "code" and getattr(m, "base", "") in ("at", "fat")
-    return "train" if authors_cfa else "eval"
+    """``train.attack_mode`` resolved: train mode for the CFA authors' code on AT and FAT, else eval."""
+    return str(resolved_train(p).attack_mode)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

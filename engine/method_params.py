@@ -24,6 +24,10 @@ class MethodParams:
         """Fill defaults that depend on other keys, so the saved profile is explicit."""
         return self
 
+    def train_defaults(self) -> dict[str, object]:
+        """Values of `[train]` keys that this method's form sets where the profile leaves them unset."""
+        return {}
+
 
 @dataclass(frozen=True)
 class NaturalParams(MethodParams):
@@ -144,13 +148,24 @@ CFA_FORMS: dict[str, dict[str, object]] = {
 }
 
 
+# The `[train]` keys that each CFA form sets (where the profile leaves them unset): the EMA baseline,
+# which the paper starts with its weight averaging at epoch 50 (decay 0.85) and the authors' train.py
+# updates from the first epoch with FAWA's --decay-rate 0.88; and, for AT and FAT, the authors'
+# training attacks in BatchNorm train mode (their train_epoch; their TRADES attack runs in eval mode).
+CFA_TRAIN_FORMS: dict[str, dict[str, object]] = {
+    "paper": {"ema_decay": 0.85, "ema_start_epoch": 50},
+    "code": {"ema_decay": 0.88, "ema_start_epoch": 1},
+}
+
+
 @dataclass(frozen=True)
 class CFAParams(MethodParams):
     """Class-wise Calibrated Fair Adversarial training (Wei et al. 2023) on AT, TRADES or FAT.
 
     Keys left out take their value from `form` (CFA_FORMS): the paper's (default) or the
-    authors' code. `form = "code"` also makes the training attacks of AT and FAT run in
-    BatchNorm train mode (`train.attack_mode`), as the authors' `train_epoch` does.
+    authors' code. The form also sets `[train]` keys the profile leaves out (CFA_TRAIN_FORMS): the
+    EMA baseline, and for `form = "code"` on AT and FAT the training attacks in BatchNorm train
+    mode (`train.attack_mode`), as the authors' `train_epoch` runs them.
     """
 
     name: ClassVar[str] = "cfa"
@@ -178,6 +193,12 @@ class CFAParams(MethodParams):
         # CCR calibrates TRADES betas: it has no meaning for AT or FAT, so it is off there.
         return dataclasses.replace(self, **_unset(self, values), ccr=self.ccr and self.base == "trades")
 
+    def train_defaults(self) -> dict[str, object]:
+        values = dict(CFA_TRAIN_FORMS[self.form])
+        if self.form == "code" and self.base in ("at", "fat"):
+            values["attack_mode"] = "train"
+        return values
+
 
 @dataclass(frozen=True)
 class WATParams(MethodParams):
@@ -204,5 +225,5 @@ METHOD_PARAMS: dict[str, type[MethodParams]] = {
 }
 
 
-__all__ = ["CFAParams", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
+__all__ = ["CFAParams", "CFA_TRAIN_FORMS", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
            "ProfileError", "TRADESParams", "WATParams"]

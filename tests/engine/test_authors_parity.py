@@ -363,3 +363,18 @@ def test_wat_code_form_is_the_authors_loss_from_the_first_epoch():
         theirs_order = torch.cat([total[1:], total[:1]])
         factor = (theirs_order * eta).exp()
         theirs_w = (k * factor / factor.sum()).float()
+
+
+@pytest.mark.parametrize("name", ["cfa-at", "cfa-trades", "cfa-fat"])
+def test_cfa_form_sets_the_ema_baseline_and_an_explicit_key_wins(name):
+    """The authors' train.py updates its EMA from the first epoch with --decay-rate 0.88 (FAWA's);
+    the paper's EMA baseline starts with the weight averaging at epoch 50, decay 0.85."""
+    path = ROOT / "profiles" / f"{name}.toml"
+    paper, code = load_profile(path), load_profile(path, ['method.form="code"'])
+    assert (paper.train.ema_decay, paper.train.ema_start_epoch) == (0.85, 50)
+    assert (code.train.ema_decay, code.train.ema_start_epoch) == (0.88, 1)
+    kept = load_profile(path, ['method.form="code"', "train.ema_decay=0.5"])
+    assert (kept.train.ema_decay, kept.train.ema_start_epoch) == (0.5, 1)
+    # a profile without the keys: the code form still gets the authors' EMA; other methods none
+    assert profile_with({"name": "cfa", "form": "code"}).train.ema_decay == 0.88
+    assert profile_with({"name": "pgd_at"}).train.ema_decay == 0.0
