@@ -67,11 +67,15 @@ FRL_FORMS: dict[str, dict[str, object]] = {
     # tau1 = tau2 = 0.05, alpha1 = alpha2 = 0.05 (Sec. 5.1); Eq. 11 moves the margins with alpha2.
     "paper": {"tau1": 0.05, "tau2": 0.05, "alpha2": 0.05, "alpha_margin": 0.05, "alpha_schedule": "paper",
               "margin_form": "paper"},
-    # --bound0/--bound1 0.07; lambda_bndy += rate1 * 2 * gamma; lambda_margin += rate2 * gamma (rate2 0.2);
-    # rate1 halved at FRL epochs 40 and 80, rate2 never; eps * clamp(exp(2 lambda), 0.98, 3).
-    "code": {"tau1": 0.07, "tau2": 0.07, "alpha2": 0.1, "alpha_margin": 0.2, "alpha_schedule": "code",
-             "margin_form": "code"},
+    # lambda_bndy += rate1 * 2 * gamma; lambda_margin += rate2 * gamma (rate2 0.2); rate1 halved at FRL
+    # epochs 40 and 80, rate2 never; eps * clamp(exp(2 lambda), 0.98, 3). tau: FRL_CODE_TAU.
+    "code": {"alpha2": 0.1, "alpha_margin": 0.2, "alpha_schedule": "code", "margin_form": "code"},
 }
+# The code form's tau1 = tau2 (--bound0/--bound1) by variant, as the authors' scripts default it:
+# frlrw.py (Reweight) 0.1, frlrmrw.py (Reweight + Remargin) 0.07. They ship no script for Remargin
+# alone or for the baseline; those take the Reweight + Remargin script's 0.07.
+FRL_CODE_TAU: dict[str, float] = {"reweight": 0.1, "reweight_remargin": 0.07, "remargin": 0.07,
+                                  "baseline_reweight": 0.07}
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,10 @@ class FRLParams(MethodParams):
             raise ProfileError(file, "method.init_from", "give either init_from or pretrain_epochs, not both")
 
     def resolved(self) -> "FRLParams":
-        return dataclasses.replace(self, **_unset(self, FRL_FORMS[self.form]))
+        values = dict(FRL_FORMS[self.form])
+        if self.form == "code":
+            values.update(tau1=FRL_CODE_TAU[self.variant], tau2=FRL_CODE_TAU[self.variant])
+        return dataclasses.replace(self, **_unset(self, values))
 
 
 def _unset(params: MethodParams, values: dict[str, object]) -> dict[str, object]:

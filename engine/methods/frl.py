@@ -11,8 +11,8 @@ eps_k = eps * clamp(exp(lambda_margin_k), floor, cap) (or the authors' code form
 Loss: sum(w_nat[y] CE) / sum(w_nat[y]) + beta * sum(w_bndy[y] KL) / sum(w_bndy[y]).
 
 `form = "code"` (FRL_FORMS) gives the authors' values: alpha2 = 0.1 (their rate1 * 2),
-alpha_margin = 0.2 (rate2), tau 0.07, exp(2 lambda) margins, and alpha1 / alpha2 halved
-every 40 fine-tuning epochs with alpha_margin fixed.
+alpha_margin = 0.2 (rate2), tau 0.1 for Reweight (frlrw.py) and 0.07 otherwise (frlrmrw.py),
+exp(2 lambda) margins, and alpha1 / alpha2 halved every 40 fine-tuning epochs with alpha_margin fixed.
 """
 
 from __future__ import annotations

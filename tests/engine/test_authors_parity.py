@@ -43,8 +43,9 @@ def random_val(gen: torch.Generator) -> ValResult:
 class AuthorsFRL:
     """frlrmrw.py + utils_frl2.py, restated: one call per fine-tuning epoch, before its training."""
 
-    def __init__(self, rate1=0.05, rate2=0.2, bound=0.07, lim=0.5):
+    def __init__(self, rate1=0.05, rate2=0.2, bound=0.07, lim=0.5, remargin=True):
         self.rate1, self.rate2, self.bound, self.lim = rate1, rate2, bound, lim
+        self.remargin = remargin  # frlrw.py's utils_frl.py leaves lmbda2 alone (`#+ rate2 * gamma1`)
         self.lmbda = torch.zeros(3 * K, dtype=torch.float64)
 
     @staticmethod
@@ -65,7 +66,7 @@ class AuthorsFRL:
         gamma1 = class_bndy_error - total_bndy_error - self.bound
         lmbda0 = self.lmbda[0:10] + self.rate1 * torch.clamp(gamma0, min=-1000)
         lmbda1 = self.lmbda[10:20] + self.rate1 * 2 * torch.clamp(gamma1, min=-1000)
-        lmbda2 = self.lmbda[20:30] + self.rate2 * gamma1
+        lmbda2 = self.lmbda[20:30] + self.rate2 * gamma1 if self.remargin else self.lmbda[20:30]
         lmbda0, lmbda1 = self.normalize_lambda(lmbda0, self.lim), self.normalize_lambda(lmbda1, self.lim)
         self.lmbda = torch.cat([lmbda0, lmbda1, lmbda2])
         # cost_sensitive(): diff_i = 1/10 + 9/10 l_i - 1/10 sum_{j != i} l_j; diff2 = clamp(exp(2 l2), .98, 3)
@@ -75,10 +76,14 @@ class AuthorsFRL:
         return diff0, diff1, diff2
 
 
-def test_frl_code_form_is_the_authors_update_over_three_decays():
-    params = FRLParams(form="code")
+@pytest.mark.parametrize("variant, script", [
+    ("reweight_remargin", dict()),  # frlrmrw.py: --bound 0.07, --rate2 0.2
+    ("reweight", dict(bound=0.1, rate2=0.1, remargin=False)),  # frlrw.py: --bound 0.1; no margin update
+])
+def test_frl_code_form_is_the_authors_update_over_three_decays(variant, script):
+    params = FRLParams(form="code", variant=variant)
     m = FRL(params, ctx(params))
-    authors = AuthorsFRL()
+    authors = AuthorsFRL(**script)
     gen = torch.Generator().manual_seed(0)
     for epoch in range(1, 86):  # through the rate1 halvings at FRL epochs 40 and 80
         val = random_val(gen)
@@ -92,13 +97,18 @@ def test_frl_code_form_is_the_authors_update_over_three_decays():
         # trades_adv(): new_eps = epsilon * weight2, step_size = max(new_eps) / 4
         torch.testing.assert_close(m.eps_per_class.double(), (EPS * diff2).double(), rtol=1e-6, atol=0)
         assert float(m.step_for(m.eps_per_class)) == pytest.approx(float(EPS * diff2.max() / 4), rel=1e-6)
-    assert m.lambda_margin.abs().max() > 0.05  # the margins moved: the comparison was not vacuous
+    # the margins moved (RW+RM) and the weights did (both): the comparison was not vacuous
+    assert m.lambda_margin.abs().max() > 0.05 or variant == "reweight"
+    assert m.lambda_nat.abs().max() > 0 and m.lambda_bndy.abs().max() > 0
 
 
 def test_frl_code_form_resolves_the_authors_values_and_paper_form_the_papers():
     code, paper = FRLParams(form="code").resolved(), FRLParams().resolved()
     assert (code.tau1, code.tau2, code.alpha1, code.alpha2, code.alpha_margin) == (0.07, 0.07, 0.05, 0.1, 0.2)
     assert (code.alpha_schedule, code.margin_form) == ("code", "code")
+    assert FRLParams(form="code", variant="reweight").resolved().tau1 == 0.1  # frlrw.py's --bound0/1
+    assert FRLParams(form="code", variant="reweight").resolved().tau2 == 0.1
+    assert FRLParams(form="code", variant="reweight", tau1=0.05).resolved().tau1 == 0.05  # explicit wins
     assert (paper.tau1, paper.tau2, paper.alpha1, paper.alpha2, paper.alpha_margin) == (0.05,) * 5
     assert (paper.alpha_schedule, paper.margin_form) == ("paper", "paper")
     # a key given explicitly wins over its form
