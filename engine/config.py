@@ -265,8 +265,13 @@ TRAIN_DEFAULTS: dict[str, object] = {"ema_decay": 0.0, "ema_start_epoch": 1, "at
 
 def resolved_train(p: Profile) -> TrainConfig:
     """``p.train`` with every unset key filled: the profile's value, else the method form's
-    (``MethodParams.train_defaults``), else TRAIN_DEFAULTS."""
-    defaults = {**TRAIN_DEFAULTS, **p.method.train_defaults()}
+    (``MethodParams.train_defaults``), else TRAIN_DEFAULTS. The EMA's start follows whoever set its
+    decay: `ema_decay = 0.5` alone is an EMA of the profile's own, from epoch 1 as for any method,
+    not from the form's start."""
+    form = p.method.train_defaults()
+    if p.train.ema_decay is not None:
+        form.pop("ema_start_epoch", None)
+    defaults = {**TRAIN_DEFAULTS, **form}
     return dataclasses.replace(p.train, **{key: value for key, value in defaults.items()
                                            if getattr(p.train, key) is None})
 

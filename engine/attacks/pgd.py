@@ -92,6 +92,11 @@ class PGD:
     # FAT (Zhang et al. 2020): a sample's attack stops `early_stop_tau` steps after it is first
     # misclassified. None: every sample takes every step.
     early_stop_tau: int | None = None
+    # "fat": Zhang et al.'s rule (a sample stops when it is misclassified with no steps left; while it
+    # is classified correctly it moves). "cfa_code": the CFA authors' fat_loss: a sample moves while it
+    # has steps left (each misclassified step spends one), so tau = 0 leaves the random start; and a
+    # run of all `steps` ends with one more forward at the final point, as their loop makes.
+    early_stop_rule: str = "fat"
     # "eval", or "train": keep the model as the training loop left it (BatchNorm on batch statistics,
     # running statistics updated by every attack forward), as the CFA authors' training attacks do.
     model_mode: str = "eval"
@@ -119,6 +124,7 @@ class PGD:
         early = self.early_stop_tau is not None
         budget = torch.full_like(y, self.early_stop_tau or 0)
         active = torch.ones_like(y, dtype=torch.bool)
+        stopped = False
         for _ in range(self.steps):
             delta.requires_grad_(True)
             logits = self.model(x + delta)
@@ -126,20 +132,30 @@ class PGD:
             moved = ascent_step(delta.detach(), grad, step, self.norm)
             moved = (x + project(moved, eps, self.norm)).clamp(0, 1) - x
             if early:
-                wrong = active & (logits.argmax(1) != y)
-                active = active & ~(wrong & (budget == 0))
-                budget = torch.where(wrong & (budget > 0), budget - 1, budget)
+                active, budget = self._early_stop(logits.argmax(1) != y, active, budget)
                 moved = torch.where(active.view(-1, *([1] * (x.dim() - 1))), moved, delta.detach())
                 # A shard of a multi-process batch takes every step (a no-op once all are stopped):
                 # its ranks must run the same number of forwards (SyncBatchNorm in train mode).
                 if not noise.in_shard() and not active.any():
-                    delta = moved
+                    delta, stopped = moved, True
                     break
             delta = moved
         x_adv = (x + delta).detach()
+        if early and self.early_stop_rule == "cfa_code" and not stopped and self.steps:
+            with torch.no_grad():
+                self.model(x_adv)  # their loop's forward after its last step (BatchNorm statistics)
         with torch.no_grad():
             final = loss_fn(self.model(x_adv), y) if self.restarts > 1 else torch.zeros(len(y), device=x.device)
         return x_adv, final
+
+
+    def _early_stop(self, wrong: Tensor, active: Tensor, budget: Tensor) -> tuple[Tensor, Tensor]:
+        """Which samples move this step, and their budgets after it (``early_stop_rule``). [B] each"""
+        if self.early_stop_rule == "cfa_code":  # `control > 0` moves; `pred != y` spends one of it
+            active = budget > 0
+            return active, budget - (wrong & active).long()
+        wrong = active & wrong
+        return active & ~(wrong & (budget == 0)), torch.where(wrong & (budget > 0), budget - 1, budget)
 
 
 def FGSM(model: torch.nn.Module, eps: float, norm: str = "linf") -> PGD:

@@ -39,10 +39,14 @@ class CFA(Method):
         assert isinstance(params, CFAParams)
         params = params.resolved()
         self.p: CFAParams = params
+        code = params.form == "code"
         if params.base == "trades":
-            self.inner: Method = TRADES(TRADESParams(beta=params.beta, scale_by_one_plus_beta=True), ctx)
+            trades = TRADES(TRADESParams(beta=params.beta, scale_by_one_plus_beta=True), ctx)
+            # the authors' cw_trades_loss and train_epoch: clean, adversarial, clean, and after the step clean
+            trades.kl_target_forward = trades.clean_after_step = code
+            self.inner: Method = trades
         elif params.base == "fat":
-            self.inner = FAT(PGDATParams(), ctx, tau=params.fat_tau)
+            self.inner = FAT(PGDATParams(), ctx, tau=params.fat_tau, early_stop_rule="cfa_code" if code else "fat")
         else:
             self.inner = PGDAT(PGDATParams(), ctx)
         # One set of class-wise vectors: CFA writes them, the base method's loss reads them.

@@ -95,6 +95,8 @@ class FRL(TRADES):
         self.clean_err = torch.zeros(k, dtype=torch.float64)
         self.bndy_err = torch.zeros(k, dtype=torch.float64)
         self.epoch = 0
+        # the authors' train_model: clean, adversarial and clean again in train mode (the KL's target)
+        self.kl_target_forward = self.p.form == "code"
         self.pretrain = None
         if params.pretrain_epochs:
             self.pretrain = (PGDAT(PGDATParams(), ctx) if params.pretrain_method == "pgd_at"

@@ -58,13 +58,17 @@ class PGDAT(Method):
 
 
 class FAT(PGDAT):
-    """PGD-AT on early-stopped PGD examples (Zhang et al. 2020, friendly adversarial training)."""
+    """PGD-AT on early-stopped PGD examples (Zhang et al. 2020, friendly adversarial training).
+
+    ``early_stop_rule = "cfa_code"`` is the CFA authors' ``fat_loss`` instead (see PGD)."""
 
     name = "fat"
 
-    def __init__(self, params: MethodParams, ctx: MethodContext, tau: int | None = None):
+    def __init__(self, params: MethodParams, ctx: MethodContext, tau: int | None = None,
+                 early_stop_rule: str = "fat"):
         super().__init__(params, ctx)
         self.attack.early_stop_tau = getattr(params, "tau", 0) if tau is None else tau
+        self.attack.early_stop_rule = early_stop_rule
 
 
 class TRADES(Method):
@@ -89,6 +93,12 @@ class TRADES(Method):
         self.beta_per_class.copy_(torch.tensor(betas) if betas else torch.full_like(self.beta_per_class,
                                                                                     params.beta))
         self.scale = bool(getattr(params, "scale_by_one_plus_beta", False))
+        # The forwards of the CFA and FRL authors' TRADES losses (`form = "code"`), which matter for
+        # BatchNorm's running statistics: the KL's target f(x) from a third train-mode forward of the
+        # clean batch (clean, adversarial, clean), and (CFA's train_epoch) a train-mode forward of the
+        # clean batch after the optimiser step, which also gives the training clean accuracy.
+        self.kl_target_forward = False
+        self.clean_after_step = False
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
         eps = self.eps_per_class[y]
@@ -96,14 +106,15 @@ class TRADES(Method):
         x_adv = self.attack.perturb(x, eps=eps, step=self.step_for(eps))
         logits_clean = model(x)
         logits_adv = model(x_adv)
+        target = model(x) if self.kl_target_forward else logits_clean
         beta = self.beta_per_class[y]
         natural = ce_per_sample(logits_clean, y)
-        robust = beta * trades_kl(logits_adv, logits_clean)
+        robust = beta * trades_kl(logits_adv, target)
         if self.scale:
             natural, robust = natural / (1 + beta), robust / (1 + beta)
         loss = weighted_mean(natural, self.weight_nat[y]) + weighted_mean(robust, self.weight_bndy[y])
-        return StepOutput(loss, logits_adv.detach(), logits_clean.detach(),
-                          {"ce": natural.detach(), "kl": robust.detach()})
+        return StepOutput(loss, logits_adv.detach(), None if self.clean_after_step else logits_clean.detach(),
+                          {"ce": natural.detach(), "kl": robust.detach()}, clean_after_step=self.clean_after_step)
 
     def method_state(self) -> dict[str, Any]:
         if getattr(self.params, "beta_per_class", ()):
