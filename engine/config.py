@@ -8,6 +8,7 @@ engine process. Every error is a :class:`ProfileError` whose message reads
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -88,7 +89,9 @@ class TrainConfig:
     nesterov: bool = field(False)
     weight_decay: float = field(5e-4, min=0.0)
     schedule: str = field("piecewise", choices=("piecewise", "cosine", "constant"))
-    milestones: tuple[int, ...] = field((), items_min=1)
+    # The lr drops after each milestone epoch. An item may be a share of the run, "50%": epoch
+    # ceil(0.5 * epochs), the CFA authors' `t / epochs < 0.5` rule (the saved profile has the epochs).
+    milestones: tuple[int, ...] = field((), items_min=1, percent=True)
     gamma: float = field(0.1, gt=0.0, max=1.0)
     # EMA of the weights, evaluated as the `ema` checkpoint. Unset: the method's form decides (CFA's EMA
     # baseline: 0.85 from epoch 50 in the paper, 0.88 from epoch 1 in the authors' code), else off.
@@ -219,11 +222,9 @@ def _resolve(p: Profile, file: str) -> Profile:
     if p.attack.norm == "linf" and p.attack.eps > 1:
         raise ProfileError(file, "attack.eps", f"an L-inf eps must be in (0, 1] (inputs are in [0, 1]), got "
                            f"{p.attack.eps}")
+    p = dataclasses.replace(p, train=dataclasses.replace(p.train, milestones=milestone_epochs(p.train)))
     if list(p.train.milestones) != sorted(p.train.milestones):
-        raise ProfileError(file, "train.milestones", "must be increasing")
-    beyond = [m for m in p.train.milestones if m > p.train.epochs]
-    if beyond:
-        raise ProfileError(file, "train.milestones", f"{beyond[0]} is beyond train.epochs ({p.train.epochs})")
+        raise ProfileError(file, "train.milestones", f"must be increasing, got {list(p.train.milestones)}")
     pretrain = getattr(p.method, "pretrain_epochs", 0)
     if pretrain and pretrain >= p.train.epochs:
         raise ProfileError(file, "method.pretrain_epochs", f"{pretrain} pre-training epochs leave no {p.method.name} "
@@ -257,6 +258,26 @@ def _resolve(p: Profile, file: str) -> Profile:
     if p.attack.norm == "linf" and ev.eps > 1:
         raise ProfileError(file, "eval.eps", f"an L-inf eps must be in (0, 1], got {ev.eps}")
     return dataclasses.replace(p, eval=ev, train=resolved_train(p))
+
+
+def milestone_epochs(train: TrainConfig) -> tuple[int, ...]:
+    """The milestones as epochs: "p%" is ceil(p / 100 * epochs), the first epoch with
+    (epoch - 1) / epochs >= p / 100 being the first at the lower lr (exact, in fractions)."""
+    from engine.profile_schema import parse_percent
+
+    return tuple(math.ceil(parse_percent(m) / 100 * train.epochs) if isinstance(m, str) else m
+                 for m in train.milestones)
+
+
+def profile_warnings(p: Profile) -> list[str]:
+    """What a valid profile will do that its author may not expect (stderr at `fairtui run`, engine.log)."""
+    out = []
+    for m in p.train.milestones:
+        if m >= p.train.epochs:
+            where = "after" if m > p.train.epochs else "at"
+            out.append(f"train.milestones: milestone {m} is {where} the last epoch ({p.train.epochs}) and will "
+                       "not fire")
+    return out
 
 
 # What an unset `[train]` key means when the method's form does not set it either.

@@ -8,7 +8,9 @@ A field's `metadata` may carry:
 - ``choices``: the allowed values of a string;
 - ``fraction``: a float that may also be written as ``"8/255"``;
 - ``items_min`` / ``items_max``: bounds for every item of a tuple;
-- ``max_len``: the longest string (default MAX_STRING); ``allow_inf``: a float may be +inf.
+- ``max_len``: the longest string (default MAX_STRING); ``allow_inf``: a float may be +inf;
+- ``percent``: an item of an integer tuple may also be a percentage string, ``"50%"`` (kept as it is
+  for the caller to resolve, e.g. milestones as a share of the epochs).
 Every float must be finite unless ``allow_inf``.
 """
 
@@ -48,6 +50,20 @@ def parse_fraction(value: Any) -> float:
         except (ValueError, ZeroDivisionError):
             raise ValueError(f"expected a number or a fraction like \"8/255\", got {value!r}") from None
     raise ValueError(f"expected a number, got {type(value).__name__}")
+
+
+def parse_percent(value: str) -> Fraction:
+    """``"50%"`` -> Fraction(50): a percentage in (0, 100], exactly."""
+    text = value.strip()
+    try:
+        if not text.endswith("%"):
+            raise ValueError
+        pct = Fraction(text[:-1].strip())
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"expected an integer or a percentage like \"50%\", got {value!r}") from None
+    if not 0 < pct <= 100:
+        raise ValueError(f"a percentage must be in (0%, 100%], got {value!r}")
+    return pct
 
 
 def _type_name(tp: Any) -> str:
@@ -110,6 +126,9 @@ def coerce(value: Any, tp: Any, meta: dict) -> Any:
         items = []
         for i, item in enumerate(value):
             try:
+                if meta.get("percent") and isinstance(item, str):
+                    items.append(f"{parse_percent(item)}%")
+                    continue
                 converted = coerce(item, item_tp, {"fraction": meta.get("fraction")})
                 _check_range(converted, meta, "items_")
             except ValueError as err:
@@ -176,6 +195,6 @@ def field(default: Any, **meta: Any) -> Any:
 
 
 __all__ = [
-    "ProfileError", "build", "coerce", "field", "parse_fraction", "to_table",
+    "ProfileError", "build", "coerce", "field", "parse_fraction", "parse_percent", "to_table",
     "unknown_key_message", "_type_name",
 ]

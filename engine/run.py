@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.config import load_profile
+from engine.config import load_profile, profile_warnings
 from engine.events import EventWriter
 from engine.procinfo import process_start_time
 from engine.profile_schema import ProfileError
@@ -182,6 +182,8 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     if profile.source is not None:
         print(f"{run_dir}: an imported model does not train (fairtui eval evaluates it)", file=sys.stderr)
         return EXIT_USAGE
+    for warning in profile_warnings(profile) if not group.active or group.is_main else ():
+        log.warning(warning)
     if nproc > 1 and not group.active:
         from engine.supervisor import supervise
 

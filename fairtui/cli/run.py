@@ -21,7 +21,7 @@ def run(
     detach: bool = Detach,
     home: HomeT = Home,
 ) -> None:
-    from engine.config import load_profile
+    from engine.config import load_profile, profile_warnings
     from engine.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home
@@ -32,6 +32,8 @@ def run(
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
         resolved = resolve_init_from(resolved, profile, home)
+        for warning in profile_warnings(resolved):
+            typer.echo(f"warning: {warning}", err=True)
         run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
     except ProfileError as err:
         raise fail(str(err)) from None

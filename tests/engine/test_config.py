@@ -1,5 +1,7 @@
 """Profiles: strict parsing, clear `FILE: KEY: problem` errors, overrides and the resolved file."""
 
+import re
+
 import pytest
 
 from engine.config import dumps_profile, load_profile, parse_override
@@ -74,3 +76,39 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("[train\nepochs = 3")
     with pytest.raises(ProfileError, match="not valid TOML"):
         load_profile(bad)
+
+
+def test_a_milestone_after_the_last_epoch_is_a_warning_not_an_error(tiny_profile):
+    """`--set train.epochs=3` on a 30-epoch profile runs; the milestones that cannot fire are named."""
+    from engine.config import load_profile, profile_warnings
+
+    p = load_profile(tiny_profile(), ["train.epochs=3", "train.milestones=[2, 3, 20]"])
+    assert p.train.milestones == (2, 3, 20)
+    assert profile_warnings(p) == [
+        "train.milestones: milestone 3 is at the last epoch (3) and will not fire",
+        "train.milestones: milestone 20 is after the last epoch (3) and will not fire"]
+    assert profile_warnings(load_profile(tiny_profile(), ["train.milestones=[1]"])) == []
+
+
+@pytest.mark.parametrize("epochs, expected", [(200, (100, 150)), (30, (15, 23)), (7, (4, 6)), (1, (1, 1))])
+def test_percent_milestones_are_the_cfa_authors_rule(tiny_profile, epochs, expected):
+    """"p%" is the first epoch e with (e - 1) / epochs >= p: the lr drops after epoch ceil(p * epochs)."""
+    from engine.config import load_profile
+    from engine.trainer import lr_at
+
+    p = load_profile(tiny_profile(), [f"train.epochs={epochs}", 'train.milestones=["50%", "75%"]'])
+    assert p.train.milestones == expected
+    for epoch in range(1, epochs + 1):  # the authors' lr_schedule(t) with t = epoch - 1
+        t = epoch - 1
+        authors = 0.05 if t / epochs < 0.5 else 0.005 if t / epochs < 0.75 else 0.0005
+        assert lr_at(epoch, p) == pytest.approx(authors, rel=1e-9), epoch
+
+
+@pytest.mark.parametrize("value, problem", [('["0%"]', "in (0%, 100%]"), ('["half"]', "a percentage like"),
+                                            ('["50"]', "a percentage like")])
+def test_bad_percent_milestones_name_the_key(tiny_profile, value, problem):
+    from engine.config import load_profile
+    from engine.profile_schema import ProfileError
+
+    with pytest.raises(ProfileError, match=f"train.milestones: item 0: .*{re.escape(problem)}"):
+        load_profile(tiny_profile(), [f"train.milestones={value}"])

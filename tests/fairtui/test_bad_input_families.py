@@ -27,7 +27,8 @@ def test_non_finite_method_keys_are_refused(tiny_profile, method, key):
 
 
 @pytest.mark.parametrize("overrides, key", [
-    (["train.epochs=3", "train.milestones=[2, 5]"], "train.milestones"),
+    (["train.epochs=3", "train.milestones=[2, 1]"], "train.milestones"),
+    (["train.milestones=[\"150%\"]"], "train.milestones"),
     (["eval.attacks=[]"], "eval.attacks"),
     (["eval.checkpoints=[]"], "eval.checkpoints"),
     (['method.name="trades"', "method.beta_per_class=[6.0, 6.0, 6.0]"], "method.beta_per_class"),
@@ -117,3 +118,12 @@ def test_eval_option_messages_name_the_option(tmp_path, args, option):
     make_run(tmp_path, "20260101-000000-aaaaaa", name="r")
     proc = fairtui_cmd("eval", "r", *args, home=tmp_path)
     assert proc.returncode == 2 and f"fairtui: {option}:" in proc.stderr, proc.stderr
+
+
+def test_run_warns_of_a_milestone_that_will_not_fire_and_runs(tmp_path, tiny_profile):
+    """`--set train.epochs=1` on a profile with later milestones: one warning line, and the run completes."""
+    profile = tiny_profile("", base=TINY.replace("epochs = 2", "epochs = 2\nmilestones = [20]"))
+    proc = fairtui_cmd("run", str(profile), "--set", "train.epochs=1", home=tmp_path / "home")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert lines == ["warning: train.milestones: milestone 20 is after the last epoch (1) and will not fire"]
