@@ -46,7 +46,9 @@ def per_class_tables(view: RunView, results: dict | None = None) -> list[Table]:
     for where, attacks in ((w, a) for w, subsets in by_ckpt.items() for a in subsets.values()):
         settings = sorted({describe(r) for a, r in attacks.items() if a != "clean"}) or \
             [describe(next(iter(attacks.values())))]
-        table = Table(title=f"{view.name} [{view.run_id}]: {where}, {'; '.join(settings)}", title_justify="left")
+        title = f"{view.name} [{view.run_id}]: {where}, {'; '.join(settings)}"
+        # as wide as its title (no word-per-line wrap over a narrow table), at most the terminal's width
+        table = Table(title=title, title_justify="left", min_width=len(title))
         table.add_column("class")
         first = next(iter(attacks.values()))
         table.add_column("clean", justify="right")
@@ -74,6 +76,53 @@ def per_class_tables(view: RunView, results: dict | None = None) -> list[Table]:
                                                for a in robust_attacks])
         tables.append(table)
     return tables
+
+
+def _state_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def method_state_tables(state: dict[str, Any], names: list[str], width: int = 80) -> tuple[list[Table], list[str]]:
+    """A method's class-wise state as labelled per-class tables that fit ``width`` columns (as many
+    tables as it takes), and its other values as "key: value" lines. A vector of K + 1 values is WAT's
+    (overall first): its rows are "overall" and the classes; a K-vector leaves "overall" blank."""
+    k = len(names)
+    vectors = {key: v for key, v in state.items() if isinstance(v, list) and len(v) in (k, k + 1)}
+    wide = any(len(v) == k + 1 for v in vectors.values())
+    rows = (["overall"] if wide else []) + list(names)
+    label_width = max(len(r) for r in rows) + 3 if rows else 8
+    groups: list[list[str]] = [[]]
+    used = label_width
+    for key, values in vectors.items():
+        col = max(len(key), *(len(_state_cell(v)) for v in values)) + 3
+        if groups[-1] and used + col > width:
+            groups.append([])
+            used = label_width
+        groups[-1].append(key)
+        used += col
+    tables = []
+    for keys in (g for g in groups if g):
+        table = Table(title_justify="left")
+        table.add_column("class")
+        for key in keys:
+            table.add_column(key, justify="right")
+        for i, row in enumerate(rows):
+            cells = []
+            for key in keys:
+                v = vectors[key]
+                j = i if len(v) == len(rows) else i - (len(rows) - len(v))  # K-vectors skip "overall"
+                cells.append(_state_cell(v[j]) if j >= 0 else "")
+            table.add_row(row, *cells)
+        tables.append(table)
+    lines = [f"{key}: {_state_cell(v) if not isinstance(v, list) else ', '.join(map(_state_cell, v))}"
+             for key, v in state.items() if key not in vectors]
+    return tables, lines
 
 
 def other_result_lines(view: RunView) -> list[str]:

@@ -20,8 +20,10 @@ def _per_class(rng: random.Random, k: int, centre: float, spread: float) -> list
 
 def make_run(home: Path, run_id: str, name: str = "synthetic", method: str = "cfa", epochs: int = 5, k: int = 10,
              seed: int = 0, status: str = "completed", profile: Profile | None = None, tags: tuple = (),
-             robust_centre: float = 0.5, attacks: tuple[str, ...] = ("pgd20",), t0: float | None = None) -> Path:
-    """Write ``<home>/runs/<run_id>/`` with an event stream of ``epochs`` epochs and test results."""
+             robust_centre: float = 0.5, attacks: tuple[str, ...] = ("pgd20",), t0: float | None = None,
+             method_state: dict | None = None) -> Path:
+    """Write ``<home>/runs/<run_id>/`` with an event stream of ``epochs`` epochs and test results
+    (``method_state``: every epoch's, instead of synthetic margins and weights)."""
     rng = random.Random(f"{run_id}-{seed}")
     run_dir = home / "runs" / run_id
     run_dir.mkdir(parents=True)
@@ -43,8 +45,8 @@ def make_run(home: Path, run_id: str, name: str = "synthetic", method: str = "cf
                                  "robust_acc_per_class": _per_class(rng, k, centre, 0.1)},
                        "val": {"clean_acc_per_class": _per_class(rng, k, 0.8, 0.05),
                                "robust_acc_per_class": _per_class(rng, k, centre, 0.15)},
-                       "method_state": {"eps_per_class": _per_class(rng, k, 0.03, 0.005),
-                                        "class_weights": _per_class(rng, k, 0.1, 0.01)}})
+                       "method_state": method_state if method_state is not None else
+                       {"eps_per_class": _per_class(rng, k, 0.03, 0.005), "class_weights": _per_class(rng, k, 0.1, 0.01)}})
     if status in ("completed",):
         for ckpt in ("last", "best"):
             for attack in attacks:

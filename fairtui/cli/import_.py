@@ -14,6 +14,23 @@ HELP = ("Import a model trained elsewhere as a run: a state_dict for one of fair
 CHANNELS = {"digits": 1, "mnist": 1, "fashion_mnist": 1}  # every other image data set: 3
 
 
+# The eps an import records when --eps is not given: the data set's usual threat model, and why.
+USUAL_EPS: dict[tuple[str, str], tuple[float, str]] = {
+    **{("Linf", d): (8 / 255, "the usual 8/255 for " + d) for d in ("cifar10", "cifar100", "svhn", "stl10",
+                                                                     "tiny_imagenet")},
+    ("Linf", "mnist"): (0.3, "the usual 0.3 for mnist (Madry et al.)"),
+    ("Linf", "fashion_mnist"): (0.1, "the usual 0.1 for fashion_mnist"),
+    ("Linf", "digits"): (0.2, "fairtui's digits profiles' 0.2"),
+    **{("L2", d): (0.5, "RobustBench's L2 0.5 for " + d) for d in ("cifar10", "cifar100")},
+}
+
+
+def usual_eps(dataset: str, threat: str) -> tuple[float, str]:
+    if (threat, dataset) not in USUAL_EPS:
+        raise ValueError(f"no usual {threat} eps for {dataset}: give the model's own with --eps")
+    return USUAL_EPS[(threat, dataset)]
+
+
 def _floats(text: str, option: str) -> list[float]:
     import math
 
@@ -43,7 +60,8 @@ def import_model(
     std: Optional[str] = typer.Option(None, "--std", help="(with --mean)"),
     no_normalize: bool = typer.Option(False, "--no-normalize", help="the model takes [0, 1] pixels as they are"),
     data_root: str = typer.Option("data", "--data-root", help="the folder with the data set's files"),
-    eps: Optional[str] = typer.Option(None, "--eps", help="the evaluation eps (default 8/255 for linf, 0.5 for l2)"),
+    eps: Optional[str] = typer.Option(None, "--eps", help="the evaluation eps (default: the data set's usual one, "
+                                      "e.g. 8/255 for cifar10 linf, 0.2 for digits; said at import)"),
     name: Optional[str] = typer.Option(None, "--name", help="a name for the run"),
     tag: List[str] = typer.Option([], "--tag", help="a tag for the run (repeatable)"),
     json_out: bool = Json,
@@ -89,7 +107,7 @@ def import_model(
     if kind != "state_dict" and not norm_mean:  # TorchScript and RobustBench models take [0, 1] pixels
         norm_mean, norm_std = [0.0] * channels, [1.0] * channels
     try:
-        eps_value = parse_fraction(eps) if eps is not None else (8 / 255 if threat_name == "Linf" else 0.5)
+        eps_value, eps_why = (parse_fraction(eps), "--eps") if eps is not None else usual_eps(dataset, threat_name)
     except ValueError as err:
         raise fail(f"--eps: {err}") from None
 
@@ -123,8 +141,8 @@ def import_model(
     try:
         profile = profile_from_table(raw, "fairtui import")
         home_dir = resolve_home(home)
-        run_dir = create_run(home_dir, profile, "", name or raw["name"], list(tag), None, {"imported": kind},
-                             imported=True)
+        run_dir = create_run(home_dir, profile, "", name or raw["name"], list(tag), None,
+                             {"imported": kind, "eps_from": eps_why}, imported=True)
     except ProfileError as err:
         raise fail(str(err)) from None
     env = dict(os.environ)
@@ -141,6 +159,8 @@ def import_model(
     from fairtui.store import RunIndex
 
     RunIndex(home_dir).register(run_dir)
+    typer.echo(f"evaluation eps {eps_value:.4g} ({threat_name}), from {eps_why}"
+               + ("" if eps is not None else "; --eps chooses another"), err=True)
     typer.echo(f"imported {label} as run {run_dir.name} ({raw['name']}); evaluate it with "
                f"fairtui eval {run_dir.name} --attack aa", err=True)
     if json_out:

@@ -33,28 +33,27 @@ def show(
         typer.echo(json.dumps(doc))
         return
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
-    from fairtui.report import other_result_lines, per_class_tables
+    from fairtui.report import method_state_tables, other_result_lines, per_class_tables
 
     console = Console()
     cfg = view.config
-    console.print(f"[bold]{view.name}[/] [{view.run_id}]  status [bold]{view.status()}[/]"
-                  + (f": {view.finished.get('error')}" if view.finished and view.finished.get("error") else ""))
+    error = view.finished.get("error") if view.finished else None
+    # user text as Text, never markup: a name with brackets is printed as it is
+    console.print(Text.assemble((view.name, "bold"), f" [{view.run_id}]  status ", (view.status(), "bold"),
+                                f": {error}" if error else ""))
     trained = f"epochs {len(epochs)}/{view.total_epochs()}, " if view.imported is None else ""
-    console.print(f"method {cfg.get('method', {}).get('name')}, data {cfg.get('data', {}).get('dataset')}, "
-                  f"model {cfg.get('model', {}).get('arch')}, seed {cfg.get('seed')}, "
-                  f"eps {cfg.get('attack', {}).get('eps'):.4g}, {trained}"
-                  f"tags {', '.join(view.meta.get('tags', [])) or '-'}")
+    console.print(Text(f"method {cfg.get('method', {}).get('name')}, data {cfg.get('data', {}).get('dataset')}, "
+                       f"model {cfg.get('model', {}).get('arch')}, seed {cfg.get('seed')}, "
+                       f"eps {cfg.get('attack', {}).get('eps'):.4g}, {trained}"
+                       f"tags {', '.join(view.meta.get('tags', [])) or '-'}"))
     if view.imported is not None:
-        src = view.imported
-        what = src.get("robustbench_name") or src.get("path")
-        console.print(f"imported {src.get('kind')}: {what} (sha256 {str(src.get('sha256'))[:16]}...), "
-                      f"normalisation mean {src.get('mean') or 'from the file'} std {src.get('std') or ''}")
+        console.print(Text(import_source_line(view.imported)))
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
     if view.meta.get("notes"):
-        console.print(f"notes: {view.meta['notes']}")
+        console.print(Text(f"notes: {view.meta['notes']}"))
     for table in per_class_tables(view):
         console.print(table)
     others = other_result_lines(view)
@@ -63,16 +62,23 @@ def show(
         for line in others:
             console.print("  " + line, highlight=False)
     if method_state:
-        names = view.class_names()
-        table = Table(title=f"method state after epoch {epochs[-1]['epoch']}", title_justify="left")
-        per_class = {k: v for k, v in method_state.items() if isinstance(v, list) and len(v) == len(names)}
-        table.add_column("class")
-        for key in per_class:
-            table.add_column(key, justify="right")
-        for i, n in enumerate(names):
-            table.add_row(n, *[f"{v[i]:.3f}" if isinstance(v[i], (int, float)) else str(v[i])
-                               for v in per_class.values()])
-        console.print(table)
-        for key, value in method_state.items():
-            if key not in per_class:
-                console.print(f"{key}: {value}")
+        tables, lines = method_state_tables(method_state, view.class_names(), console.width)
+        console.print(Text(f"method state after epoch {epochs[-1]['epoch']} ({cfg.get('method', {}).get('name')})",
+                           style="bold"))
+        for table in tables:
+            console.print(table)
+        for line in lines:
+            console.print(Text(line))
+
+
+def import_source_line(src: dict) -> str:
+    """Where an imported model came from, and the normalisation fairtui puts in front of it."""
+    what = src.get("robustbench_name") or src.get("path")
+    mean, std = src.get("mean") or [], src.get("std") or []
+    if mean and all(m == 0 for m in mean) and all(s == 1 for s in std):
+        norm = "none added (the model takes [0, 1] pixels)"
+    elif mean:
+        norm = f"mean {', '.join(f'{m:.4g}' for m in mean)}; std {', '.join(f'{s:.4g}' for s in std)}"
+    else:
+        norm = "the file's own (a whole fairtui model, its normalisation layer included)"
+    return f"imported {src.get('kind')}: {what} (sha256 {str(src.get('sha256'))[:16]}...); normalisation: {norm}"

@@ -134,3 +134,33 @@ def test_home_before_the_command(home):
                          capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=60)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)) == 3
+
+
+WAT_STATE = {"weights": [0.0909090909090909] * 11, "val_cost": [1.2345678901234567 + i for i in range(11)],
+             "val_cost_sum": [12.345678901234567 * (i + 1) for i in range(11)],
+             "next_weights": [0.09090909090909091] * 11}
+FRL_STATE = {"phase": "frl", **{key: [0.012345678901234567 * i for i in range(10)] for key in (
+    "clean_err_per_class", "bndy_err_per_class", "lambda_nat", "lambda_bndy", "weight_nat", "weight_bndy",
+    "eps_per_class", "lambda_margin")}}
+
+
+@pytest.mark.parametrize("method, state", [("wat", WAT_STATE), ("frl", FRL_STATE)])
+def test_show_prints_the_method_state_as_labelled_tables_at_80_columns(tmp_path, method, state):
+    """WAT's K + 1 vectors get an 'overall' row first; every vector is a labelled, rounded column; nothing
+    is wider than the terminal (tables are split instead)."""
+    make_run(tmp_path, "20260101-000000-aaaaaa", name="a-run-with-a-rather-long-name", method=method,
+             method_state=state)
+    out = fairtui_cmd("show", "aaaaaa", home=tmp_path, timeout=60, env_extra={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "12345678901" not in out.stdout  # rounded, no raw 17-digit floats
+    for key in (k for k, v in state.items() if isinstance(v, list)):
+        assert any(key in line for line in lines), key
+    rows = [line for line in lines if line.startswith("│ ") or line.startswith("┃ ")]
+    if method == "wat":
+        assert any(row.split("│")[1].strip() == "overall" for row in rows if "│" in row)
+        assert "1.235" in out.stdout and "0.09091" in out.stdout
+    else:
+        assert "phase: frl" in out.stdout
+    assert "method state after epoch 5" in out.stdout

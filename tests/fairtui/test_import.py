@@ -266,3 +266,20 @@ def test_the_layer_layout_of_resnet18_maps_logit_for_logit():
     x = torch.rand(4, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(fresh(x), ours(x))
+
+
+def test_import_says_which_eps_it_recorded_and_why(tmp_path):
+    """A digits model imported without --eps is evaluated at digits' usual 0.2 (not CIFAR's 8/255), and the
+    import says so; `show` prints the normalisation in words."""
+    home = tmp_path / "home"
+    torch.save(trained_small_cnn().state_dict(), tmp_path / "net.pt")
+    proc = fairtui_cmd("import", "--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn", "--dataset",
+                       "digits", "--no-normalize", "--name", "cnn", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "evaluation eps 0.2 (Linf), from fairtui's digits profiles' 0.2; --eps chooses another" in proc.stderr
+    shown = fairtui_cmd("show", "cnn", home=home, env_extra={"COLUMNS": "120"})
+    assert "normalisation: none added (the model takes [0, 1] pixels)" in shown.stdout
+    assert "eps 0.2," in shown.stdout
+    refused = fairtui_cmd("import", "--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn", "--dataset",
+                          "digits", "--threat", "l2", "--no-normalize", home=home)
+    assert refused.returncode == 2 and "no usual L2 eps for digits: give the model's own with --eps" in refused.stderr
