@@ -23,6 +23,7 @@ class RunState:
     status: str = "starting"
     error: str | None = None
     total_epochs: int = 0
+    imported: dict | None = None  # where an imported model came from (`fairtui import`): it never trains
 
     def ingest(self, event: dict) -> None:
         kind = event.get("type")
@@ -31,6 +32,7 @@ class RunState:
             self.class_names = list(event.get("class_names", []))
             self.config = event.get("config", {})
             self.total_epochs = int(self.config.get("train", {}).get("epochs", 0))
+            self.imported = event.get("imported")
             self.status = "running"
         elif kind == "run_resumed":
             self.status, self.error = "running", None
@@ -43,6 +45,8 @@ class RunState:
             self.results.update(headline_results([event], self.config))
         elif kind == "run_finished":
             self.status, self.error = event.get("status", "failed"), event.get("error")
+            if self.imported is not None and self.status == "completed":
+                self.status = "imported"
 
     @property
     def names(self) -> list[str]:
@@ -52,8 +56,13 @@ class RunState:
         return [str(i) for i in range(k)]
 
     def latest_bars(self) -> tuple[list[float | None], list[float | None], str]:
-        """Validation clean and robust accuracy per class at the latest epoch."""
+        """Validation clean and robust accuracy per class at the latest epoch; for a run without
+        epochs (an imported model), its first robust test result."""
         if not self.epochs:
+            robust = [(key, r) for key, r in self.results.items() if key[2] != "clean"]
+            if robust:
+                (split, ckpt, attack), r = robust[0]
+                return r["clean_acc_per_class"], r["robust_acc_per_class"], f"{split} {attack} @ {ckpt}"
             return [], [], "validation accuracy per class"
         last = self.epochs[-1]
         val = last.get("val", {})

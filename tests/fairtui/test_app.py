@@ -450,3 +450,24 @@ async def test_keys_typed_right_after_ctrl_u_are_kept(tmp_path):
         await pilot.press("enter")
         await wait_until(pilot, lambda: json.loads((home / "runs" / "20260101-000000-a9a8a7" / "meta.json")
                                                    .read_text())["tags"] == ["abc"], timeout=5)
+
+
+async def test_an_imported_runs_screen_shows_its_evaluations_and_no_training_plot(tmp_path):
+    """An imported model never trains: its screen says so instead of 'waiting for the first epoch', and the
+    bars show its test result."""
+    home = tmp_path / "home"
+    run_dir = make_run(home, "20260101-000000-1a1a1a", name="zoo-model", epochs=0, attacks=("pgd20",))
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    started = json.loads(lines[0])
+    started["imported"] = {"kind": "state_dict", "path": "/models/net.pt", "sha256": "0" * 64}
+    (run_dir / "events.jsonl").write_text("\n".join([json.dumps(started)] + lines[1:]) + "\n")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   open_run="20260101-000000-1a1a1a", queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "imported")
+        await pilot.pause(0.8)  # the plot redraws at most every 0.5 s
+        plot = app.screen.query_one("#plot", LinePlot)
+        assert plot.title.startswith("imported model: not trained here")
+        assert "waiting" not in plot.title
+        assert app.screen.state.latest_bars()[2].startswith("test pgd20 @ ")
+        assert "imported" in str(app.screen.query_one("#run-title").render())

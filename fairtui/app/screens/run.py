@@ -146,6 +146,11 @@ class RunScreen(Screen):
         keys = self.state.state_keys()
         plot, state_plot = self.query_one("#plot", LinePlot), self.query_one("#plot-state", LinePlot)
         state_plot.display = self.split
+        if self.state.imported is not None:  # nothing trained here: no curves to wait for
+            plot.show("imported model: not trained here, so no curves; its evaluations are below "
+                      "(p: per class, e: evaluate)", [], [], [])
+            state_plot.display = False
+            return
         if not keys:
             plot.show("per-class values: waiting for the first epoch", [], [], [])
             state_plot.show("method state: waiting for the first epoch", [], [], [])
