@@ -33,25 +33,58 @@ def config_diff(configs: list[dict], ignore: tuple[str, ...] = ()) -> dict[str, 
             if k not in ignore and len({repr(f.get(k)) for f in flat}) > 1}
 
 
-def pick_result(view: RunView, attack: str | None, checkpoint: str, split: str = "test") -> dict:
-    """The run's result for (split, checkpoint, attack); attack None: its first robust attack."""
-    results = view.results()
+def pick_result(view: RunView, attack: str | None, checkpoint: str, split: str = "test",
+                n_per_class: int = 0) -> dict:
+    """The run's result for (split, checkpoint, attack); attack None: its first robust attack.
+
+    ``n_per_class`` 0: the run's headline result (the profile's settings, the whole split); N: the latest
+    result on the class-balanced subset of N images per class at the profile's other settings (what
+    `fairtui eval --n-per-class N` writes). A refusal lists every result the run has, with its settings."""
+    results = view.results() if not n_per_class else subset_results(view, n_per_class)
     candidates = [k for k in results if k[0] == split and k[1] == checkpoint]
+    where = f"on {split} at {checkpoint!r}" + (f" on {n_per_class} per class" if n_per_class else "")
     if attack is None:
         robust = [k for k in candidates if k[2] != "clean"]
         if not robust:
-            raise CompareError(f"run {view.name} [{view.run_id}] has no {split} result at checkpoint "
-                               f"{checkpoint!r}; it has: {describe(results)}")
+            raise CompareError(f"run {view.name} [{view.run_id}] has no robust result {where}; it has: "
+                               f"{describe(view)}")
         return results[robust[0]]
     key = (split, checkpoint, attack)
     if key not in results:
-        raise CompareError(f"run {view.name} [{view.run_id}] has no {attack} result on {split} at {checkpoint!r}; "
-                           f"it has: {describe(results)} (fairtui eval {view.run_id} --attack {attack})")
+        subset = f" --n-per-class {n_per_class}" if n_per_class else ""
+        raise CompareError(f"run {view.name} [{view.run_id}] has no {attack} result {where}; it has: "
+                           f"{describe(view)} (fairtui eval {view.run_id} --attack {attack}{subset})")
     return results[key]
 
 
-def describe(results: dict) -> str:
-    return ", ".join(f"{c}/{a}" for (s, c, a) in results) or "no evaluation results"
+def subset_results(view: RunView, n_per_class: int) -> dict[tuple[str, str, str], dict]:
+    """The latest result per (split, checkpoint, attack) on N images per class, at the profile's settings
+    otherwise (eps, step, seed, batching)."""
+    from engine.results import requested_setting, same_setting
+
+    out: dict[tuple[str, str, str], dict] = {}
+    for e in view.of_type("eval_result"):
+        attack = e.get("attack", "")
+        wanted = requested_setting(view.config, attack, n_per_class=n_per_class)
+        if e.get("setting") is not None and same_setting(e["setting"], wanted):
+            out[(e.get("split"), e.get("checkpoint"), attack)] = e
+    return out
+
+
+def describe(view: RunView) -> str:
+    """Every result the run has, with the settings that produced it: "best/pgd20 (eps 0.2, whole split)"."""
+    from engine.results import describe as settings
+
+    seen = dict.fromkeys(f"{e.get('split')} {e.get('checkpoint')}/{e.get('attack')} ({settings(e)})"
+                         for e in view.of_type("eval_result"))
+    return ", ".join(seen) or "no evaluation results"
+
+
+def setting_label(result: dict) -> str:
+    """What a result is, for a table's title: "pgd20, eps 0.2, whole split"."""
+    from engine.results import describe as settings
+
+    return f"{result.get('attack')}, {settings(result)}"
 
 
 @dataclass
@@ -73,11 +106,22 @@ class Comparison:
     baseline: int
     diff: dict[str, list[Any]]
 
+    @property
+    def settings(self) -> list[str]:
+        """Each column's attack and setting ("pgd20, eps 0.2, whole split")."""
+        return [setting_label(c.result) for c in self.columns]
+
+    @property
+    def mixed(self) -> bool:
+        """True when the columns' results were not measured the same way (attack, eps or subset)."""
+        return len(set(self.settings)) > 1
+
     def to_json(self) -> dict:
         return {
             "attack": self.attack, "checkpoint": self.checkpoint, "class_names": self.class_names,
-            "baseline": self.columns[self.baseline].view.run_id,
+            "baseline": self.columns[self.baseline].view.run_id, "settings_differ": self.mixed,
             "runs": [{"run_id": c.view.run_id, "name": c.view.name, "attack": c.result.get("attack"),
+                      "setting": c.result.get("setting"), "n_per_class": c.result.get("n_per_class", 0),
                       "clean_acc_per_class": c.result["clean_acc_per_class"],
                       "robust_acc_per_class": c.result["robust_acc_per_class"], "summary": c.summary,
                       "delta_vs_baseline": c.deltas, "rho": c.rho, "worst_class": c.worst_class}
@@ -94,10 +138,10 @@ def summarise(result: dict) -> dict[str, float]:
 
 
 def compare(views: list[RunView], attack: str | None = None, checkpoint: str = "best",
-            baseline: int = 0) -> Comparison:
+            baseline: int = 0, n_per_class: int = 0) -> Comparison:
     if len(views) < 2:
         raise CompareError("compare needs at least two runs")
-    columns = [RunColumn(v, pick_result(v, attack, checkpoint)) for v in views]
+    columns = [RunColumn(v, pick_result(v, attack, checkpoint, n_per_class=n_per_class)) for v in views]
     names = views[0].class_names()
     for c in columns:
         if len(c.result["robust_acc_per_class"]) != len(names):
@@ -134,6 +178,7 @@ class ExportRow:
     label: str
     runs: list[str]
     values: dict[str, list[float]]
+    setting: str = ""  # the attack and settings of the row's results ("pgd20, eps 0.2, whole split")
 
     def mean_std(self, key: str) -> tuple[float, float]:
         vals = [v for v in self.values.get(key, []) if v is not None and not math.isnan(v)]
@@ -142,19 +187,22 @@ class ExportRow:
         return statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
 
 
-def export_rows(views: list[RunView], attack: str | None, checkpoint: str) -> list[ExportRow]:
+def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0) -> list[ExportRow]:
     groups: dict[str, list[RunView]] = {}
     for v in views:
         groups.setdefault(group_key(v), []).append(v)
     rows = []
     for members in groups.values():
         values: dict[str, list[float]] = {k: [] for k in EXPORT_METRICS}
+        settings = []
         for v in members:
-            s = summarise(pick_result(v, attack, checkpoint))
+            result = pick_result(v, attack, checkpoint, n_per_class=n_per_class)
+            settings.append(setting_label(result))
+            s = summarise(result)
             for k in EXPORT_METRICS:
                 values[k].append(s[k])
         label = members[0].config.get("name") or members[0].name
         seeds = sorted(v.config.get("seed") for v in members)
         rows.append(ExportRow(f"{label} (seeds {', '.join(map(str, seeds))})" if len(members) > 1 else label,
-                              [v.run_id for v in members], values))
+                              [v.run_id for v in members], values, "; ".join(dict.fromkeys(settings))))
     return rows

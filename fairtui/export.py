@@ -24,30 +24,48 @@ def _cell(row: ExportRow, key: str, plus_minus: str) -> str:
     return text
 
 
-def render(rows: list[ExportRow], fmt: str, attack: str, checkpoint: str) -> str:
+FRACTION_UNITS = "fractions in [0, 1]; CV in fraction^2"
+
+
+def caption(rows: list[ExportRow], checkpoint: str) -> tuple[str, bool]:
+    """The table's attack and settings at `checkpoint` ("pgd20, eps 0.2, whole split @ best"), and
+    whether the rows' settings differ (then every row names its own)."""
+    settings = list(dict.fromkeys(r.setting for r in rows))
+    if len(settings) == 1:
+        return f"{settings[0]} @ {checkpoint}", False
+    return f"settings differ between rows (each row names its own) @ {checkpoint}", True
+
+
+def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
+    title, mixed = caption(rows, checkpoint)
+    label = (lambda r: f"{r.label} [{r.setting}]") if mixed else (lambda r: r.label)  # noqa: E731
     if fmt == "json":
-        return json.dumps({"attack": attack, "checkpoint": checkpoint, "units": "percent; CV in percent^2",
-                           "rows": [{"label": r.label, "runs": r.runs,
+        return json.dumps({"checkpoint": checkpoint, "setting": None if mixed else rows[0].setting if rows else None,
+                           "settings_differ": mixed, "units": FRACTION_UNITS,
+                           "rows": [{"label": r.label, "runs": r.runs, "setting": r.setting,
                                      **{k: {"mean": r.mean_std(k)[0], "std": r.mean_std(k)[1], "values": r.values[k]}
                                         for k in EXPORT_METRICS}} for r in rows]}, indent=1)
     header = ["Method"] + [HEADERS[k] for k in EXPORT_METRICS]
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf)
-        writer.writerow(["label", "n_runs"] + [f"{k}_{s}" for k in EXPORT_METRICS for s in ("mean", "std")])
+        writer.writerow(["label", "n_runs", "setting", "checkpoint", "units"]
+                        + [f"{k}_{s}" for k in EXPORT_METRICS for s in ("mean", "std")])
         for r in rows:
-            writer.writerow([r.label, len(r.runs)] + [f"{v:.6g}" for k in EXPORT_METRICS for v in r.mean_std(k)])
+            writer.writerow([r.label, len(r.runs), r.setting, checkpoint, FRACTION_UNITS]
+                            + [f"{v:.6g}" for k in EXPORT_METRICS for v in r.mean_std(k)])
         return buf.getvalue()
     if fmt == "md":
-        lines = [f"{attack} @ {checkpoint}, accuracies in %, CV in %^2", "",
+        lines = [f"{title}; accuracies in %, CV in %^2", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join([r.label] + [_cell(r, k, " ± ") for k in EXPORT_METRICS]) + " |" for r in rows]
+        lines += ["| " + " | ".join([label(r)] + [_cell(r, k, " ± ") for k in EXPORT_METRICS]) + " |" for r in rows]
         return "\n".join(lines) + "\n"
     if fmt == "latex":
         esc = lambda s: s.replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")  # noqa: E731
-        lines = [r"\begin{tabular}{l" + "r" * len(EXPORT_METRICS) + "}", r"\toprule",
+        lines = [f"% {title}; accuracies in percent, CV in percent^2",  # a comment: nothing to escape
+                 r"\begin{tabular}{l" + "r" * len(EXPORT_METRICS) + "}", r"\toprule",
                  " & ".join(esc(h) for h in header) + r" \\", r"\midrule"]
-        lines += [" & ".join([esc(r.label)] + [_cell(r, k, r" $\pm$ ") for k in EXPORT_METRICS]) + r" \\"
+        lines += [" & ".join([esc(label(r))] + [_cell(r, k, r" $\pm$ ") for k in EXPORT_METRICS]) + r" \\"
                   for r in rows]
         lines += [r"\bottomrule", r"\end{tabular}"]
         return "\n".join(lines) + "\n"

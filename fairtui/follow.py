@@ -15,18 +15,21 @@ from typing import Any
 
 from rich.console import Console
 from rich.text import Text
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fairtui.report import epoch_line, per_class_tables, run_summary
 from fairtui.runfolder import EventTail, LineTail, RunView
+from fairtui.runstate import progress_line, run_eta_text
 
 POLL_S = 0.2
 
 
 def _progress_bar(console: Console) -> Progress:
+    """Two rows: the run's epochs with the run's ETA (measured epoch times), and the current phase's
+    batches with the phase's ETA (its rate since it began). Rich's own ETA needs updates within 30 s,
+    which an epoch longer than that never gives, so both are computed here."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True)
+                    TextColumn("{task.fields[eta]}"), console=console, transient=True)
 
 
 def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
@@ -50,9 +53,10 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     bar = _progress_bar(err)
-    epochs_task = bar.add_task("epochs", total=None)
-    batch_task = bar.add_task("", total=None)
+    epochs_task = bar.add_task("epochs", total=None, eta="")
+    batch_task = bar.add_task("", total=None, eta="")
     class_names: list[str] = []
+    epochs: list[dict] = []  # this run's epoch_end events, for the run's ETA
     warnings = LogWarnings(run_dir / "engine.log")
     try:
         with bar:
@@ -63,9 +67,13 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
                 new = tail.read_new()
                 for event in new:
                     class_names = _show_event(event, bar, epochs_task, err, class_names)
+                epochs += [e for e in new if e.get("type") == "epoch_end"]
                 if any(e.get("type") in ("run_started", "epoch_end", "run_finished") for e in new):
                     _update_index(run_dir)
                 _show_progress(run_dir, bar, batch_task)
+                if eval_request is None:
+                    total = bar.tasks[epochs_task].total
+                    bar.update(epochs_task, eta=run_eta_text(epochs, int(total)) if total else "")
                 if done:
                     break
                 time.sleep(POLL_S)
@@ -134,7 +142,10 @@ def _show_progress(run_dir: Path, bar: Progress, task: Any) -> None:
         return
     label = {"train": f"  train (epoch {p.get('epoch')})", "val": f"  validate (epoch {p.get('epoch')})",
              "test": f"  test {p.get('attack', '')}", "eval": f"  {p.get('attack', '')} batches"}.get(phase, "")
-    bar.update(task, description=label, completed=p.get("batch", 0), total=p.get("batches") or None, visible=True)
+    text, _ = progress_line(p)
+    eta = text[text.index("ETA"):] if "ETA" in text else ""
+    bar.update(task, description=label, completed=p.get("batch", 0), total=p.get("batches") or None, visible=True,
+               eta=eta)
 
 
 def _show_outcome(view: RunView, code: int, err: Console) -> None:

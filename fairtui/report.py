@@ -33,9 +33,21 @@ def epoch_line(event: dict, names: list[str]) -> str:
             f"lr {event.get('lr', 0):.3g}  {event.get('time_s', 0):.1f}s{best}")
 
 
-def per_class_tables(view: RunView, results: dict | None = None) -> list[Table]:
+def exploratory_tables(view: RunView) -> list[Table]:
+    """The run's other evaluations (a subset, another eps, ...) as per-class tables like the headline
+    ones, one per checkpoint and setting, each titled as exploratory with what differs from the profile."""
+    groups: dict[tuple, dict] = {}
+    for e, why in view.other_results():
+        groups.setdefault((e.get("split"), e.get("checkpoint"), tuple(why)), {})[
+            (e.get("split"), e.get("checkpoint"), e.get("attack"))] = e  # the latest of each
+    return [t for (_, _, why), results in groups.items()
+            for t in per_class_tables(view, results, note=f"exploratory ({'; '.join(why)})")]
+
+
+def per_class_tables(view: RunView, results: dict | None = None, note: str = "") -> list[Table]:
     """One table per evaluated checkpoint and setting: a row per class, a column per attack, summary
-    rows below. ``results``: (split, checkpoint, attack) -> eval_result; default the run's headline ones."""
+    rows below. ``results``: (split, checkpoint, attack) -> eval_result; default the run's headline ones.
+    ``note`` starts each title (e.g. what makes the results exploratory)."""
     names = view.class_names()
     by_ckpt: dict[str, dict[str, dict]] = {}
     for (split, ckpt, attack), result in (view.results() if results is None else results).items():
@@ -46,7 +58,7 @@ def per_class_tables(view: RunView, results: dict | None = None) -> list[Table]:
     for where, attacks in ((w, a) for w, subsets in by_ckpt.items() for a in subsets.values()):
         settings = sorted({describe(r) for a, r in attacks.items() if a != "clean"}) or \
             [describe(next(iter(attacks.values())))]
-        title = f"{view.name} [{view.run_id}]: {where}, {'; '.join(settings)}"
+        title = f"{note + ': ' if note else ''}{view.name} [{view.run_id}]: {where}, {'; '.join(settings)}"
         # as wide as its title (no word-per-line wrap over a narrow table), at most the terminal's width
         table = Table(title=title, title_justify="left", min_width=len(title))
         table.add_column("class")
@@ -125,16 +137,6 @@ def method_state_tables(state: dict[str, Any], names: list[str], width: int = 80
     return tables, lines
 
 
-def other_result_lines(view: RunView) -> list[str]:
-    """Exploratory evaluations, one line each, labelled with what differs from the profile."""
-    out = []
-    for e, why in view.other_results():
-        out.append(f"{e.get('split')} {e.get('attack')} @ {e.get('checkpoint')} (epoch {e.get('epoch', '?')}), "
-                   f"{'; '.join(why)}: clean {_fmt(e.get('avg_clean'))}  robust {_fmt(e.get('avg_robust'))}  "
-                   f"worst {_fmt(e.get('worst_robust'))}")
-    return out
-
-
 def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
     """The run as one JSON-ready document (for ``--json``)."""
     fin = view.finished or {}
@@ -161,13 +163,26 @@ def result_rows(results) -> list[dict]:
     return [{k: r.get(k) for k in RESULT_KEYS} for r in results]
 
 
+def rho_cell(column, is_baseline: bool, base) -> str:
+    """rho against the baseline, or why there is none."""
+    if is_baseline:
+        return ""
+    if column.rho is not None:
+        return f"{column.rho:+.3f}"
+    if base.summary.get("worst_robust") == 0:
+        return "undefined: the baseline's worst class is 0"
+    return "undefined: the baseline's average is 0"
+
+
 def comparison_tables(cmp) -> list[Table]:
     """The compare command's tables: per class, summary with deltas and rho, configuration diff."""
     cols = cmp.columns
     labels = [f"{c.view.name} [{short_id(c.view.run_id)}]" + (" (base)" if i == cmp.baseline else "")
               for i, c in enumerate(cols)]
-    per_class = Table(title=f"clean / robust per class ({cmp.attack} @ {cmp.checkpoint}); < marks each run's "
-                      "worst class", title_justify="left")
+    what = (f"{cmp.settings[0]} @ {cmp.checkpoint}" if not cmp.mixed
+            else f"@ {cmp.checkpoint}; SETTINGS DIFFER between runs: see the 'measured with' row")
+    title = f"clean / robust per class ({what}); < marks each run's worst class"
+    per_class = Table(title=title, title_justify="left", min_width=min(len(title), 80))
     per_class.add_column("class")
     for label in labels:
         per_class.add_column(label, justify="right")
@@ -190,8 +205,9 @@ def comparison_tables(cmp) -> list[Table]:
             delta = "" if i == cmp.baseline else f" ({c.deltas[key]:+.{digits}f})"
             cells.append(f"{_fmt(c.summary[key], digits)}{delta}")
         summary.add_row(label, *cells)
-    summary.add_row("rho (WAT Eq. 7)", *["" if i == cmp.baseline or c.rho is None else f"{c.rho:+.3f}"
+    summary.add_row("rho (WAT Eq. 7)", *[rho_cell(c, i == cmp.baseline, cols[cmp.baseline])
                                          for i, c in enumerate(cols)])
+    summary.add_row("measured with", *cmp.settings)
     tables = [per_class, summary]
     if cmp.diff:
         diff = Table(title="configuration: the keys that differ", title_justify="left")

@@ -173,6 +173,35 @@ def progress_line(p: dict, now: float | None = None) -> tuple[str, float | None]
     return text, fraction
 
 
+RECENT_EPOCHS = 5  # the run ETA uses the mean time of the latest epochs (FRL's phases differ in speed)
+
+
+def run_eta(epochs: list[dict], total_epochs: int, now: float | None = None) -> float | None:
+    """Seconds until training ends: the epochs left times the mean of the latest measured epoch times,
+    less what the current epoch has run since the last `epoch_end` (its ``t``). None before the first
+    epoch ends. The test evaluation after training comes on top (it is not measured until it runs)."""
+    import time
+
+    times = [e.get("time_s") for e in epochs if e.get("time_s")]
+    if not times:
+        return None
+    recent = times[-RECENT_EPOCHS:]
+    done = epochs[-1]["epoch"]
+    left = max(0, total_epochs - done) * sum(recent) / len(recent)
+    since = (now or time.time()) - epochs[-1].get("t", now or time.time())
+    return max(0.0, left - max(0.0, since)) if left else 0.0
+
+
+def run_eta_text(epochs: list[dict], total_epochs: int, now: float | None = None) -> str:
+    """"run ETA 12 min + test evaluation" (or why there is none yet)."""
+    eta = run_eta(epochs, total_epochs, now)
+    if eta is None:
+        return "run ETA after the first epoch"
+    if eta == 0 and epochs and epochs[-1]["epoch"] >= total_epochs:
+        return "training done; test evaluation"
+    return f"run ETA {format_seconds(eta)} + test evaluation"
+
+
 def format_seconds(s: float) -> str:
     s = int(round(s))
     if s < 60:

@@ -30,6 +30,7 @@ from tinydb.storages import Storage
 
 from fairtui.home import ReadOnlyHome, list_run_dirs, runs_dir
 from fairtui.runfolder import RunView
+from fairtui.runstate import RECENT_EPOCHS
 
 LIVE_STATUSES = ("running", "starting", "queued")
 
@@ -145,6 +146,11 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
         "created": meta.get("created"), "started": started.get("t"),
         "finished": finished.get("t") if finished else None, "error": finished.get("error") if finished else None,
         "epoch": epochs[-1]["epoch"] if epochs else 0, "epochs": view.total_epochs(),
+        # for a running run's ETA and its numbers before any test result (validation, marked as such)
+        "epoch_times": [e.get("time_s") for e in epochs[-RECENT_EPOCHS:]] if epochs else None,
+        "epoch_t": epochs[-1].get("t") if epochs else None,
+        "val": {"avg_robust": epochs[-1]["val"].get("avg_robust"), "worst_robust": epochs[-1]["val"].get(
+            "worst_robust")} if epochs else None,
         "summary": summary_numbers(view), "sweep": meta.get("sweep"), "launcher": meta.get("launcher", "local"),
         "slurm_job_id": meta.get("slurm_job_id"), "node": meta.get("node"),
         "seen": stamp,

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from engine.config import Profile, dumps_profile
+from engine.results import requested_setting
 
 
 def _per_class(rng: random.Random, k: int, centre: float, spread: float) -> list[float]:
@@ -53,7 +54,9 @@ def make_run(home: Path, run_id: str, name: str = "synthetic", method: str = "cf
                 clean = _per_class(rng, k, 0.85, 0.05)
                 robust = _per_class(rng, k, robust_centre, 0.15)
                 events.append({"type": "eval_result", "split": "test", "checkpoint": ckpt, "epoch": epochs,
-                               "attack": attack, "clean_acc_per_class": clean, "robust_acc_per_class": robust,
+                               "attack": attack, "eps": table["eval"].get("eps") or table["attack"]["eps"],
+                               "n_per_class": 0, "setting": requested_setting(table, attack),
+                               "clean_acc_per_class": clean, "robust_acc_per_class": robust,
                                "avg_clean": sum(clean) / k, "avg_robust": sum(robust) / k,
                                "worst_robust": min(robust), "cv": 0.0, "mcd": max(robust) - min(robust)})
     if status in ("completed", "failed", "stopped"):

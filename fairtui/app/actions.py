@@ -93,7 +93,7 @@ def export(screen: Screen, run_dirs: list[Path]) -> None:
         if fmt != "md" and target.suffix == ".md":
             target = target.with_suffix({"csv": ".csv", "latex": ".tex", "json": ".json"}[fmt])
         try:
-            target.write_text(render(rows, fmt, "first robust attack", "best"))
+            target.write_text(render(rows, fmt, "best"))
         except OSError as err:
             screen.notify(f"not written: {err}", severity="error")
             return

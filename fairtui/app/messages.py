@@ -10,6 +10,7 @@ from textual.message import Message
 @dataclass
 class RunsLoaded(Message):
     docs: list[dict]
+    waits: dict[str, str] | None = None  # why each queued run waits (LocalQueue.wait_reasons)
 
 
 @dataclass
@@ -21,3 +22,4 @@ class EventsArrived(Message):
 @dataclass
 class ProgressRead(Message):
     progress: dict
+    wait: str | None = None  # a queued run: what it waits for (LocalQueue.wait_reasons)

@@ -17,6 +17,8 @@ def compare(
                                            "(default: the first)"),
     attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
     checkpoint: str = typer.Option("best", "--checkpoint"),
+    n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
+                                    "(fairtui eval --n-per-class N); default: the whole split"),
     tui: bool = typer.Option(False, "--tui", help="open the comparison in the terminal app"),
     json_out: bool = Json,
     home: HomeT = Home,
@@ -41,7 +43,7 @@ def compare(
         run_app(home=home, compare=[d.name for d in dirs])  # the baseline is the first
         return
     try:
-        result = do_compare([RunView.load(d) for d in dirs], attack, checkpoint, base_index)
+        result = do_compare([RunView.load(d) for d in dirs], attack, checkpoint, base_index, n_per_class)
     except CompareError as err:
         raise fail(str(err)) from None
     if json_out:

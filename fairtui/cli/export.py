@@ -18,6 +18,8 @@ def export(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write to a file instead of stdout"),
     attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
     checkpoint: str = typer.Option("best", "--checkpoint"),
+    n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
+                                    "(fairtui eval --n-per-class N); default: the whole split"),
     tag: Optional[str] = typer.Option(None, "--tag", help="export every run with this tag"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="export a sweep: mean ± std over seeds per grid point"),
     home: HomeT = Home,
@@ -54,10 +56,10 @@ def export(
     if not dirs:
         raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
     try:
-        rows = export_rows([RunView.load(d) for d in sorted(set(dirs))], attack, checkpoint)
+        rows = export_rows([RunView.load(d) for d in sorted(set(dirs))], attack, checkpoint, n_per_class)
     except CompareError as err:
         raise fail(str(err)) from None
-    text = render(rows, fmt, attack or "first robust attack", checkpoint)
+    text = render(rows, fmt, checkpoint)
     if output:
         output.write_text(text)
         typer.echo(f"wrote {output}", err=True)

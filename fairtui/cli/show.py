@@ -35,7 +35,7 @@ def show(
     from rich.console import Console
     from rich.text import Text
 
-    from fairtui.report import method_state_tables, other_result_lines, per_class_tables
+    from fairtui.report import exploratory_tables, method_state_tables, per_class_tables
 
     console = Console()
     cfg = view.config
@@ -56,11 +56,11 @@ def show(
         console.print(Text(f"notes: {view.meta['notes']}"))
     for table in per_class_tables(view):
         console.print(table)
-    others = other_result_lines(view)
+    others = exploratory_tables(view)
     if others:
         console.print("[bold]other evaluations[/] (not the run's result: settings differ from the profile)")
-        for line in others:
-            console.print("  " + line, highlight=False)
+        for table in others:
+            console.print(table)
     if method_state:
         tables, lines = method_state_tables(method_state, view.class_names(), console.width)
         console.print(Text(f"method state after epoch {epochs[-1]['epoch']} ({cfg.get('method', {}).get('name')})",

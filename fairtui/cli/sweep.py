@@ -116,7 +116,7 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
 
         try:
             views = [RunView.load(home_dir / "runs" / r) for r in record["runs"] if final[r] == "completed"]
-            typer.echo(render(export_rows(views, None, "best"), "md", "first robust attack", "best"), nl=False)
+            typer.echo(render(export_rows(views, None, "best"), "md", "best"), nl=False)
         except CompareError as e:
             err.print(str(e))
     for run_id in failed:

@@ -471,3 +471,25 @@ async def test_an_imported_runs_screen_shows_its_evaluations_and_no_training_plo
         assert "waiting" not in plot.title
         assert app.screen.state.latest_bars()[2].startswith("test pgd20 @ ")
         assert "imported" in str(app.screen.query_one("#run-title").render())
+
+
+async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_screen(tmp_path, monkeypatch):
+    from fairtui.launcher import GpuChoice
+    from fairtui.queue import LocalQueue
+
+    monkeypatch.setattr(LocalQueue, "busy", lambda self: {"cpu": 2})
+    monkeypatch.setattr(LocalQueue, "tick", lambda self, start=None: [])  # the CPU stays busy
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-q1q1q1", name="waiting", status="running", epochs=0)
+    (run / "events.jsonl").write_text("")
+    LocalQueue(home).submit(run, GpuChoice(cpu=True))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        line = app.screen.query_one("#status-line")
+        await wait_until(pilot, lambda: "waits for cpu" in str(line.render()), timeout=20)
+        assert "waiting waits for cpu: 2 running, 0 queued ahead" in str(line.render())
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=20)
+        summary = app.screen.query_one("#run-summary")
+        await wait_until(pilot, lambda: "queued: waits for cpu" in str(summary.render()), timeout=20)

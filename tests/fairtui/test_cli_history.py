@@ -65,7 +65,7 @@ def test_compare_errors_say_what_exists(home):
     assert missing.returncode == 2 and "has no aa result" in missing.stderr and "best/pgd20" in missing.stderr
     assert cli("compare", "base", home=home).returncode == 2
     failed = cli("compare", "base", "broken", home=home)
-    assert failed.returncode == 2 and "no test result" in failed.stderr
+    assert failed.returncode == 2 and "has no robust result on test" in failed.stderr
 
 
 def test_export_groups_seeds_as_mean_and_std(tmp_path):
@@ -88,7 +88,78 @@ def test_export_groups_seeds_as_mean_and_std(tmp_path):
     latex = cli("export", *runs, "--format", "latex", "-o", str(tmp_path / "t.tex"), home=tmp_path)
     assert latex.returncode == 0 and r"\pm" in (tmp_path / "t.tex").read_text()
     csv = cli("export", *runs, "--format", "csv", home=tmp_path).stdout.splitlines()
-    assert csv[0].startswith("label,n_runs,avg_clean_mean") and len(csv) == 3
+    assert csv[0].startswith("label,n_runs,setting,checkpoint,units,avg_clean_mean") and len(csv) == 3
+
+
+def test_exports_name_the_attack_and_its_setting_and_say_their_units(tmp_path):
+    """Every format says which attack (not "first robust attack"), its eps and subset, and its units: JSON
+    and CSV hold fractions, Markdown and LaTeX percent."""
+    make_run(tmp_path, "20260101-000000-aaaaaa", name="a", attacks=("pgd20",))
+    doc = json.loads(cli("export", "aaaaaa", "--format", "json", home=tmp_path).stdout)
+    assert doc["units"] == "fractions in [0, 1]; CV in fraction^2" and 0 <= doc["rows"][0]["avg_robust"]["mean"] <= 1
+    assert doc["setting"] == doc["rows"][0]["setting"] == "pgd20, eps 0.03137, whole split"
+    csv = cli("export", "aaaaaa", "--format", "csv", home=tmp_path).stdout.splitlines()
+    assert "pgd20, eps 0.03137, whole split" in csv[1] and "fractions in [0, 1]" in csv[1]
+    md = cli("export", "aaaaaa", "--format", "md", home=tmp_path).stdout
+    assert md.startswith("pgd20, eps 0.03137, whole split @ best; accuracies in %, CV in %^2")
+    latex = cli("export", "aaaaaa", "--format", "latex", home=tmp_path).stdout
+    assert latex.startswith("% pgd20, eps 0.03137, whole split @ best; accuracies in percent")
+    for out in (md, latex, json.dumps(doc), "\n".join(csv)):
+        assert "first robust attack" not in out
+
+
+def subset_result(run_dir, attack: str, n: int, robust: float) -> None:
+    """Append what `fairtui eval RUN --attack ATTACK --n-per-class N` writes (a subset result)."""
+    from engine.config import load_profile
+    from engine.results import requested_setting
+
+    config = load_profile(run_dir / "profile.toml").to_table()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    k = 10
+    event = {"v": 1, "seq": len(events), "t": 0.0, "run_id": run_dir.name, "type": "eval_result", "split": "test",
+             "checkpoint": "best", "epoch": 5, "attack": attack, "eps": config["eval"]["eps"], "n_per_class": n,
+             "setting": requested_setting(config, attack, n_per_class=n), "clean_acc_per_class": [0.9] * k,
+             "robust_acc_per_class": [robust] * (k - 1) + [robust / 2], "avg_clean": 0.9,
+             "avg_robust": robust * (k - 0.5) / k, "worst_robust": robust / 2, "cv": 0.0, "mcd": robust / 2}
+    with open(run_dir / "events.jsonl", "a") as fh:
+        fh.write(json.dumps(event) + "\n")
+
+
+def test_subset_results_compare_and_export_by_their_setting(tmp_path):
+    """After `eval --attack aa --n-per-class 10`, `compare --attack aa --n-per-class 10` compares those results,
+    labelled as such; without the option the refusal lists what exists, with its settings."""
+    a = make_run(tmp_path, "20260101-000000-aaaaaa", name="a")
+    b = make_run(tmp_path, "20260101-000001-bbbbbb", name="b")
+    subset_result(a, "aa", 10, 0.4)
+    subset_result(b, "aa", 10, 0.6)
+    refused = cli("compare", "a", "b", "--attack", "aa", home=tmp_path)
+    assert refused.returncode == 2
+    assert "test best/aa (eps 0.03137, 10 per class)" in refused.stderr
+    assert "test best/pgd20 (eps 0.03137, whole split)" in refused.stderr
+    out = cli("compare", "a", "b", "--attack", "aa", "--n-per-class", "10", "--json", home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [r["n_per_class"] for r in doc["runs"]] == [10, 10] and not doc["settings_differ"]
+    assert doc["runs"][1]["summary"]["worst_robust"] == pytest.approx(0.3)
+    text = cli("compare", "a", "b", "--attack", "aa", "--n-per-class", "10", home=tmp_path).stdout
+    assert "aa, eps 0.03137, 10 per class @ best" in text
+    md = cli("export", "a", "b", "--attack", "aa", "--n-per-class", "10", "--format", "md", home=tmp_path).stdout
+    assert md.startswith("aa, eps 0.03137, 10 per class @ best")
+    missing = cli("export", "a", "b", "--attack", "aa", "--n-per-class", "5", home=tmp_path)
+    assert missing.returncode == 2 and "has no aa result on test at 'best' on 5 per class" in missing.stderr
+
+
+def test_a_comparison_of_different_settings_says_so(tmp_path):
+    """Two runs trained (and evaluated) at different eps: the table names each run's setting and says they
+    differ; rho against a baseline whose worst class is 0 says why it is undefined."""
+    from engine.config import AttackConfig
+
+    make_run(tmp_path, "20260101-000000-aaaaaa", name="a", profile=Profile(name="a", attack=AttackConfig(eps=0.2)))
+    make_run(tmp_path, "20260101-000001-bbbbbb", name="b", profile=Profile(name="b", attack=AttackConfig(eps=0.1)),
+             robust_centre=0.0)
+    text = cli("compare", "b", "a", home=tmp_path).stdout
+    assert "SETTINGS DIFFER" in text and "pgd20, eps 0.1, whole split" in text and "pgd20, eps 0.2, whole" in text
+    assert "undefined: the baseline's worst class is 0" in text
 
 
 def test_tag_note_and_rm(home):
@@ -164,3 +235,19 @@ def test_show_prints_the_method_state_as_labelled_tables_at_80_columns(tmp_path,
     else:
         assert "phase: frl" in out.stdout
     assert "method state after epoch 5" in out.stdout
+
+
+def test_subset_results_are_whole_per_class_tables_in_show_and_the_app(tmp_path):
+    """`show` and the app's per-class screen (`p`) draw a subset result as a per-class table of its own,
+    titled as exploratory with what differs, not as one summary line."""
+    from fairtui.report import exploratory_tables
+    from fairtui.runfolder import RunView
+
+    run = make_run(tmp_path, "20260101-000000-aaaaaa", name="a")
+    subset_result(run, "aa", 10, 0.4)
+    tables = exploratory_tables(RunView.load(run))
+    assert len(tables) == 1 and tables[0].title.startswith("exploratory (10 per class): a [")
+    assert [c.header for c in tables[0].columns] == ["class", "clean", "robust aa"]
+    assert tables[0].row_count == 10 + 5  # every class, then the summary rows
+    shown = cli("show", "a", home=tmp_path).stdout
+    assert "exploratory (10 per class)" in shown and "robust aa" in shown

@@ -195,3 +195,19 @@ def test_a_run_on_several_gpus_starts_one_engine_with_a_rank_per_gpu(tmp_path, m
     assert one[2:] == ["engine", "train", str(run_dir)] and one_env == "3"
     assert cpu[2:] == ["engine", "train", str(run_dir)] and cpu_env == ""
     assert launcher.engine_command(run_dir, 4)[-2:] == ["--nproc", "4"]
+
+
+def test_a_queued_run_says_what_it_waits_for(tmp_path, monkeypatch):
+    """Two CPU runs queued behind a running one: each names its device, what runs there, what is ahead of
+    it, and how to allow more (the runs table's status line and the run screen show this)."""
+    queue = LocalQueue(tmp_path, per_gpu=1)
+    monkeypatch.setattr(queue, "busy", lambda: {"cpu": 1})
+    assert queue.wait_reasons() == {}  # nothing queued: nothing read
+    runs = [make_run(tmp_path, f"r{i}", status="running") for i in range(3)]
+    queue.submit(runs[0], GpuChoice(cpu=True))
+    queue.submit(runs[1], GpuChoice(cpu=True))
+    queue.submit(runs[2], GpuChoice(devices=(0,)))
+    waits = queue.wait_reasons()
+    assert waits["r0"] == "waits for cpu: 1 running, 0 queued ahead (1 per device: fairtui --per-gpu N)"
+    assert waits["r1"].startswith("waits for cpu: 1 running, 1 queued ahead")
+    assert waits["r2"].startswith("waits for 0: 0 running, 0 queued ahead")

@@ -46,8 +46,9 @@ class CompareScreen(Screen):
             self.query_one("#compare-title", Static).update(f"cannot compare: {err}")
             return
         cmp = self.comparison
+        what = cmp.settings[0] if not cmp.mixed else "SETTINGS DIFFER between runs (see 'measured with')"
         self.query_one("#compare-title", Static).update(
-            f"{len(views)} runs, robust accuracy under {cmp.attack} @ {cmp.checkpoint}; baseline "
+            f"{len(views)} runs, robust accuracy: {what} @ {cmp.checkpoint}; baseline "
             f"{cmp.columns[cmp.baseline].view.name} (b: next baseline)")
         tables = comparison_tables(cmp)
         self.query_one("#compare-summary", Static).update(tables[1])

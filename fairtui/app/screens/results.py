@@ -1,8 +1,8 @@
 """The per-class test tables of a run: a table per checkpoint (and setting), a column per attack.
 
 The same tables as `fairtui show` prints (`fairtui.report.per_class_tables`), so the app and the
-command line say the same thing; other evaluations (a subset, another eps) are listed below them,
-labelled with what differs, never mixed into the run's numbers.
+command line say the same thing; other evaluations (a subset, another eps) follow as tables of their
+own, titled as exploratory with what differs, never mixed into the run's numbers.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ class ResultsScreen(Screen):
         from rich.text import Text
 
         from fairtui.home import short_id
-        from fairtui.report import other_result_lines, per_class_tables
+        from fairtui.report import exploratory_tables, per_class_tables
         from fairtui.runfolder import RunView
 
         view = RunView.load(self.app.home / "runs" / self.run_id)
         self.query_one("#results-title", Static).update(f"{view.name} [{short_id(self.run_id)}]: per-class test "
                                                         "results (< marks the worst class)")
         parts: list = per_class_tables(view) or [Text("no test results yet: e evaluates the run")]
-        others = other_result_lines(view)
+        others = exploratory_tables(view)
         if others:
             parts.append(Text("other evaluations (not the run's result: settings differ from the profile)",
                               style="bold"))
-            parts += [Text("  " + line) for line in others]
+            parts += others
         self.query_one("#results-tables", Static).update(Group(*parts))
         self.query_one("#results-body").focus()

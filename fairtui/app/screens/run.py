@@ -46,7 +46,7 @@ class RunScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(f"run {self.run_id}", id="run-title", markup=False)  # "[id]" is text, not a style
-        yield Static("", id="run-summary")
+        yield Static("", id="run-summary", markup=False)
         with Horizontal(id="progress-row"):
             yield ProgressBar(total=1.0, show_eta=False, show_percentage=False, id="progress-bar")
             yield Static("", id="progress-text", markup=False)
@@ -80,18 +80,24 @@ class RunScreen(Screen):
             self.post_message(EventsArrived(self.run_id, events))
         import json
 
+        run_dir = self.app.home / "runs" / self.run_id
         try:
-            progress = json.loads((self.app.home / "runs" / self.run_id / "progress.json").read_text())
+            progress = json.loads((run_dir / "progress.json").read_text())
         except (OSError, ValueError):
             progress = {}
-        self.post_message(ProgressRead(progress))  # never waits for the screen (events must keep flowing)
+        wait = self.app.queue.wait_reasons().get(self.run_id) if (run_dir / "queued").exists() else None
+        self.post_message(ProgressRead(progress, wait))  # never waits for the screen (events must keep flowing)
 
     def on_progress_read(self, message: ProgressRead) -> None:
-        from fairtui.runstate import progress_line
+        from fairtui.runstate import progress_line, run_eta_text
 
         progress = message.progress
+        if message.wait:
+            self.query_one("#run-summary", Static).update(f"queued: {message.wait}")
         live = self.state.status in ("running", "starting") or progress.get("phase") == "eval"
         text, fraction = progress_line(progress) if live else ("", None)
+        if fraction is not None and progress.get("phase") in ("train", "val"):
+            text += " | " + run_eta_text(self.state.epochs, self.state.total_epochs)
         row = self.query_one("#progress-row")
         row.display = fraction is not None
         if fraction is not None:

@@ -54,9 +54,28 @@ def row_for(doc: dict, marked: bool) -> tuple:
     if len(name) > NAME_WIDTH:
         name = name[:NAME_WIDTH - 1] + "…"
     epoch = "-" if doc.get("status") == "imported" else f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}"
-    return ("*" if marked else "", name, doc.get("status") or "", epoch, fmt(h.get("avg_robust")),
-            fmt(h.get("worst_robust")), short_id(doc["run_id"]), doc.get("method") or "", doc.get("dataset") or "",
-            doc.get("model") or "", where(doc), started)
+    if doc.get("status") == "running":
+        eta = doc_eta(doc)
+        epoch += f" ~{eta}" if eta else ""
+    robust, worst = fmt(h.get("avg_robust")), fmt(h.get("worst_robust"))
+    if not h and doc.get("val"):  # no test result yet: the latest validation numbers, marked v
+        val = doc["val"]
+        robust, worst = (f"{fmt(val.get(k))}v" if val.get(k) is not None else "-" for k in ("avg_robust", "worst_robust"))
+    return ("*" if marked else "", name, doc.get("status") or "", epoch, robust, worst, short_id(doc["run_id"]),
+            doc.get("method") or "", doc.get("dataset") or "", doc.get("model") or "", where(doc), started)
+
+
+def doc_eta(doc: dict) -> str:
+    """A running run's time to the end of training, short ("12m", "2h05"), from its index document."""
+    from fairtui.runstate import run_eta
+
+    times = doc.get("epoch_times") or []
+    epochs = [{"epoch": doc.get("epoch", 0), "time_s": t, "t": doc.get("epoch_t")} for t in times]
+    eta = run_eta(epochs, doc.get("epochs", 0)) if epochs else None
+    if eta is None:
+        return ""
+    m = int(eta // 60)
+    return f"{m // 60}h{m % 60:02d}" if m >= 60 else f"{m}m" if m else "<1m"
 
 
 def where(doc: dict) -> str:
@@ -113,12 +132,13 @@ class RunsScreen(Screen):
         self.filter_text = ""
         self.sort_column, self.sort_reverse = "started", True
         self.shown_columns: list[int] = []
+        self.waits: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield LineInput(placeholder="/ filter by name, method, data, status or tag", id="filter")
         yield RunsTable(id="runs", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="status-line")
+        yield Static("", id="status-line", markup=False)  # run names are text, never markup
         yield Footer()
 
     def on_mount(self) -> None:
@@ -133,13 +153,18 @@ class RunsScreen(Screen):
 
     @work(thread=True, exclusive=True, group="runs")
     def load(self) -> None:
-        self.post_message(RunsLoaded(self.app.index.read()))
+        docs = self.app.index.read()
+        waits = self.app.queue.wait_reasons() if any(d.get("status") == "queued" for d in docs) else {}
+        self.post_message(RunsLoaded(docs, waits))
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
-        if message.docs == self.docs:  # nothing changed: keep the table (and the cursor) as it is
+        if message.docs == self.docs and message.waits == self.waits:  # nothing changed: keep the table
             return
-        self.docs = message.docs
+        self.docs, self.waits = message.docs, message.waits or {}
         self.render_rows()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.update_status_line()
 
     def visible(self) -> list[dict]:
         needle = self.filter_text.lower()
@@ -169,13 +194,23 @@ class RunsScreen(Screen):
         ids = [d["run_id"] for d in docs]
         if current in ids:
             table.move_cursor(row=ids.index(current))
+        self.update_status_line()
+
+    def update_status_line(self) -> None:
+        """The counts, or, on a queued run, what it waits for and how to change that."""
+        current = self.selected_id()
+        if current in self.waits:
+            name = next((d.get("name") for d in self.docs if d["run_id"] == current), current)
+            self.query_one("#status-line", Static).update(f"{name} {self.waits[current]}")
+            return
         running = sum(d.get("status") == "running" for d in self.docs)
         queued = sum(d.get("status") == "queued" for d in self.docs)
         sweeps = sweep_progress(self.docs)
         # "? help" is in the footer: this line keeps its 80 columns for the counts
         self.query_one("#status-line", Static).update(
-            f"{len(docs)} of {len(self.docs)} runs, {running} running, {queued} queued, {len(self.marked)} marked; "
-            f"sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}" + (f" | {sweeps}" if sweeps else ""))
+            f"{len(self.visible())} of {len(self.docs)} runs, {running} running, {queued} queued, "
+            f"{len(self.marked)} marked; sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}"
+            + (f" | {sweeps}" if sweeps else ""))
 
     def selected_id(self) -> str | None:
         table = self.query_one(DataTable)

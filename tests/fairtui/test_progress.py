@@ -1,0 +1,41 @@
+"""What a researcher sees of long work: the run's ETA from measured epochs, the phase's from its rate."""
+
+import pytest
+
+from fairtui.runstate import progress_line, run_eta, run_eta_text
+
+
+def epochs(times, t_last=1000.0):
+    return [{"epoch": i + 1, "time_s": t, "t": t_last} for i, t in enumerate(times)]
+
+
+def test_run_eta_is_the_epochs_left_times_the_recent_epoch_time_less_the_current_epochs_progress():
+    # 3 of 10 epochs done at 10, 10 and 13 s; the 4th began 4 s ago
+    assert run_eta(epochs([10, 10, 13]), 10, now=1004.0) == pytest.approx(7 * 11 - 4)
+    # only the latest 5 epochs count (FRL's fine-tuning epochs are slower than its pre-training)
+    assert run_eta(epochs([1] * 20 + [20] * 5), 30, now=1000.0) == pytest.approx(5 * 20)
+    assert run_eta([], 10) is None
+    assert run_eta(epochs([10, 10]), 2, now=1000.0) == 0.0
+
+
+def test_run_eta_text_says_what_it_covers():
+    assert run_eta_text([], 10) == "run ETA after the first epoch"
+    assert run_eta_text(epochs([60, 60]), 12, now=1000.0) == "run ETA 10 min 00 s + test evaluation"
+    assert run_eta_text(epochs([60, 60]), 2, now=1000.0) == "training done; test evaluation"
+
+
+def test_phase_eta_from_the_rate_since_the_phase_began():
+    text, fraction = progress_line({"phase": "train", "epoch": 2, "batch": 10, "batches": 40, "started": 100.0,
+                                    "t": 110.0}, now=110.0)
+    assert fraction == 0.25 and text == "train epoch 2: 10/40 batches, 25%, ETA 30 s"
+
+
+def test_runs_table_shows_a_running_runs_eta_and_its_validation_numbers_marked():
+    from fairtui.app.screens.runs import row_for
+
+    doc = {"run_id": "20260101-000000-abcdef", "name": "r", "status": "running", "epoch": 3, "epochs": 10,
+           "epoch_times": [60.0, 60.0, 60.0], "epoch_t": 1e12, "val": {"avg_robust": 0.5, "worst_robust": 0.25}}
+    row = row_for(doc, False)
+    assert row[3] == "3/10 ~7m" and row[4:6] == ("0.500v", "0.250v")
+    done = {**doc, "status": "completed", "summary": {"best/pgd20": {"avg_robust": 0.4, "worst_robust": 0.2}}}
+    assert row_for(done, False)[3:6] == ("3/10", "0.400", "0.200")
