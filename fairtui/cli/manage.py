@@ -65,11 +65,18 @@ def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typ
         current = [t for t in meta.get("tags", []) if not (remove and t in tags)]
         meta["tags"] = current + ([] if remove else [t for t in tags if t not in current])
 
-    update_meta(run_dir, change)
+    meta = update_meta(run_dir, change)
+    typer.echo(f"run {meta.get('name') or run_dir.name} [{run_dir.name}]: tags {', '.join(meta['tags']) or '(none)'}",
+               err=True)
 
 
 def note(run_ref: str = typer.Argument(..., metavar="RUN"), text: str = typer.Argument(...),
          home: HomeT = Home) -> None:
     from fairtui.control import update_meta
 
-    update_meta(resolve_run(home, run_ref), lambda meta: meta.__setitem__("notes", text))
+    run_dir = resolve_run(home, run_ref)
+    meta = update_meta(run_dir, lambda meta: meta.__setitem__("notes", text))
+    lines = text.count("\n") + 1 if text else 0
+    typer.echo(f"run {meta.get('name') or run_dir.name} [{run_dir.name}]: note saved ({len(text)} characters"
+               f"{f', {lines} lines' if lines > 1 else ''})" if text else
+               f"run {meta.get('name') or run_dir.name} [{run_dir.name}]: note cleared", err=True)

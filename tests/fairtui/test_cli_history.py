@@ -163,8 +163,10 @@ def test_a_comparison_of_different_settings_says_so(tmp_path):
 
 
 def test_tag_note_and_rm(home):
-    assert cli("tag", "fair", "paper", "cifar", home=home).returncode == 0
-    assert cli("note", "fair", "the good one", home=home).returncode == 0
+    tagged = cli("tag", "fair", "paper", "cifar", home=home)
+    assert tagged.returncode == 0 and tagged.stderr == "run fair [20260101-000001-bbbbbb]: tags paper, cifar\n"
+    noted = cli("note", "fair", "the good one", home=home)
+    assert noted.returncode == 0 and noted.stderr == "run fair [20260101-000001-bbbbbb]: note saved (12 characters)\n"
     doc = json.loads(cli("ls", "--json", "--tag", "paper", home=home).stdout)[0]
     assert doc["tags"] == ["paper", "cifar"] and doc["notes"] == "the good one"
     cli("tag", "fair", "cifar", "--remove", home=home)
