@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fairtui.report import epoch_line, per_class_tables, run_summary
+from fairtui.report import EPOCH_LEGEND, epoch_line, per_class_tables, run_summary
 from fairtui.runfolder import EventTail, LineTail, RunView
 from fairtui.runstate import progress_line, run_eta_text
 
@@ -119,6 +119,7 @@ def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list
         err.print(f"[bold]{cfg.get('name', '')}[/]: {cfg.get('method', {}).get('name')} on "
                   f"{cfg.get('data', {}).get('dataset')} / {cfg.get('model', {}).get('arch')}, "
                   f"{event.get('num_classes')} classes, device {event.get('device')}, seed {event.get('seed')}")
+        err.print(EPOCH_LEGEND, style="dim")
     elif kind == "run_resumed":
         bar.update(task, completed=event.get("epoch", 0))
         err.print(f"resumed after epoch {event.get('epoch')}")

@@ -67,7 +67,7 @@ class RunState:
         last = self.epochs[-1]
         val = last.get("val", {})
         return (val.get("clean_acc_per_class", []), val.get("robust_acc_per_class", []),
-                f"val accuracy, epoch {last['epoch']}/{self.total_epochs}")
+                f"val, epoch {last['epoch']}/{self.total_epochs}")
 
     def summary(self) -> dict[str, float]:
         _, robust, _ = self.latest_bars()
@@ -108,7 +108,9 @@ class RunState:
         if kind == "epoch_end":
             return epoch_line(event, self.names)
         if kind == "run_started":
-            return f"started on {event.get('device')}, seed {event.get('seed')}"
+            from fairtui.report import EPOCH_LEGEND
+
+            return f"started on {event.get('device')}, seed {event.get('seed')}\n{EPOCH_LEGEND}"
         if kind == "run_resumed":
             return f"resumed after epoch {event.get('epoch')}"
         if kind == "eval_result":

@@ -347,6 +347,9 @@ async def test_every_class_is_reachable_at_80x24_and_the_worst_is_always_named(t
             assert any(line.startswith(bars.names[worst]) and line.endswith(" <") for line in lines)  # every page
             assert len(lines) <= bars.size.height  # nothing cut off below the widget
             assert max(len(line) for line in lines) <= bars.size.width  # no line wraps
+            if k == 100:  # the page is named whole, before anything a narrow pane cuts
+                shown = bars.visible_classes()
+                assert lines[0].startswith(f"{shown.start + 1}-{shown.stop}/100 pgup/dn | ")
             seen |= set(bars.visible_classes())
             await pilot.press("pagedown")
         assert seen == set(range(k))  # every class on some page

@@ -39,3 +39,31 @@ def test_runs_table_shows_a_running_runs_eta_and_its_validation_numbers_marked()
     assert row[3] == "3/10 ~7m" and row[4:6] == ("0.500v", "0.250v")
     done = {**doc, "status": "completed", "summary": {"best/pgd20": {"avg_robust": 0.4, "worst_robust": 0.2}}}
     assert row_for(done, False)[3:6] == ("3/10", "0.400", "0.200")
+
+
+def test_an_epoch_line_fits_120_columns():
+    from fairtui.report import EPOCH_LEGEND, epoch_line
+
+    event = {"epoch": 130, "epochs": 200, "lr": 0.0001, "time_s": 1234.5, "is_best": True,
+             "train": {"loss": 12.3456, "clean_acc": 0.8125, "robust_acc": 0.5125},
+             "val": {"avg_clean": 0.8, "avg_robust": 0.5, "worst_robust": 0.25,
+                     "robust_acc_per_class": [0.5, 0.25]}}
+    line = epoch_line(event, ["airplane", "automobile"])
+    assert len(line) <= 120, line
+    assert "train 0.812/0.512" in line and "val 0.800/0.500 worst 0.250 (automobile)" in line and line.endswith("*")
+    assert "clean/robust" in EPOCH_LEGEND
+
+
+def test_compare_bars_keep_a_runs_id_whole_and_shorten_its_name():
+    from fairtui.app.widgets.bars import fit_label
+
+    assert fit_label("pgd-at-baseline [cccccc]", 18) == "pgd-at-b… [cccccc]"
+    assert fit_label("short [abc]", 18) == "short [abc]"
+    assert len(fit_label("a-very-long-name-without-an-id", 10)) == 10
+
+
+def test_sweep_progress_is_short():
+    from fairtui.app.screens.runs import sweep_progress
+
+    docs = [{"sweep": "sweep-20260101-000000-a1b2c3", "status": s} for s in ("completed", "running", "queued")]
+    assert sweep_progress(docs) == "sweep a1b2c3 1/3 done, 1 running"

@@ -86,7 +86,9 @@ def where(doc: dict) -> str:
 
 
 def sweep_progress(docs: list[dict]) -> str:
-    """'sweep-…a1b2 3/8 done, 2 running' for every sweep with unfinished children."""
+    """'sweep a1b2c3 3/8 done, 2 running' for every sweep with unfinished children."""
+    from fairtui.home import short_id
+
     sweeps: dict[str, list[dict]] = {}
     for d in docs:
         if d.get("sweep"):
@@ -96,7 +98,7 @@ def sweep_progress(docs: list[dict]) -> str:
         done = sum(c.get("status") in ("completed", "failed", "stopped", "lost") for c in children)
         if done < len(children):
             running = sum(c.get("status") == "running" for c in children)
-            parts.append(f"{sweep_id}: {done}/{len(children)} done, {running} running")
+            parts.append(f"sweep {short_id(sweep_id)} {done}/{len(children)} done, {running} running")
     return "; ".join(parts)
 
 
@@ -206,11 +208,13 @@ class RunsScreen(Screen):
         running = sum(d.get("status") == "running" for d in self.docs)
         queued = sum(d.get("status") == "queued" for d in self.docs)
         sweeps = sweep_progress(self.docs)
-        # "? help" is in the footer: this line keeps its 80 columns for the counts
-        self.query_one("#status-line", Static).update(
-            f"{len(self.visible())} of {len(self.docs)} runs, {running} running, {queued} queued, "
-            f"{len(self.marked)} marked; sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}"
-            + (f" | {sweeps}" if sweeps else ""))
+        # "? help" is in the footer: this line keeps its columns for the counts; the sweeps' progress
+        # follows only where it fits whole (never a cut "| swe…")
+        line = (f"{len(self.visible())} of {len(self.docs)} runs, {running} running, {queued} queued, "
+                f"{len(self.marked)} marked; sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}")
+        if sweeps and len(line) + 3 + len(sweeps) <= (self.size.width or 80):
+            line += f" | {sweeps}"
+        self.query_one("#status-line", Static).update(line)
 
     def selected_id(self) -> str | None:
         table = self.query_one(DataTable)

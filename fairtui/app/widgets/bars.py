@@ -68,8 +68,8 @@ class ClassBars(Widget):
         shown = self.visible_classes()
         paged = len(shown) < len(self.names)
         width = self.size.width or 80
-        caption = self.caption + (f"; {shown.start + 1}-{shown.stop} of {len(self.names)} (pgup/pgdn)"
-                                  if paged else "")
+        # the page first: it is what a narrow pane must not cut
+        caption = (f"{shown.start + 1}-{shown.stop}/{len(self.names)} pgup/dn | " if paged else "") + self.caption
         # every line fits the width: a wrapped line would push the last classes out of view
         text.append((caption if len(caption) <= width else caption[:width - 1] + "…") + "\n", style="bold")
         name_w = min(14, max(len(n) for n in self.names))
@@ -93,6 +93,18 @@ class ClassBars(Widget):
         return text
 
 
+def fit_label(label: str, width: int) -> str:
+    """``label`` in ``width`` cells; a run's "name [id]" keeps its id whole and shortens the name."""
+    if len(label) <= width:
+        return label
+    if label.endswith("]") and " [" in label:
+        name, ident = label.rsplit(" [", 1)
+        room = width - len(ident) - 3  # " [" + "…"
+        if room >= 3:
+            return f"{name[:room]}… [{ident}"
+    return label[:width - 1] + "…"
+
+
 class GroupedBars(Widget):
     """Per class, one robust bar per run (the compare screen)."""
 
@@ -112,15 +124,16 @@ class GroupedBars(Widget):
 
     def render(self) -> Text:
         text = Text()
-        label_w = min(18, max((len(label) for label, _ in self.runs), default=4))
-        bar_w = max(6, self.size.width - label_w - 12)
+        width = self.size.width or 80
+        label_w = min(max(18, width // 3), max((len(label) for label, _ in self.runs), default=4))
+        bar_w = max(6, width - label_w - 12)
         worst = {label: worst_index(values) for label, values in self.runs}
         for i, name in enumerate(self.names):
             text.append(f"{name}\n", style="bold")
             for label, values in self.runs:
                 v = values[i]
                 mark = worst[label] == i
-                text.append(f"  {label[:label_w]:<{label_w}} ")
+                text.append(f"  {fit_label(label, label_w):<{label_w}} ")
                 text.append(bar(v, bar_w), style="red" if mark else "green")
                 text.append(f" {'-' if v is None else f'{v:.3f}'}" + (" <" if mark else "") + "\n",
                             style="bold red" if mark else "")
