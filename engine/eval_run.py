@@ -185,11 +185,17 @@ def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, s
 
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
+    # at once: a reader never takes the last phase's progress (training's, another attack's) for this one
+    progress.update("eval", 0, len(cache.batches), batches, attack=attack_name,
+                    **({"cached": len(cache.batches)} if cache.batches else {}))
     for b in range(batches):
         if b in cache.batches:
             continue
         if stop():
             raise KeyboardInterrupt
+        if hasattr(attack, "on_progress"):  # AutoAttack: which of its attacks runs, images still robust
+            attack.on_progress = lambda info, _b=b: progress.update("eval", 0, len(cache.batches), batches,
+                                                                    attack=attack_name, batch_in=_b + 1, aa=info)
         sl = slice(b * batch_size, (b + 1) * batch_size)
         x, y = data.images(sl).to(runtime.device), data.y[sl].to(runtime.device)
         with torch.no_grad(), runtime.autocast():

@@ -2,11 +2,14 @@
 
 Overwritten atomically at most every ``interval`` seconds, so a reader (the
 headless command, the terminal app) can show a batch bar with an ETA without
-the event stream carrying per-batch events.
+the event stream carrying per-batch events. It names the writing process (``pid``, ``host``), so a
+reader can tell a live phase from one an engine left behind when it died.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from pathlib import Path
 
@@ -30,4 +33,5 @@ class Progress:
         if key != self._phase:
             self._phase, self._phase_started = key, time.time()
         atomic_write_json(self.path, {"phase": phase, "epoch": epoch, "batch": batch, "batches": batches,
-                                      "t": time.time(), "started": self._phase_started, **extra})
+                                      "t": time.time(), "started": self._phase_started, "pid": os.getpid(),
+                                      "host": socket.gethostname(), **extra})

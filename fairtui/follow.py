@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fairtui.report import EPOCH_LEGEND, epoch_line, per_class_tables, run_summary
 from fairtui.runfolder import EventTail, LineTail, RunView
-from fairtui.runstate import progress_line, run_eta_text
+from fairtui.runstate import autoattack_line, progress_line, run_eta_text
 
 POLL_S = 0.2
 
@@ -33,7 +33,7 @@ def _progress_bar(console: Console) -> Progress:
 
 
 def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
-           eval_request: dict | None = None) -> int:
+           eval_request: dict | None = None, since: float = 0.0) -> int:
     """Show the run (or an evaluation of it) until its engine exits; return the engine's exit code.
 
     Ctrl-C is forwarded to the engine, which stops cleanly.
@@ -41,8 +41,9 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
     err = Console(stderr=True, highlight=False)
     out = Console(highlight=False, soft_wrap=True)
     tail = EventTail(run_dir / "events.jsonl")
+    stored = 0  # events in the stream before this evaluation: a result among them is a reused one
     if eval_request is not None:
-        tail.read_new()  # an evaluation shows only what it adds
+        stored = len(tail.read_new())  # an evaluation shows only what it adds
     interrupted = {"n": 0}
 
     def on_sigint(signum: int, frame: Any) -> None:
@@ -70,7 +71,7 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
                 epochs += [e for e in new if e.get("type") == "epoch_end"]
                 if any(e.get("type") in ("run_started", "epoch_end", "run_finished") for e in new):
                     _update_index(run_dir)
-                _show_progress(run_dir, bar, batch_task)
+                _show_progress(run_dir, bar, batch_task, since)
                 if eval_request is None:
                     total = bar.tasks[epochs_task].total
                     bar.update(epochs_task, eta=run_eta_text(epochs, int(total)) if total else "")
@@ -83,7 +84,7 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
     _update_index(run_dir)
     view = RunView.load(run_dir)
     if eval_request is not None:
-        return _eval_outcome(view, eval_request, code, json_out, out, err)
+        return _eval_outcome(view, eval_request, code, json_out, out, err, stored)
     if json_out:
         out.print_json(json.dumps(run_summary(view, exit_code=code)))
     else:
@@ -132,10 +133,19 @@ def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list
     return names
 
 
-def _show_progress(run_dir: Path, bar: Progress, task: Any) -> None:
+def _show_progress(run_dir: Path, bar: Progress, task: Any, since: float = 0.0) -> None:
+    """The phase's bar from ``progress.json``; one written before ``since`` (an earlier phase's, left in
+    the folder) is not shown as current."""
     try:
         p = json.loads((run_dir / "progress.json").read_text())
     except (OSError, ValueError):
+        return
+    if float(p.get("t") or 0) < since:
+        bar.update(task, visible=False)
+        return
+    if p.get("aa"):
+        bar.update(task, description="  " + autoattack_line(p), completed=p.get("batch", 0),
+                   total=p.get("batches") or None, visible=True, eta="")
         return
     phase = p.get("phase")
     if phase == "done":
@@ -162,7 +172,8 @@ def _show_outcome(view: RunView, code: int, err: Console) -> None:
             err.print(f"engine log: {view.run_dir / 'engine.log'}")
 
 
-def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Console, err: Console) -> int:
+def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Console, err: Console,
+                  stored: int = 0) -> int:
     from fairtui.report import result_rows
 
     from engine.results import requested_setting, same_setting
@@ -176,10 +187,16 @@ def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Cons
                                                                           req.get("n_per_class", 0),
                                                                           req.get("batch_size", 0))):
             results[(req["split"], req["checkpoint"], attack)] = e
+    reused = [key[2] for key, e in results.items() if int(e.get("seq", stored)) < stored]
     if json_out:
         out.print_json(json.dumps({"run_id": view.run_id, "exit_code": code, "class_names": view.class_names(),
-                                   "results": result_rows(results.values())}))
+                                   "results": result_rows(results.values()), "reused": reused}))
         return code
+    for attack in reused:
+        e = results[(req["split"], req["checkpoint"], attack)]
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["t"])) if e.get("t") else "earlier"
+        err.print(f"{attack} @ {req['checkpoint']}: reused the stored result (measured {when}); --force recomputes",
+                  soft_wrap=True)
     for table in per_class_tables(view, results=results):
         out.print(table)
     if code == 130:

@@ -75,6 +75,21 @@ def engine_process(run_dir: Path) -> dict | None:
         return None
 
 
+def progress_alive(progress: dict) -> bool:
+    """True when the process that wrote ``progress`` (progress.json) still runs on this host; False for
+    one without a pid (written before progress named its writer) or another host's."""
+    pid = progress.get("pid")
+    if not isinstance(pid, int) or pid <= 0 or progress.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return not process_exited(pid)
+
+
 def engine_alive(run_dir: Path) -> bool:
     """True when the engine recorded in ``engine.json`` is alive on this host (pid and start time match)."""
     info = engine_process(run_dir)

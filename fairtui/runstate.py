@@ -161,6 +161,8 @@ def progress_line(p: dict, now: float | None = None) -> tuple[str, float | None]
     phase, batch, batches = p.get("phase"), int(p.get("batch") or 0), int(p.get("batches") or 0)
     if phase in (None, "done") or not batches:
         return "", None
+    if p.get("aa"):
+        return autoattack_line(p), min(1.0, batch / batches)
     what = {"train": f"train epoch {p.get('epoch')}", "val": f"validate epoch {p.get('epoch')}",
             "test": f"test {p.get('attack', '')}", "eval": f"evaluate {p.get('attack', '')}"}.get(phase, phase)
     fraction = min(1.0, batch / batches)
@@ -173,6 +175,27 @@ def progress_line(p: dict, now: float | None = None) -> tuple[str, float | None]
         if age > 120:
             text += f" (no update for {format_seconds(age)})"
     return text, fraction
+
+
+def autoattack_line(p: dict) -> str:
+    """Where an AutoAttack evaluation is inside its batch: "aa batch 1/1: apgd-t running (2/4); 61/100
+    still robust after apgd-ce; ETA 3 min 10 s" (the ETA from the measured rate of the attacks done)."""
+    aa = p["aa"]
+    attacks, done = aa.get("attacks") or [], aa.get("done") or []
+    head = f"{p.get('attack', 'aa')} batch {p.get('batch_in', int(p.get('batch') or 0) + 1)}/{p.get('batches')}"
+    current = aa.get("current")
+    step = (f"{current} running ({attacks.index(current) + 1}/{len(attacks)})" if current in attacks
+            else f"{len(done)}/{len(attacks)} attacks done")
+    robust = f"{aa.get('robust')}/{aa.get('n')} still robust" if aa.get("robust") is not None else ""
+    if done:
+        robust += f" after {done[-1]['attack']}"
+    eta = aa.get("eta_s")
+    when = (f"ETA {format_seconds(eta)}" if eta is not None else
+            f"ETA after {attacks[0]}" if attacks else "")
+    more = int(p.get("batches") or 0) - int(p.get("batch_in") or 0)
+    if more > 0:
+        when += f" (this batch; {more} more)"
+    return "; ".join(x for x in (f"{head}: {step}", robust, when) if x)
 
 
 RECENT_EPOCHS = 5  # the run ETA uses the mean time of the latest epochs (FRL's phases differ in speed)

@@ -10,6 +10,9 @@
 from __future__ import annotations
 
 import logging
+import re
+import time
+from typing import Callable
 
 import torch
 
@@ -35,22 +38,103 @@ def make_autoattack(model: torch.nn.Module, eps: float, norm: str, seed: int, nu
     return aa
 
 
+def passes_per_image(aa, attack: str) -> int:
+    """Forward (and backward) passes an AutoAttack attack spends on each image it attacks: its
+    iterations x restarts x target classes (Square: its queries). The unit of the ETA's cost model."""
+    if attack == "apgd-ce":
+        return aa.apgd.n_iter * aa.apgd.n_restarts
+    if attack == "apgd-t":
+        return aa.apgd_targeted.n_iter * aa.apgd_targeted.n_target_classes * aa.apgd_targeted.n_restarts
+    if attack == "fab-t":
+        return aa.fab.n_iter * aa.fab.n_target_classes
+    if attack == "square":
+        return aa.square.n_queries
+    return aa.apgd.n_iter
+
+
+class AutoAttackProgress(logging.Handler):
+    """Follows one `run_standard_evaluation` through the messages it logs: which attack runs, how many
+    images are still robust after each, and an ETA; ``report(info)`` gets the state after each step.
+    Other records (AutoAttack's pre-flight warnings) go on to the engine's log."""
+
+    INITIAL = re.compile(r"initial accuracy: ([\d.]+)%")
+    RUNNING = re.compile(r"running ([\w-]+)")
+    AFTER = re.compile(r"robust accuracy after ([\w-]+): ([\d.]+)%")
+
+    def __init__(self, aa, n: int, report: Callable[[dict], None]):
+        super().__init__(logging.DEBUG)
+        self.aa, self.report = aa, report
+        self.info: dict = {"attacks": list(aa.attacks_to_run), "n": n, "robust": None, "current": None,
+                           "done": [], "eta_s": None}
+        self.started = self.attack_started = time.time()
+        self.robust_at_start = n
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.levelno >= logging.INFO:
+            logging.getLogger("engine").handle(record)
+            return
+        if m := self.INITIAL.match(text):
+            self.info["robust"] = self.robust_at_start = round(float(m.group(1)) / 100 * self.info["n"])
+        elif m := self.RUNNING.match(text):
+            self.info["current"] = m.group(1)
+            self.attack_started, self.robust_at_start = time.time(), self.info["robust"] or 0
+        elif m := self.AFTER.match(text):
+            robust = round(float(m.group(2)) / 100 * self.info["n"])
+            self.info["done"].append({"attack": m.group(1).lower(), "robust": robust,
+                                      "time_s": round(time.time() - self.attack_started, 3)})
+            self.info["robust"], self.info["current"] = robust, None
+            self.info["eta_s"] = self.eta()
+        else:
+            return
+        self.report(dict(self.info, done=[dict(d) for d in self.info["done"]], t=time.time()))  # a snapshot
+
+    def eta(self) -> float | None:
+        """Seconds for the attacks still to run: their passes on the images still robust, at the measured
+        time per pass of the attacks done so far (None before one is done, or without a measurement)."""
+        spent = sum(d["time_s"] for d in self.info["done"])
+        passes, robust = 0, self.info["n"]
+        for d in self.info["done"]:
+            passes += robust * passes_per_image(self.aa, d["attack"])
+            robust = d["robust"]
+        if not passes or spent <= 0:
+            return None
+        done = {d["attack"] for d in self.info["done"]}
+        left = sum(self.info["robust"] * passes_per_image(self.aa, a) for a in self.info["attacks"] if a not in done)
+        return round(left * spent / passes, 1)
+
+
 class AutoAttackAdapter:
-    """``perturb(x, y) -> x_adv`` over one batch, with the RNG left as it was found."""
+    """``perturb(x, y) -> x_adv`` over one batch, with the RNG left as it was found. ``on_progress``, if
+    set, is called with AutoAttackProgress's state as the attack goes (which attack, images still robust)."""
 
     def __init__(self, model: torch.nn.Module, settings, fast: bool = False):
         self.model, self.settings, self.fast = model, settings, fast
-        logging.getLogger("auto-attack").setLevel(logging.INFO)
+        self.on_progress: Callable[[dict], None] | None = None
 
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         saved = rng_state()
+        logger = logging.getLogger("auto-attack")
+        level, propagate = logger.level, logger.propagate
+        handler = None
         try:
             with eval_mode(self.model):
                 with torch.no_grad():
                     k = self.model(x[:1]).shape[1]
                 aa = make_autoattack(self.model, self.settings.eps, self.settings.norm, self.settings.seed, k,
                                      self.fast, x.device)
+                if self.on_progress is not None:
+                    handler = AutoAttackProgress(aa, len(x), self.on_progress)
+                    logger.addHandler(handler)
+                    logger.setLevel(logging.DEBUG)  # its progress messages are debug records
+                    logger.propagate = False  # the handler passes warnings on, not the debug chatter
+                else:
+                    logger.setLevel(logging.INFO)
                 x_adv, _ = aa.run_standard_evaluation(x, y, batch_size=len(x))
         finally:
+            if handler is not None:
+                logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
             set_rng_state(saved)
         return x_adv.detach()

@@ -106,12 +106,15 @@ def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running:
         if not allow_running:
             raise fail(f"run {run_dir.name} is still training; --allow-running evaluates its last checkpoint")
         request["checkpoint"] = "last"
+    import time
+
     command = ["-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
+    started = time.time()  # progress.json written before this is an earlier phase's, never shown as this one's
     proc = start_engine(run_dir, choice, command=[sys.executable, *command])
     from engine.config import load_profile
 
     request["attacks"] = request["attacks"] or list(load_profile(run_dir / "profile.toml").eval.attacks)
-    code = follow(run_dir, proc, json_out, eval_request=request)
+    code = follow(run_dir, proc, json_out, eval_request=request, since=started)
     if code == 2:
         log = (run_dir / "engine.log").read_text().splitlines()
         reason = next((line for line in reversed(log) if line.startswith("fairtui eval:")), None)

@@ -1,6 +1,7 @@
 """The evaluation suite: AutoAttack equals pyautoattack, the RNG is untouched, evaluations resume."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -115,3 +116,55 @@ def test_fairtui_eval_json_and_subset(trained_run, tmp_path):
     assert fgsm["n_per_class"] == 3 and fgsm["checkpoint"] == "best"
     bad = fairtui_cmd("eval", trained_run.name, "--eps", "2", home=home)
     assert bad.returncode == 2 and "(0, 1]" in bad.stderr
+
+
+def test_autoattack_reports_which_attack_runs_and_what_is_still_robust_without_changing_its_result():
+    """Progress inside one AutoAttack batch: each of its attacks as it starts, the images still robust after
+    each (never more than before), an ETA once one is measured; the adversarial examples are the same."""
+    model = small_model()
+    test = load_splits(DataConfig(dataset="digits", test_per_class=3), 0).test
+    x, y = test.images(slice(None)), test.y
+    settings = AttackSettings(eps=0.1, step=0.025, seed=7)
+    reports: list[dict] = []
+    watched = AutoAttackAdapter(model, settings, fast=True)
+    watched.on_progress = reports.append
+    x_watched = watched.perturb(x, y)
+    x_plain = AutoAttackAdapter(model, settings, fast=True).perturb(x, y)
+    assert torch.equal(x_watched, x_plain)
+    assert [r["current"] for r in reports if r["current"]] == ["apgd-ce", "apgd-t"]
+    done = reports[-1]["done"]
+    assert [d["attack"] for d in done] == ["apgd-ce", "apgd-t"] and reports[-1]["n"] == len(x)
+    clean_right = int((model(x).argmax(1) == y).sum())
+    robust = [reports[0]["robust"]] + [d["robust"] for d in done]
+    assert robust[0] == clean_right and robust == sorted(robust, reverse=True)
+    with torch.no_grad():
+        assert done[-1]["robust"] == int((model(x_watched).argmax(1) == y).sum())
+    after_first = next(r for r in reports if len(r["done"]) == 1)
+    assert after_first["eta_s"] is not None and after_first["eta_s"] >= 0
+    assert logging.getLogger("auto-attack").handlers == []  # nothing left behind
+
+
+def test_an_autoattack_progress_line_names_the_attack_the_survivors_and_the_eta():
+    from fairtui.runstate import progress_line
+
+    p = {"phase": "eval", "attack": "aa", "batch": 0, "batches": 1, "batch_in": 1,
+         "aa": {"attacks": ["apgd-ce", "apgd-t", "fab-t", "square"], "n": 100, "robust": 61, "current": "apgd-t",
+                "done": [{"attack": "apgd-ce", "robust": 61, "time_s": 12.0}], "eta_s": 190.0}}
+    text, fraction = progress_line(p)
+    assert text == "aa batch 1/1: apgd-t running (2/4); 61/100 still robust after apgd-ce; ETA 3 min 10 s"
+    first = {**p, "aa": {**p["aa"], "current": "apgd-ce", "done": [], "robust": 80, "eta_s": None}}
+    assert progress_line(first)[0] == "aa batch 1/1: apgd-ce running (1/4); 80/100 still robust; ETA after apgd-ce"
+
+
+def test_eval_says_when_it_reuses_a_stored_result(trained_run):
+    from tests.conftest import fairtui_cmd
+
+    home = trained_run.parent.parent
+    args = ("eval", trained_run.name, "--attack", "fgsm", "--n-per-class", "2", "--checkpoint", "last")
+    first = fairtui_cmd(*args, home=home)
+    assert first.returncode == 0 and "reused" not in first.stderr
+    again = fairtui_cmd(*args, home=home)
+    assert again.returncode == 0
+    assert "fgsm @ last: reused the stored result (measured " in again.stderr and "--force recomputes" in again.stderr
+    doc = json.loads(fairtui_cmd(*args, "--json", home=home).stdout)
+    assert doc["reused"] == ["fgsm"]

@@ -67,3 +67,33 @@ def test_sweep_progress_is_short():
 
     docs = [{"sweep": "sweep-20260101-000000-a1b2c3", "status": s} for s in ("completed", "running", "queued")]
     assert sweep_progress(docs) == "sweep a1b2c3 1/3 done, 1 running"
+
+
+def test_an_earlier_phases_progress_is_never_shown_as_current(tmp_path):
+    """`fairtui eval` after training: progress.json still holds the training's last write until the
+    evaluation's engine writes its own; the command does not show it as the evaluation's."""
+    import json
+    import time
+
+    from rich.console import Console
+
+    from fairtui.follow import _progress_bar, _show_progress
+
+    (tmp_path / "progress.json").write_text(json.dumps({"phase": "test", "attack": "pgd20", "batch": 3,
+                                                         "batches": 3, "t": time.time() - 60, "started": 0}))
+    bar = _progress_bar(Console(file=open(tmp_path / "out", "w")))
+    task = bar.add_task("", total=None, eta="")
+    _show_progress(tmp_path, bar, task, since=time.time() - 1)
+    assert not bar.tasks[0].visible
+    _show_progress(tmp_path, bar, task, since=0.0)
+    assert bar.tasks[0].visible and bar.tasks[0].completed == 3
+
+
+def test_a_dead_evaluations_progress_is_not_live(tmp_path):
+    import os
+
+    from fairtui.runfolder import progress_alive
+
+    assert progress_alive({"pid": os.getpid(), "host": __import__("socket").gethostname()})
+    assert not progress_alive({"pid": 2 ** 22 + 12345, "host": __import__("socket").gethostname()})
+    assert not progress_alive({"phase": "eval"})  # written before progress named its writer
