@@ -24,6 +24,8 @@ def _cell(row: ExportRow, key: str, plus_minus: str) -> str:
     return text
 
 
+SHORT_HEADERS = {"avg_clean": "clean", "avg_robust": "robust", "worst_robust": "worst", "worst20_robust": "worst20%",
+                 "cv": "CV", "mcd": "MCD"}
 FRACTION_UNITS = "fractions in [0, 1]; CV in fraction^2"
 
 
@@ -70,3 +72,20 @@ def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
         lines += [r"\bottomrule", r"\end{tabular}"]
         return "\n".join(lines) + "\n"
     raise ValueError(f"unknown format {fmt!r}; choose csv, md, latex or json")
+
+
+def terminal_table(rows: list[ExportRow], checkpoint: str):
+    """The export table for a terminal (Rich): numbers kept whole (``71.2±0.7``), the labels wrap instead,
+    so it fits 80 columns without cutting a cell."""
+    from rich import box
+    from rich.table import Table
+
+    title, mixed = caption(rows, checkpoint)
+    table = Table(title=f"{title}; accuracies in %, CV in %^2", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 0, 0, 1), pad_edge=False)
+    table.add_column("method", overflow="fold", min_width=12)
+    for key in EXPORT_METRICS:
+        table.add_column(SHORT_HEADERS[key], justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(f"{r.label} [{r.setting}]" if mixed else r.label, *[_cell(r, k, "±") for k in EXPORT_METRICS])
+    return table

@@ -142,12 +142,18 @@ def save_record(home: Path, record: dict) -> None:
     tmp.replace(path)
 
 
+def resolve_sweep_id(home: Path, ref: str) -> str:
+    """A sweep's full id from its id, a unique prefix of it, or its short form (the random last part,
+    as the runs table shows it); ProfileError naming the known sweeps otherwise."""
+    if sweep_path(home, ref).exists():
+        return ref
+    known = sorted(p.stem for p in (home / "sweeps").glob("*.json")) if (home / "sweeps").is_dir() else []
+    matches = [k for k in known if k.startswith(ref) or k.rsplit("-", 1)[-1] == ref]
+    if len(matches) == 1:
+        return matches[0]
+    why = f"{len(matches)} sweeps match: {', '.join(matches)}" if matches else "no such sweep"
+    raise ProfileError("--sweep", ref, f"{why}; known: {', '.join(known) or 'none'}")
+
+
 def load_record(home: Path, sweep_id: str) -> dict:
-    path = sweep_path(home, sweep_id)
-    if not path.exists():
-        known = sorted(p.stem for p in (home / "sweeps").glob("*.json")) if (home / "sweeps").is_dir() else []
-        matches = [k for k in known if k.startswith(sweep_id)]
-        if len(matches) == 1:
-            return json.loads(sweep_path(home, matches[0]).read_text())
-        raise ProfileError("--sweep", sweep_id, f"no such sweep; known: {', '.join(known) or 'none'}")
-    return json.loads(path.read_text())
+    return json.loads(sweep_path(home, resolve_sweep_id(home, sweep_id)).read_text())

@@ -15,7 +15,7 @@ HELP = "List runs, newest first, with filters."
 def filter_docs(docs: list[dict], method, dataset, status, tag, name, sweep=None) -> list[dict]:
     out = []
     for d in docs:
-        if sweep and not (d.get("sweep") or "").startswith(sweep):
+        if sweep and d.get("sweep") != sweep:
             continue
         if method and d.get("method") != method or dataset and d.get("dataset") != dataset:
             continue
@@ -34,7 +34,7 @@ def ls(
                                          "queued, lost"),
     tag: Optional[str] = typer.Option(None, "--tag"),
     name: Optional[str] = typer.Option(None, "--name", help="a glob pattern, e.g. 'cfa-*'"),
-    sweep: Optional[str] = typer.Option(None, "--sweep", help="the children of a sweep (id or prefix)"),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="the children of a sweep (id, prefix or short id)"),
     limit: int = typer.Option(50, "--limit", help="rows to show (0: all); --json always lists all"),
     wide: bool = typer.Option(False, "--wide", help="every column, the full run id included, nothing cut"),
     json_out: bool = Json,
@@ -46,6 +46,15 @@ def ls(
     from fairtui.store import RunIndex
 
     index = RunIndex(resolve_home(home))
+    if sweep:
+        from engine.profile_schema import ProfileError
+        from fairtui.cli.options import fail
+        from fairtui.sweep import resolve_sweep_id
+
+        try:
+            sweep = resolve_sweep_id(resolve_home(home), sweep)  # a short id too; an unknown one is refused
+        except ProfileError as err:
+            raise fail(str(err)) from None
     if json_out and not any((method, dataset, status, tag, name, sweep)):
         ready = index.listing_json()  # the index unchanged since its last write: print it as it is
         if ready is not None:

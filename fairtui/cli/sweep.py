@@ -93,11 +93,14 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=err, transient=True)
     task = bar.add_task(f"sweep {record['sweep_id']}", total=len(record["runs"]))
+    child_task = bar.add_task("", total=None, visible=False)
 
     def show(now: dict[str, str]) -> None:
         done = sum(s in ("completed", "failed", "stopped", "lost") for s in now.values())
-        running = sum(s == "running" for s in now.values())
-        bar.update(task, completed=done, description=f"sweep {record['sweep_id']} ({running} running)")
+        running = [r for r, s in now.items() if s == "running"]
+        bar.update(task, completed=done, description=f"sweep {record['sweep_id']} ({len(running)} running)")
+        line = child_line(home_dir, running)
+        bar.update(child_task, description=line, visible=bool(line))
 
     try:
         with bar:
@@ -111,17 +114,38 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
         typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"], "statuses": final}))
     else:
         from fairtui.compare import CompareError, export_rows
-        from fairtui.export import render
+        from fairtui.export import terminal_table
         from fairtui.runfolder import RunView
 
         try:
             views = [RunView.load(home_dir / "runs" / r) for r in record["runs"] if final[r] == "completed"]
-            typer.echo(render(export_rows(views, None, "best"), "md", "best"), nl=False)
+            Console().print(terminal_table(export_rows(views, None, "best"), "best"))
+            err.print(f"as a paper table: fairtui export --sweep {record['sweep_id']} --format md|latex|csv|json")
         except CompareError as e:
             err.print(str(e))
     for run_id in failed:
         err.print(f"run {run_id}: {final[run_id]}")
     return 0 if not failed else 1
+
+
+def child_line(home_dir, running: list[str]) -> str:
+    """The running children's progress, the first one's in full: "  s1-lr0.1: train epoch 3: 40/100
+    batches, 40%, ETA 12 s (+1 more running)"."""
+    import json
+
+    from fairtui.runfolder import RunView
+    from fairtui.runstate import progress_line
+
+    if not running:
+        return ""
+    run_dir = home_dir / "runs" / running[0]
+    try:
+        p = json.loads((run_dir / "progress.json").read_text())
+    except (OSError, ValueError):
+        p = {}
+    text, _ = progress_line(p)
+    more = f" (+{len(running) - 1} more running)" if len(running) > 1 else ""
+    return f"  {RunView.load(run_dir).name}: {text or 'starting'}{more}"
 
 
 def queue_worker(per_gpu: int = typer.Option(1, "--per-gpu"), home: HomeT = Home) -> None:

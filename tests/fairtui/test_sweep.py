@@ -24,6 +24,10 @@ def test_local_grid_of_2x2_with_2_seeds(tmp_path):
     assert len(doc["runs"]) == 8 and set(doc["statuses"].values()) == {"completed"}
     listed = json.loads(fairtui_cmd("ls", "--json", "--sweep", doc["sweep_id"], home=home).stdout)
     assert len(listed) == 8 and all(f"sweep:{doc['sweep_id']}" in d["tags"] for d in listed)
+    short = doc["sweep_id"].rsplit("-", 1)[-1]  # the short form the runs table shows
+    assert len(json.loads(fairtui_cmd("ls", "--json", "--sweep", short, home=home).stdout)) == 8
+    unknown = fairtui_cmd("ls", "--sweep", "nosuch", home=home)
+    assert unknown.returncode == 2 and f"no such sweep; known: {doc['sweep_id']}" in unknown.stderr
     table = json.loads(fairtui_cmd("export", "--sweep", doc["sweep_id"], "--format", "json", home=home).stdout)
     assert len(table["rows"]) == 4 and all(len(r["runs"]) == 2 for r in table["rows"])
     for row in table["rows"]:  # mean and std of the two seeds' own numbers
@@ -149,3 +153,38 @@ def test_submitit_job_array_completes_and_a_preempted_child_resumes(tmp_path, mo
     epochs = [json.loads(line)["epoch"] for line in (first / "events.jsonl").read_text().splitlines()
               if '"epoch_end"' in line]
     assert max(epochs) == 30
+
+
+def test_the_sweep_table_fits_80_columns_with_every_number_whole():
+    import io
+
+    from rich.console import Console
+
+    from fairtui.compare import EXPORT_METRICS, ExportRow
+    from fairtui.export import terminal_table
+
+    rows = [ExportRow(f"cfa-trades-wrn34-10-lambda1-{lam}", ["a", "b"],
+                      {**{k: [0.712, 0.705] for k in EXPORT_METRICS}, "cv": [0.0224, 0.0251]},
+                      "pgd20, eps 0.03137, whole split")
+            for lam in ("0.3", "0.5")]
+    buf = io.StringIO()
+    Console(file=buf, width=80).print(terminal_table(rows, "best"))
+    lines = buf.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    number = f"{statistics.mean([0.712, 0.705]) * 100:.1f}±{statistics.stdev([0.712, 0.705]) * 100:.1f}"
+    assert sum(line.count(number) for line in lines) == 2 * 5  # clean, robust, worst, worst20%, MCD: whole
+    assert sum("cfa-trades" in line for line in lines) == 2
+    assert lines[0].startswith("pgd20, eps 0.03137, whole split @ best")
+
+
+def test_a_running_sweep_shows_its_running_childs_progress(tmp_path):
+    from fairtui.cli.sweep import child_line
+    from fairtui.synthetic import make_run
+
+    run = make_run(tmp_path, "20260101-000000-c1c1c1", name="s1-lr0.1", status="running")
+    (run / "progress.json").write_text(json.dumps({"phase": "train", "epoch": 3, "batch": 40, "batches": 100,
+                                                   "t": time.time(), "started": time.time() - 40}))
+    line = child_line(tmp_path, ["20260101-000000-c1c1c1", "other"])
+    assert line.startswith("  s1-lr0.1: train epoch 3: 40/100 batches, 40%, ETA ") and line.endswith(
+        "(+1 more running)")
+    assert child_line(tmp_path, []) == ""
