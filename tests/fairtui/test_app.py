@@ -67,7 +67,7 @@ async def test_launch_from_the_dialog_and_watch_it_complete(tmp_path, profiles):
         await pilot.pause()
         await pilot.press("enter")  # the highlighted profile (tiny.toml)
         await pilot.press(*"train.epochs=3")
-        await pilot.press("tab", "tab", "tab", "tab", "tab", "space")  # name, tags, grid, seeds, GPUs: pick GPU 0
+        await pilot.press("shift+tab", "space")  # the GPUs sit beside the profiles: pick GPU 0
         await pilot.press("ctrl+l")
         await wait_until(pilot, lambda: list((tmp_path / "home" / "runs").glob("*/engine.json")))
         run_dir = next((tmp_path / "home" / "runs").iterdir())
@@ -496,3 +496,19 @@ async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_
         await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=20)
         summary = app.screen.query_one("#run-summary")
         await wait_until(pilot, lambda: "queued: waits for cpu" in str(summary.render()), timeout=20)
+
+
+async def test_the_launch_dialog_shows_the_gpus_and_the_profiles_settings_at_80x24(tmp_path, profiles):
+    """The GPU choice is in view beside the profile list without scrolling, and the highlighted profile's
+    description, method and epochs are shown."""
+    app = make_app(home=tmp_path / "home", profiles_dir=profiles, gpu_inventory=lambda: FAKE_GPUS,
+                   poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        gpus = app.screen.query_one("#gpus")
+        fields = app.screen.query_one("#launch-fields")
+        assert gpus.region.height > 0 and gpus.region.bottom <= fields.region.bottom  # visible, not below the fold
+        assert "0 Fake GPU 1/80 GiB 3%" in str(gpus.get_option_at_index(0).prompt)
+        info = str(app.screen.query_one("#profile-info").render())
+        assert "pgd_at on digits / small_cnn, 2 epochs, eps 0.2" in info

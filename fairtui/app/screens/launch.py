@@ -6,7 +6,7 @@ import shlex
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
 
@@ -24,21 +24,23 @@ class LaunchDialog(ModalScreen[str | None]):
             from fairtui.home import display_path
 
             yield Label(f"new run: profile ({display_path(self.app.profiles_dir)})")
-            # The fields scroll; the error line and the keys stay in view at any terminal size.
+            # The fields scroll; the error line and the keys stay in view at any terminal size. The
+            # profile and the GPUs, what the dialog is for, sit side by side at the top (80x24 shows both).
             with VerticalScroll(id="launch-fields"):
-                yield OptionList(*[p.name for p in profiles], id="profile")
+                with Horizontal(id="launch-top"):
+                    yield OptionList(*[p.name for p in profiles], id="profile")
+                    with Vertical(id="launch-gpus"):
+                        if self.gpus:
+                            yield Label(f"GPUs ({self.app.queue.per_gpu} run each; several: DDP)")
+                            yield SelectionList(*[(short_gpu_label(g), g.index) for g in self.gpus], id="gpus")
+                        else:
+                            yield Label("GPUs: none found (NVML, nvidia-smi): CPU only")
+                yield Static("", id="profile-info", markup=False)
                 yield LineInput(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
                 yield LineInput(placeholder="name (default: the profile's)", id="name")
                 yield LineInput(placeholder="tags, space-separated", id="tags")
                 yield LineInput(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
                 yield LineInput(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
-                if self.gpus:
-                    # 68 characters: the dialog's width at 80 columns
-                    yield Label(f"GPUs (several: one DDP run on all; at most {self.app.queue.per_gpu} run each; "
-                                "busy: queued)")
-                    yield SelectionList(*[(g.label(), g.index) for g in self.gpus], id="gpus")
-                else:
-                    yield Label("GPUs: none found (NVML, nvidia-smi): CPU only")
                 yield Button("launch (ctrl+l)", id="launch", variant="primary")
             yield Static("", id="launch-error")
             yield Label("tab: next field  enter/ctrl+l: launch  escape: cancel", classes="hint")
@@ -51,6 +53,10 @@ class LaunchDialog(ModalScreen[str | None]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.query_one("#overrides", Input).focus()
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if self.profiles and event.option_index is not None:
+            self.query_one("#profile-info", Static).update(profile_info(self.profiles[event.option_index]))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_launch()
@@ -123,3 +129,23 @@ class LaunchDialog(ModalScreen[str | None]):
         queue_locally(self.app.home, record, pool, self.app.queue.per_gpu, worker=self.app.queue.worker)
         self.app.tick_queue()
         self.dismiss(record["sweep_id"])
+
+
+def short_gpu_label(gpu) -> str:
+    """A GPU in half the dialog: "0 A100-SXM4-80GB 1/80 GiB 37%"."""
+    name = gpu.name.replace("NVIDIA ", "")
+    return (f"{gpu.index} {name} {gpu.memory_used_mib / 1024:.0f}/{gpu.memory_total_mib / 1024:.0f} GiB "
+            f"{gpu.utilization_pct:.0f}%")
+
+
+def profile_info(path) -> str:
+    """What the highlighted profile runs: its description, method, data set, model and epochs."""
+    from engine.config import load_profile
+    from engine.profile_schema import ProfileError
+
+    try:
+        p = load_profile(path)
+    except (ProfileError, OSError) as err:
+        return f"cannot read it: {err}"
+    return (f"{p.description or p.name}: {p.method.name} on {p.data.dataset} / {p.model.arch}, "
+            f"{p.train.epochs} epochs, eps {p.attack.eps:.4g}")
