@@ -73,6 +73,14 @@ def build_spec(path: str | Path, sweep_table: dict, grid_args: list[str], seeds:
         if not values:
             raise ProfileError(file, f"sweep.grid.{key}", "the value list is empty")
     grid.update(parse_grid(grid_args))
+    grid_seeds = grid.pop("seed", None)  # a grid over seeds is the seeds: one child per seed, like --seeds
+    if grid_seeds is not None:
+        if seed_list or seeds or sweep_table.get("seeds"):
+            raise ProfileError("--grid", "seed", "give the seeds once: --grid seed=..., --seeds N, --seed-list "
+                               "or the profile's sweep.seeds")
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in grid_seeds):
+            raise ProfileError("--grid", "seed", f"seeds are whole numbers >= 0, got {grid_seeds}")
+        seed_list = list(grid_seeds)
     if seed_list:
         chosen = list(seed_list)
     elif seeds:

@@ -188,3 +188,18 @@ def test_a_running_sweep_shows_its_running_childs_progress(tmp_path):
     assert line.startswith("  s1-lr0.1: train epoch 3: 40/100 batches, 40%, ETA ") and line.endswith(
         "(+1 more running)")
     assert child_line(tmp_path, []) == ""
+
+
+def test_a_grid_over_seeds_gives_one_child_per_seed(tmp_path):
+    """`--grid seed=1,2` is a sweep over seeds (it used to give two children with the profile's seed)."""
+    profile = tmp_path / "p.toml"
+    profile.write_text(FAST)  # seed = 3
+    raw, table = split_profile(profile)
+    spec = build_spec(profile, table, ["seed=1,2", "attack.eps=0.1,0.2"], None, None, None)
+    children = expand(profile, raw, spec)
+    assert sorted((c.values["attack.eps"], p.seed) for c, p in children) == [(0.1, 1), (0.1, 2), (0.2, 1), (0.2, 2)]
+    assert all(c.values["seed"] == p.seed for c, p in children)
+    with pytest.raises(Exception, match="give the seeds once"):
+        build_spec(profile, table, ["seed=1,2"], 3, None, None)
+    with pytest.raises(Exception, match="seeds are whole numbers"):
+        build_spec(profile, table, ["seed=1.5"], None, None, None)
