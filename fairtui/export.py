@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 from fairtui.compare import EXPORT_METRICS, ExportRow
 
@@ -89,3 +90,34 @@ def terminal_table(rows: list[ExportRow], checkpoint: str):
     for r in rows:
         table.add_row(f"{r.label} [{r.setting}]" if mixed else r.label, *[_cell(r, k, "±") for k in EXPORT_METRICS])
     return table
+
+
+class OutputError(ValueError):
+    """Where an export may not be written: the message says why, in one line."""
+
+
+def write_output(target: Path, text: str, home: Path, force: bool = False) -> Path:
+    """Write an export to ``target``, never inside the fairtui home (a run's own files live there), never
+    over an existing file unless ``force``, atomically (a failed write leaves the old file whole)."""
+    import os
+
+    target = target.expanduser()
+    resolved = target.resolve()
+    home_dir = home.expanduser().resolve()
+    if resolved == home_dir or home_dir in resolved.parents:
+        raise OutputError(f"-o {target}: inside the fairtui home {home_dir}, where the runs' own files live; "
+                          "write it elsewhere")
+    if resolved.is_dir():
+        raise OutputError(f"-o {target}: is a folder; give a file name")
+    if not resolved.parent.is_dir():
+        raise OutputError(f"-o {target}: no such folder: {resolved.parent}")
+    if resolved.exists() and not force:
+        raise OutputError(f"-o {target}: exists; --force overwrites it")
+    tmp = resolved.with_name(f".{resolved.name}.fairtui-tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, resolved)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"-o {target}: not written: {err.strerror or err}") from None
+    return resolved

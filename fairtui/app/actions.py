@@ -81,7 +81,7 @@ def export(screen: Screen, run_dirs: list[Path]) -> None:
             return
         fmt, path = choice
         from fairtui.compare import CompareError, export_rows
-        from fairtui.export import render
+        from fairtui.export import OutputError, render, write_output
         from fairtui.runfolder import RunView
 
         try:
@@ -93,10 +93,10 @@ def export(screen: Screen, run_dirs: list[Path]) -> None:
         if fmt != "md" and target.suffix == ".md":
             target = target.with_suffix({"csv": ".csv", "latex": ".tex", "json": ".json"}[fmt])
         try:
-            target.write_text(render(rows, fmt, "best"))
-        except OSError as err:
-            screen.notify(f"not written: {err}", severity="error")
+            written = write_output(target, render(rows, fmt, "best"), screen.app.home)
+        except OutputError as err:
+            screen.notify(str(err), severity="error")
             return
-        screen.notify(f"exported {len(run_dirs)} run(s) to {target.resolve()}")
+        screen.notify(f"exported {len(run_dirs)} run(s) to {written}")
 
     screen.app.push_screen(ExportDialog(len(run_dirs), default), write)

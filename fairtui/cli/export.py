@@ -15,7 +15,9 @@ HELP = "Export runs as a paper table; runs differing only in seed are grouped as
 def export(
     runs: List[str] = typer.Argument(None, metavar="RUN..."),
     fmt: str = typer.Option("md", "--format", help="csv, md, latex or json"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write to a file instead of stdout"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write to a file instead of stdout "
+                                          "(never inside the home; an existing file only with --force)"),
+    force: bool = typer.Option(False, "--force", help="overwrite the -o file if it exists"),
     attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
     checkpoint: str = typer.Option("best", "--checkpoint"),
     n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
@@ -61,7 +63,13 @@ def export(
         raise fail(str(err)) from None
     text = render(rows, fmt, checkpoint)
     if output:
-        output.write_text(text)
-        typer.echo(f"wrote {output}", err=True)
+        from fairtui.export import OutputError, write_output
+        from fairtui.home import resolve_home
+
+        try:
+            written = write_output(output, text, resolve_home(home), force)
+        except OutputError as err:
+            raise fail(str(err)) from None
+        typer.echo(f"wrote {written}", err=True)
     else:
         typer.echo(text, nl=False)

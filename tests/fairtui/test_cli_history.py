@@ -253,3 +253,24 @@ def test_subset_results_are_whole_per_class_tables_in_show_and_the_app(tmp_path)
     assert tables[0].row_count == 10 + 5  # every class, then the summary rows
     shown = cli("show", "a", home=tmp_path).stdout
     assert "exploratory (10 per class)" in shown and "robust aa" in shown
+
+
+def test_export_never_writes_inside_the_home_nor_over_a_file_without_force(tmp_path):
+    """`export -o` pointed at a run's events.jsonl used to overwrite it with CSV (the run became lost)."""
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-aaaaaa", name="a")
+    events = (run / "events.jsonl").read_text()
+    into_home = cli("export", "a", "--format", "csv", "-o", str(run / "events.jsonl"), home=home)
+    assert into_home.returncode == 2 and "inside the fairtui home" in into_home.stderr
+    assert (run / "events.jsonl").read_text() == events
+    assert len(into_home.stderr.strip().splitlines()) == 1
+    folder = cli("export", "a", "-o", str(tmp_path), home=home)
+    assert folder.returncode == 2 and "is a folder" in folder.stderr and "Traceback" not in folder.stderr
+    missing = cli("export", "a", "-o", str(tmp_path / "no" / "t.md"), home=home)
+    assert missing.returncode == 2 and "no such folder" in missing.stderr
+    target = tmp_path / "t.md"
+    target.write_text("mine")
+    kept = cli("export", "a", "-o", str(target), home=home)
+    assert kept.returncode == 2 and "exists; --force overwrites it" in kept.stderr and target.read_text() == "mine"
+    assert cli("export", "a", "-o", str(target), "--force", home=home).returncode == 0
+    assert target.read_text().startswith("pgd20")
