@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fairtui.report import EPOCH_LEGEND, epoch_line, per_class_tables, run_summary
 from fairtui.runfolder import EventTail, LineTail, RunView
 from fairtui.runstate import autoattack_line, progress_line, run_eta_text
+from fairtui.usertext import inert
 
 POLL_S = 0.2
 
@@ -117,7 +118,7 @@ def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list
         names = event.get("class_names", [])
         cfg = event.get("config", {})
         bar.update(task, total=cfg.get("train", {}).get("epochs"))
-        err.print(f"[bold]{cfg.get('name', '')}[/]: {cfg.get('method', {}).get('name')} on "
+        err.print(f"[bold]{inert(cfg.get('name', ''), markup=True)}[/]: {cfg.get('method', {}).get('name')} on "
                   f"{cfg.get('data', {}).get('dataset')} / {cfg.get('model', {}).get('arch')}, "
                   f"{event.get('num_classes')} classes, device {event.get('device')}, seed {event.get('seed')}")
         err.print(EPOCH_LEGEND, style="dim")

@@ -9,6 +9,7 @@ from rich.table import Table
 from engine.results import describe
 from fairtui.home import short_id
 from fairtui.runfolder import RunView
+from fairtui.usertext import inert
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -63,7 +64,8 @@ def per_class_tables(view: RunView, results: dict | None = None, note: str = "")
     for where, attacks in ((w, a) for w, subsets in by_ckpt.items() for a in subsets.values()):
         settings = sorted({describe(r) for a, r in attacks.items() if a != "clean"}) or \
             [describe(next(iter(attacks.values())))]
-        title = f"{note + ': ' if note else ''}{view.name} [{view.run_id}]: {where}, {'; '.join(settings)}"
+        title = f"{note + ': ' if note else ''}{inert(view.name, markup=True)} [{view.run_id}]: {where}, " \
+                f"{'; '.join(settings)}"
         # as wide as its title (no word-per-line wrap over a narrow table), at most the terminal's width
         table = Table(title=title, title_justify="left", min_width=len(title))
         table.add_column("class")
@@ -182,8 +184,8 @@ def rho_cell(column, is_baseline: bool, base) -> str:
 def comparison_tables(cmp) -> list[Table]:
     """The compare command's tables: per class, summary with deltas and rho, configuration diff."""
     cols = cmp.columns
-    labels = [f"{c.view.name} [{short_id(c.view.run_id)}]" + (" (base)" if i == cmp.baseline else "")
-              for i, c in enumerate(cols)]
+    labels = [f"{inert(c.view.name, markup=True)} [{short_id(c.view.run_id)}]" + (" (base)" if i == cmp.baseline
+                                                                                 else "") for i, c in enumerate(cols)]
     what = (f"{cmp.settings[0]} @ {cmp.checkpoint}" if not cmp.mixed
             else f"@ {cmp.checkpoint}; SETTINGS DIFFER between runs: see the 'measured with' row")
     title = f"clean / robust per class ({what}); < marks each run's worst class"

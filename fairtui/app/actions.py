@@ -14,6 +14,7 @@ def edit_notes(screen: Screen, run_dir: Path) -> None:
     """Read or write the run's notes in a dialog (meta.json under its lock, as `fairtui note`)."""
     from fairtui.app.screens.dialogs import NotesDialog
     from fairtui.runfolder import RunView
+    from fairtui.usertext import inert
 
     view = RunView.load(run_dir)
 
@@ -22,15 +23,17 @@ def edit_notes(screen: Screen, run_dir: Path) -> None:
             return
         from fairtui.control import update_meta
         from fairtui.home import ReadOnlyHome
+        from fairtui.usertext import UserTextError, check_note
 
         try:
+            check_note(text)
             update_meta(run_dir, lambda meta: meta.__setitem__("notes", text))
-        except (OSError, ReadOnlyHome) as err:
-            screen.notify(f"notes not saved: {err}", severity="error")
+        except (OSError, ReadOnlyHome, UserTextError) as err:
+            screen.notify(f"notes not saved: {err}", severity="error", markup=False)
             return
-        screen.notify(f"notes of {view.name} saved")
+        screen.notify(f"notes of {inert(view.name)} saved", markup=False)
 
-    screen.app.push_screen(NotesDialog(view.name, view.meta.get("notes") or ""), save)
+    screen.app.push_screen(NotesDialog(inert(view.name), view.meta.get("notes") or ""), save)
 
 
 def evaluate(screen: Screen, run_dir: Path) -> None:

@@ -87,11 +87,12 @@ def cells(d: dict) -> dict[str, str]:
 
     from fairtui.home import short_id
     from fairtui.store import headline
+    from fairtui.usertext import inert
 
     _, r = headline(d)
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     epoch = "-" if d.get("status") == "imported" else f"{d.get('epoch', 0)}/{d.get('epochs', 0)}"
-    return {"id": short_id(d["run_id"]), "run id": d["run_id"], "name": d.get("name") or "",
+    return {"id": short_id(d["run_id"]), "run id": d["run_id"], "name": inert(d.get("name") or "", markup=True),
             "method": d.get("method") or "", "data": d.get("dataset") or "", "status": d.get("status") or "",
             "epoch": epoch, "clean": fmt(r and r.get("avg_clean")), "robust": fmt(r and r.get("avg_robust")),
             "worst": fmt(r and r.get("worst_robust")),

@@ -7,6 +7,7 @@ from typing import List
 import typer
 
 from fairtui.cli.options import Home, HomeT, fail, resolve_run
+from fairtui.usertext import inert
 
 STOP_HELP = "Stop a running run cleanly (it finishes its batch and keeps its last checkpoint)."
 RM_HELP = "Delete a run's folder and its index entry."
@@ -39,7 +40,7 @@ def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Opti
     if view.status() == "running":
         raise fail(f"run {run_dir.name} is running; `fairtui stop {run_dir.name}` first")
     if not yes:
-        if not typer.confirm(f"delete run {view.name} [{run_dir.name}] and its folder {run_dir}?", err=True):
+        if not typer.confirm(f"delete run {inert(view.name)} [{run_dir.name}] and its folder {run_dir}?", err=True):
             raise typer.Exit(1)
     shutil.rmtree(run_dir)
     RunIndex(run_dir.parent.parent).remove(run_dir.name)
@@ -58,7 +59,13 @@ def reindex(home: HomeT = Home) -> None:
 def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typer.Argument(...),
         remove: bool = typer.Option(False, "--remove"), home: HomeT = Home) -> None:
     from fairtui.control import update_meta
+    from fairtui.usertext import UserTextError, check_tag
 
+    try:
+        for t in tags:
+            check_tag(t)
+    except UserTextError as err:
+        raise fail(str(err)) from None
     run_dir = resolve_run(home, run_ref)
 
     def change(meta: dict) -> None:
@@ -66,17 +73,24 @@ def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typ
         meta["tags"] = current + ([] if remove else [t for t in tags if t not in current])
 
     meta = update_meta(run_dir, change)
-    typer.echo(f"run {meta.get('name') or run_dir.name} [{run_dir.name}]: tags {', '.join(meta['tags']) or '(none)'}",
-               err=True)
+    typer.echo(f"run {inert(meta.get('name') or run_dir.name)} [{run_dir.name}]: tags "
+               f"{inert(', '.join(meta['tags'])) or '(none)'}", err=True)
 
 
 def note(run_ref: str = typer.Argument(..., metavar="RUN"), text: str = typer.Argument(...),
          home: HomeT = Home) -> None:
     from fairtui.control import update_meta
 
+    from fairtui.usertext import UserTextError, check_note
+
+    try:
+        check_note(text)
+    except UserTextError as err:
+        raise fail(str(err)) from None
     run_dir = resolve_run(home, run_ref)
     meta = update_meta(run_dir, lambda meta: meta.__setitem__("notes", text))
     lines = text.count("\n") + 1 if text else 0
-    typer.echo(f"run {meta.get('name') or run_dir.name} [{run_dir.name}]: note saved ({len(text)} characters"
+    name = inert(meta.get("name") or run_dir.name)
+    typer.echo(f"run {name} [{run_dir.name}]: note saved ({len(text)} characters"
                f"{f', {lines} lines' if lines > 1 else ''})" if text else
-               f"run {meta.get('name') or run_dir.name} [{run_dir.name}]: note cleared", err=True)
+               f"run {name} [{run_dir.name}]: note cleared", err=True)

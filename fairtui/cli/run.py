@@ -27,6 +27,15 @@ def run(
     from fairtui.home import resolve_home
     from fairtui.launcher import GpuChoice, create_run, start_engine
 
+    from fairtui.usertext import UserTextError, check_name, check_tag
+
+    try:
+        if name is not None:
+            check_name(name)
+        for t in tag:
+            check_tag(t, "--tag")
+    except UserTextError as err:
+        raise fail(str(err)) from None
     try:
         choice = GpuChoice.from_option(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])

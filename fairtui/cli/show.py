@@ -36,24 +36,25 @@ def show(
     from rich.text import Text
 
     from fairtui.report import exploratory_tables, method_state_tables, per_class_tables
+    from fairtui.usertext import inert
 
     console = Console()
     cfg = view.config
     error = view.finished.get("error") if view.finished else None
     # user text as Text, never markup: a name with brackets is printed as it is
-    console.print(Text.assemble((view.name, "bold"), f" [{view.run_id}]  status ", (view.status(), "bold"),
-                                f": {error}" if error else ""))
+    console.print(Text.assemble((inert(view.name), "bold"), f" [{view.run_id}]  status ", (view.status(), "bold"),
+                                f": {inert(error)}" if error else ""))
     trained = f"epochs {len(epochs)}/{view.total_epochs()}, " if view.imported is None else ""
     console.print(Text(f"method {cfg.get('method', {}).get('name')}, data {cfg.get('data', {}).get('dataset')}, "
                        f"model {cfg.get('model', {}).get('arch')}, seed {cfg.get('seed')}, "
                        f"eps {cfg.get('attack', {}).get('eps'):.4g}, {trained}"
-                       f"tags {', '.join(view.meta.get('tags', [])) or '-'}"))
+                       f"tags {inert(', '.join(view.meta.get('tags', []))) or '-'}"))
     if view.imported is not None:
         console.print(Text(import_source_line(view.imported)))
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
     if view.meta.get("notes"):
-        console.print(Text(f"notes: {view.meta['notes']}"))
+        console.print(Text(f"notes: {inert(view.meta['notes'], keep_newlines=True)}"))
     for table in per_class_tables(view):
         console.print(table)
     others = exploratory_tables(view)

@@ -41,6 +41,13 @@ def sweep(
     from fairtui.sweep import build_spec, expand, split_profile
     from fairtui.sweep_run import create_children
 
+    from fairtui.usertext import UserTextError, check_name
+
+    try:
+        if name is not None:
+            check_name(name)
+    except UserTextError as err:
+        raise fail(str(err)) from None
     home_dir = resolve_home(home)
     try:
         raw, table = split_profile(profile)

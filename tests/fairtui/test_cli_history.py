@@ -274,3 +274,39 @@ def test_export_never_writes_inside_the_home_nor_over_a_file_without_force(tmp_p
     assert kept.returncode == 2 and "exists; --force overwrites it" in kept.stderr and target.read_text() == "mine"
     assert cli("export", "a", "-o", str(target), "--force", home=home).returncode == 0
     assert target.read_text().startswith("pgd20")
+
+
+HOSTILE = "evil\x1b[2J\x1b]0;pwned\x07[bold red]x[/]"
+
+
+def test_names_tags_and_notes_refuse_control_characters_and_overlong_names(tmp_path, tiny_profile):
+    """At input: exit 2, one line, nothing created or changed."""
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="a")
+    for args in (["run", str(tiny_profile()), "--name", HOSTILE], ["run", str(tiny_profile()), "--name", "x" * 201],
+                 ["run", str(tiny_profile()), "--tag", "a\nb"], ["tag", "a", "ok", "bad\x1b"],
+                 ["note", "a", "line\x1b[2J"]):
+        out = cli(*args, home=home)
+        assert out.returncode == 2, (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1 and "\x1b" not in out.stderr, args
+    assert [p.name for p in (home / "runs").iterdir()] == ["20260101-000000-aaaaaa"]
+    meta = json.loads((home / "runs" / "20260101-000000-aaaaaa" / "meta.json").read_text())
+    assert meta.get("tags") == [] and not meta.get("notes")
+    assert cli("note", "a", "two\nlines\tand a tab", home=home).returncode == 0  # a note's own newlines
+
+
+def test_what_a_home_already_holds_is_printed_inert(tmp_path):
+    """A name, tag and note written before the rule (or by hand) never reach the terminal as escapes or
+    markup: ls, show and compare print them with visible escapes."""
+    home = tmp_path / "home"
+    a = make_run(home, "20260101-000000-aaaaaa", name="a")
+    make_run(home, "20260101-000001-bbbbbb", name="b")
+    meta = json.loads((a / "meta.json").read_text())
+    meta.update(name=HOSTILE, tags=["t\x1bx"], notes="n\x1b]0;x\x07")
+    (a / "meta.json").write_text(json.dumps(meta))
+    for args in (["ls"], ["show", "aaaaaa"], ["compare", "aaaaaa", "bbbbbb"], ["ls", "--wide"]):
+        out = cli(*args, home=home)
+        assert out.returncode == 0, out.stderr
+        assert "\x1b" not in out.stdout and "\x07" not in out.stdout, args
+        assert "\\x1b" in out.stdout, args
+        assert "[bold red]x[/]" in out.stdout, args  # the markup is shown as text, not applied

@@ -8,6 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 
 from fairtui.home import short_id
+from fairtui.usertext import inert
 from textual.widgets import Footer, Header, Static
 
 from fairtui.app.widgets.bars import GroupedBars
@@ -43,17 +44,18 @@ class CompareScreen(Screen):
         try:
             self.comparison = compare(views, self.attack, self.checkpoint, self.baseline)
         except CompareError as err:
-            self.query_one("#compare-title", Static).update(f"cannot compare: {err}")
+            self.query_one("#compare-title", Static).update(f"cannot compare: {inert(err, markup=True)}")
             return
         cmp = self.comparison
         what = cmp.settings[0] if not cmp.mixed else "SETTINGS DIFFER between runs (see 'measured with')"
         self.query_one("#compare-title", Static).update(
             f"{len(views)} runs, robust accuracy: {what} @ {cmp.checkpoint}; baseline "
-            f"{cmp.columns[cmp.baseline].view.name} (b: next baseline)")
+            f"{inert(cmp.columns[cmp.baseline].view.name, markup=True)} (b: next baseline)")
         tables = comparison_tables(cmp)
         self.query_one("#compare-summary", Static).update(tables[1])
         self.query_one(GroupedBars).show(cmp.class_names, [
-            (f"{c.view.name} [{short_id(c.view.run_id)}]", c.result["robust_acc_per_class"]) for c in cmp.columns])
+            (f"{inert(c.view.name)} [{short_id(c.view.run_id)}]", c.result["robust_acc_per_class"])
+            for c in cmp.columns])
         self.query_one("#compare-diff", Static).update(tables[2] if len(tables) > 2 else "configurations are equal")
 
     def action_next_baseline(self) -> None:

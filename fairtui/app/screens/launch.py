@@ -42,7 +42,7 @@ class LaunchDialog(ModalScreen[str | None]):
                 yield LineInput(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
                 yield LineInput(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
                 yield Button("launch (ctrl+l)", id="launch", variant="primary")
-            yield Static("", id="launch-error")
+            yield Static("", id="launch-error", markup=False)
             yield Label("tab: next field  enter/ctrl+l: launch  escape: cancel", classes="hint")
 
     def on_mount(self) -> None:
@@ -96,6 +96,16 @@ class LaunchDialog(ModalScreen[str | None]):
             return
         name = self.query_one("#name", Input).value.strip() or None
         tags = self.query_one("#tags", Input).value.split()
+        from fairtui.usertext import UserTextError, check_name, check_tag
+
+        try:
+            if name:
+                check_name(name, "name")
+            for t in tags:
+                check_tag(t)
+        except UserTextError as err:
+            error.update(str(err))
+            return
         grid = self.query_one("#grid", Input).value.split()
         seeds = self.query_one("#seeds", Input).value.strip()
         if grid or seeds:

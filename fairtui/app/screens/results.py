@@ -36,7 +36,9 @@ class ResultsScreen(Screen):
         from fairtui.runfolder import RunView
 
         view = RunView.load(self.app.home / "runs" / self.run_id)
-        self.query_one("#results-title", Static).update(f"{view.name} [{short_id(self.run_id)}]: per-class test "
+        from fairtui.usertext import inert
+
+        self.query_one("#results-title", Static).update(f"{inert(view.name)} [{short_id(self.run_id)}]: per-class test "
                                                         "results (< marks the worst class)")
         parts: list = per_class_tables(view) or [Text("no test results yet: e evaluates the run")]
         others = exploratory_tables(view)

@@ -19,6 +19,7 @@ from fairtui.app.widgets.plot import LinePlot
 from fairtui.home import short_id
 from fairtui.runfolder import EventTail, progress_alive
 from fairtui.runstate import RunState, describe_summary, result_lines
+from fairtui.usertext import inert
 
 
 class RunScreen(Screen):
@@ -67,8 +68,8 @@ class RunScreen(Screen):
         from fairtui.runfolder import RunView
 
         view = RunView.load(run_dir)
-        self.display_name = view.name  # the run's own name (--name), not its profile's
-        self.query_one("#run-title", Static).update(f"{view.name} [{short_id(self.run_id)}]  {view.status()}")
+        self.display_name = inert(view.name)  # the run's own name (--name), not its profile's; shown inert
+        self.query_one("#run-title", Static).update(f"{self.display_name} [{short_id(self.run_id)}]  {view.status()}")
         self.tail = EventTail(run_dir / "events.jsonl")
         self.poll()
         self.set_interval(self.app.poll_interval / 2, self.poll)
@@ -120,7 +121,7 @@ class RunScreen(Screen):
         self.query_one(ClassBars).show(self.state.names, clean, robust, caption)
         self.query_one("#run-summary", Static).update(describe_summary(self.state))
         self.query_one("#results", Static).update("\n".join(result_lines(self.state)))
-        name = getattr(self, "display_name", None) or self.state.config.get("name", "")
+        name = getattr(self, "display_name", None) or inert(self.state.config.get("name", ""))
         self.query_one("#run-title", Static).update(f"{name} [{short_id(self.run_id)}]  {self.state.status}")
         self.schedule_plot()
 

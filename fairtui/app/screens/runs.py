@@ -45,14 +45,18 @@ def headline(doc: dict) -> dict:
 
 
 def row_for(doc: dict, marked: bool) -> tuple:
+    from rich.markup import escape
+
     from fairtui.home import short_id
+    from fairtui.usertext import inert
 
     h = headline(doc)
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     started = time.strftime("%m-%d %H:%M", time.localtime(doc["started"])) if doc.get("started") else "-"
-    name = doc.get("name") or doc["run_id"]
+    name = inert(doc.get("name") or doc["run_id"])
     if len(name) > NAME_WIDTH:
         name = name[:NAME_WIDTH - 1] + "…"
+    name = escape(name)  # a cell is Rich markup
     epoch = "-" if doc.get("status") == "imported" else f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}"
     if doc.get("status") == "running":
         eta = doc_eta(doc)
@@ -202,7 +206,9 @@ class RunsScreen(Screen):
         """The counts, or, on a queued run, what it waits for and how to change that."""
         current = self.selected_id()
         if current in self.waits:
-            name = next((d.get("name") for d in self.docs if d["run_id"] == current), current)
+            from fairtui.usertext import inert
+
+            name = inert(next((d.get("name") for d in self.docs if d["run_id"] == current), current))
             self.query_one("#status-line", Static).update(f"{name} {self.waits[current]}")
             return
         running = sum(d.get("status") == "running" for d in self.docs)
@@ -337,7 +343,14 @@ class RunsScreen(Screen):
             if text is None:
                 return
             from fairtui.control import update_meta
+            from fairtui.usertext import UserTextError, check_tag
 
+            try:
+                for t in text.split():
+                    check_tag(t)
+            except UserTextError as err:
+                self.notify(f"tags not saved: {err}", severity="error", markup=False)
+                return
             update_meta(self.run_dir(run_id), lambda m: m.__setitem__("tags", kept + [
                 t for t in text.split() if t not in kept]))
             self.load()
