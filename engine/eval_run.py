@@ -123,7 +123,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     from engine.attacks.suite import AttackSettings, build_attack
     from engine.data import load_splits
     from engine.data.datasets import stratified_pick
-    from engine.evaluate import per_class_result
+    from engine.evaluate import NonFiniteLogits, per_class_result
     from engine.progress import Progress
     from engine.results import SUBSET_SEED
     from engine.run import EXIT_OK, EXIT_STOPPED
@@ -169,6 +169,9 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
         except KeyboardInterrupt:
             log.warning("evaluation stopped; finished batches are kept and a rerun continues from them")
             return EXIT_STOPPED
+        except NonFiniteLogits as err:
+            print(f"fairtui eval: {attack_name} @ {req['checkpoint']}: {err}", file=sys.stderr)
+            return 1
         result = per_class_result(data.y, clean, adv, splits.num_classes, conf_var)
         events.emit("eval_result", split=req["split"], checkpoint=req["checkpoint"], epoch=epoch,
                     attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"], setting=setting,
@@ -181,7 +184,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
 
 
 def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, stop, attack_name):
-    from engine.evaluate import confidence_variance
+    from engine.evaluate import check_logits, confidence_variance
 
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
@@ -200,9 +203,12 @@ def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, s
         x, y = data.images(sl).to(runtime.device), data.y[sl].to(runtime.device)
         with torch.no_grad(), runtime.autocast():
             logits = model(x)
+        check_logits(logits, f"clean batch {b + 1}")
         x_adv = attack.perturb(x, y)
         with torch.no_grad(), runtime.autocast():
-            adv = model(x_adv).argmax(1).cpu()
+            adv_logits = model(x_adv)
+        check_logits(adv_logits, f"adversarial batch {b + 1}")
+        adv = adv_logits.argmax(1).cpu()
         cache.batches[b] = (logits.argmax(1).cpu(), adv, confidence_variance(logits).cpu())
         cache.save()
         progress.update("eval", 0, len(cache.batches), batches, attack=attack_name)

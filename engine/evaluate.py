@@ -13,6 +13,15 @@ from engine.utils import Runtime, eval_mode
 ProgressFn = Callable[[int, int], None]
 
 
+class NonFiniteLogits(ValueError):
+    """The model gave NaN or inf logits: its argmax is meaningless, so no per-class number is reported."""
+
+
+def check_logits(logits: torch.Tensor, what: str) -> None:
+    if not torch.isfinite(logits).all():
+        raise NonFiniteLogits(f"the model gives non-finite logits (NaN or inf) on {what}: no result is reported")
+
+
 def confidence_variance(logits: torch.Tensor) -> torch.Tensor:
     """Per sample, the variance of the softmax vector across the C classes (Tian et al.'s CVC term). [B]"""
     return torch.softmax(logits.float(), dim=1).var(dim=1, unbiased=False)
@@ -31,11 +40,14 @@ def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runt
             y = data.y[start:start + batch_size].to(runtime.device)
             with torch.no_grad(), runtime.autocast():
                 logits = model(x)
+            check_logits(logits, f"clean batch {b + 1}")
             clean.append(logits.argmax(1))
             conf_var.append(confidence_variance(logits))
             x_adv = attack.perturb(x, y)
             with torch.no_grad(), runtime.autocast():
-                adv.append(model(x_adv).argmax(1))
+                adv_logits = model(x_adv)
+            check_logits(adv_logits, f"adversarial batch {b + 1}")
+            adv.append(adv_logits.argmax(1))
             if progress is not None:
                 progress(b + 1, batches)
     empty = torch.zeros(0, dtype=torch.long)

@@ -194,7 +194,19 @@ def build(profile: Profile, input_shape: tuple[int, ...], num_classes: int, data
     return fairtui_model(profile, input_shape, num_classes, data_mean, data_std)
 
 
+def check_finite(weights: nn.Module | dict) -> None:
+    """Refuse weights with NaN or inf (a model, or a state_dict as read): such a model predicts one class for
+    everything, which per-class evaluation would report as that class at 100% clean and robust accuracy."""
+    state = weights.state_dict() if isinstance(weights, nn.Module) else weights
+    for name, tensor in state.items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ImportFailed(f"tensor {name!r} has {bad} non-finite value(s) (NaN or inf) of {tensor.numel()}; "
+                               "such weights give no meaningful prediction")
+
+
 def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: int) -> None:
+    check_finite(model)
     model.eval()
     with torch.no_grad():
         try:
@@ -205,6 +217,8 @@ def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: i
     if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[1] != num_classes:
         shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ImportFailed(f"the model gives outputs of shape {shape} for 2 images; {num_classes} classes expected")
+    if not torch.isfinite(out).all():
+        raise ImportFailed("the model gives non-finite outputs (NaN or inf) for a batch of blank images")
 
 
 # -- the command ------------------------------------------------------------------------------------------
@@ -278,6 +292,7 @@ def build_for_import(profile: Profile, request: dict, splits, run_dir: Path) -> 
         return wrap(net, profile, splits.input_shape[0])
     # a state_dict for one of fairtui's architectures: the network alone, or a whole fairtui model
     state = read_state_dict(Path(src.path))
+    check_finite(state)  # named as in the file
     model = fairtui_model(profile, splits.input_shape, k, splits.mean, splits.std)
     if any(key.startswith("1.") for key in state) and any(key.startswith("0.") for key in state):
         load_strict(model, state, f"fairtui's {profile.model.arch}", k)  # a fairtui model, normalisation included

@@ -141,7 +141,13 @@ def test_bad_models_exit_2_naming_the_mismatch_and_leave_nothing(tmp_path):
             return (os.system, (f"touch {tmp_path / 'PWNED'}",))
 
     torch.save({"weight": Evil()}, tmp_path / "evil.pt")
+    nan = {k: v.clone() for k, v in net.state_dict().items()}
+    first = next(k for k, v in nan.items() if v.is_floating_point())
+    nan[first][0] = float("nan")
+    torch.save(nan, tmp_path / "nan.pt")
     cases = [
+        (["--state-dict", str(tmp_path / "nan.pt"), "--arch", "small_cnn", "--no-normalize"],
+         f"tensor '{first}' has {int(nan[first][0].numel())} non-finite value(s) (NaN or inf)"),
         (["--state-dict", str(tmp_path / "hundred.pt"), "--arch", "small_cnn", "--no-normalize"],
          "10 classes expected, 100 given"),
         (["--state-dict", str(tmp_path / "net.pt"), "--arch", "preact_resnet18", "--no-normalize"],
@@ -283,3 +289,23 @@ def test_import_says_which_eps_it_recorded_and_why(tmp_path):
     refused = fairtui_cmd("import", "--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn", "--dataset",
                           "digits", "--threat", "l2", "--no-normalize", home=home)
     assert refused.returncode == 2 and "no usual L2 eps for digits: give the model's own with --eps" in refused.stderr
+
+
+def test_an_evaluation_whose_logits_are_not_finite_fails_instead_of_reporting(tmp_path):
+    """NaN weights that got in anyway (an old run, a checkpoint edited by hand): `fairtui eval` fails with one
+    line and writes no result (it used to report class 0 at 100% clean and robust accuracy)."""
+    home = tmp_path / "home"
+    torch.save(trained_small_cnn().state_dict(), tmp_path / "net.pt")
+    made = run_json("import", "--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn", "--dataset", "digits",
+                    "--no-normalize", "--name", "cnn", home=home)
+    run_dir = home / "runs" / made["run_id"]
+    for name in ("best.pt", "last.pt"):
+        state = torch.load(run_dir / "checkpoints" / name, weights_only=True)
+        key = next(k for k, v in state["model"].items() if v.is_floating_point() and v.dim() > 1)
+        state["model"][key].fill_(float("nan"))
+        torch.save(state, run_dir / "checkpoints" / name)
+    before = (run_dir / "events.jsonl").read_text()
+    proc = fairtui_cmd("eval", "cnn", "--attack", "fgsm", "--n-per-class", "2", home=home)
+    assert proc.returncode == 1
+    assert "fairtui eval: fgsm @ best: the model gives non-finite logits (NaN or inf) on clean batch 1" in proc.stderr
+    assert "eval_result" not in (run_dir / "events.jsonl").read_text()[len(before):]
