@@ -222,26 +222,30 @@ class RunIndex:
             db.remove(Query().run_id == run_id)
 
     def read(self) -> list[dict]:
-        """Every document, newest first, with live entries reconciled against their folders."""
+        """Every document, newest first, reconciled with the run folders: a folder nobody registered
+        joins, a folder that was deleted leaves, and a live or changed run is read again from its folder
+        (meta.json's name, tags and notes included: the index never holds older meta than the folder)."""
         docs = self._read_all()
-        stale = self._unindexed({d["run_id"] for d in docs})  # folders nobody registered (yet)
+        folder = runs_dir(self.home)
+        present = set(os.listdir(folder)) if folder.is_dir() else set()
+        gone = [d["run_id"] for d in docs if d["run_id"] not in present]
+        docs = [d for d in docs if d["run_id"] in present]
+        stale = self._unindexed({d["run_id"] for d in docs}, present)  # folders nobody registered (yet)
         docs += stale
         for i, doc in enumerate(docs):
-            run_dir = runs_dir(self.home) / doc["run_id"]
+            run_dir = folder / doc["run_id"]
             if doc.get("status") in LIVE_STATUSES or _changed_since(run_dir, doc):
-                if not run_dir.exists():
-                    continue
                 fresh = document_for(run_dir)
-                if any(fresh.get(k) != doc.get(k) for k in ("status", "epoch", "seen")):
-                    if doc.get("notes"):
-                        fresh["notes"] = doc["notes"]
+                if any(fresh.get(k) != doc.get(k) for k in ("status", "epoch", "seen", "name", "tags", "notes")):
                     docs[i] = fresh
                     stale.append(fresh)
-        if stale:
+        if stale or gone:
             try:
                 with self.transaction() as db:
                     for doc in stale:
                         _replace(db, doc)
+                    if gone:
+                        db.remove(Query().run_id.one_of(gone))
             except ReadOnlyHome:  # reading needs no write access: the fresh documents are shown all the same
                 pass
         docs.sort(key=lambda d: d["run_id"], reverse=True)
@@ -282,11 +286,9 @@ class RunIndex:
                 return None
         return text
 
-    def _unindexed(self, known: set[str]) -> list[dict]:
+    def _unindexed(self, known: set[str], present: set[str]) -> list[dict]:
         folder = runs_dir(self.home)
-        if not folder.is_dir():
-            return []
-        missing = [name for name in os.listdir(folder) if name not in known]
+        missing = [name for name in present if name not in known]
         return [document_for(folder / name) for name in sorted(missing) if (folder / name / "profile.toml").exists()]
 
     def reindex(self) -> tuple[int, int]:

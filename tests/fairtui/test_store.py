@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def test_eight_concurrent_writers_lose_nothing(tmp_path):
     for p in procs:
         p.join(timeout=240)
         assert p.exitcode == 0
-    docs = RunIndex(tmp_path).read()
+    # what the writers left in the file (read() would reconcile these folderless documents away)
+    docs = RunIndex(tmp_path)._read_all()
     assert len(docs) == 400
     assert len({d["run_id"] for d in docs}) == 400
     assert all(d["status"] == "completed" and d["epoch"] == 1 for d in docs)
@@ -303,3 +305,32 @@ async def test_the_app_opens_on_a_read_only_home_and_lists_its_runs(read_only_ho
         text = str([table.get_row_at(i) for i in range(table.row_count)])
         assert "shared" in text and "unindexed" in text
     assert app.return_code in (0, None)
+
+
+def test_a_deleted_run_folder_leaves_the_index_at_the_next_read(tmp_path):
+    make_run(tmp_path, "20260101-000000-aaaaaa", name="keep")
+    gone = make_run(tmp_path, "20260101-000001-bbbbbb", name="gone")
+    index = RunIndex(tmp_path)
+    assert {d["name"] for d in index.read()} == {"keep", "gone"}
+    shutil.rmtree(gone)
+    assert [d["name"] for d in index.read()] == ["keep"]
+    assert [d["run_id"] for d in index._read_all()] == ["20260101-000000-aaaaaa"]  # the file too, not only the view
+    from tests.conftest import fairtui_cmd
+
+    shown = fairtui_cmd("show", "gone", home=tmp_path, timeout=60)
+    assert shown.returncode == 2 and "did you mean" not in shown.stderr
+
+
+def test_the_index_never_holds_an_older_note_than_the_folder(tmp_path):
+    """A note written to meta.json after the run was indexed (another process's `note`, between its write and
+    its re-register): the next read shows the folder's note, not the indexed one."""
+    from fairtui.launcher import change_meta
+
+    run = make_run(tmp_path, "20260101-000000-aaaaaa", name="a")
+    index = RunIndex(tmp_path)
+    change_meta(run, lambda m: m.update(notes="old"))
+    index.register(run)
+    time.sleep(0.01)
+    change_meta(run, lambda m: m.update(notes="new", tags=["t"]))
+    doc = next(d for d in index.read() if d["run_id"] == run.name)
+    assert (doc["notes"], doc["tags"]) == ("new", ["t"])
