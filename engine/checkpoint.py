@@ -60,6 +60,17 @@ class CheckpointStore:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
 
+    def remove_leftovers(self) -> int:
+        """Delete the temporary files of checkpoint writes that a kill interrupted (``.last.pt.*``,
+        ``.best.pt.*``: never renamed, so never loaded); the number removed. Only the engine that holds
+        the run's lock calls this, so no write of another engine can be in flight."""
+        removed = 0
+        for name in ("last.pt", "best.pt"):
+            for tmp in self.folder.glob(f".{name}.*"):
+                tmp.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
     @property
     def last_path(self) -> Path:
         return self.folder / "last.pt"

@@ -236,6 +236,8 @@ class Trainer:
     # -- the run --------------------------------------------------------------------------------
     def start_or_resume(self) -> int:
         """Return the first epoch to train; emit run_started or run_resumed."""
+        if self.group.is_main and (removed := self.store.remove_leftovers()):
+            log.info("removed %d temporary checkpoint file(s) left by an interrupted write", removed)
         state = self.store.load_last(self.rt.device)
         if state is None:
             self.events.emit("run_started", **self.run_started_payload())

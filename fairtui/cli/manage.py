@@ -42,7 +42,15 @@ def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Opti
     if not yes:
         if not typer.confirm(f"delete run {inert(view.name)} [{run_dir.name}] and its folder {run_dir}?", err=True):
             raise typer.Exit(1)
-    shutil.rmtree(run_dir)
+    if run_dir.is_symlink():  # a run linked in from elsewhere: the link goes, what it points to stays
+        run_dir.unlink()
+        RunIndex(run_dir.parent.parent).remove(run_dir.name)
+        typer.echo(f"removed the link {run_dir.name} (its target was left as it is)", err=True)
+        return
+    try:
+        shutil.rmtree(run_dir)
+    except OSError as err:
+        raise fail(f"run {run_dir.name}: not deleted: {err.strerror or err}") from None
     RunIndex(run_dir.parent.parent).remove(run_dir.name)
     typer.echo(f"deleted {run_dir.name}", err=True)
 

@@ -70,7 +70,12 @@ def resolve_init_from(profile, path: str, home):
     from fairtui.home import RunNotFound, find_run, resolve_home
 
     ref = getattr(profile.method, "init_from", "")
-    if not ref or Path(ref).expanduser().exists():
+    if not ref:
+        return profile
+    if Path(ref).expanduser().exists():
+        from engine.methods.frl import resolve_init_checkpoint
+
+        check_init_checkpoint(resolve_init_checkpoint(ref), path)
         return profile
     try:
         run_dir = find_run(resolve_home(home), ref)
@@ -79,6 +84,18 @@ def resolve_init_from(profile, path: str, home):
     for name in ("best.pt", "last.pt"):
         checkpoint = run_dir / "checkpoints" / name
         if checkpoint.exists():
+            check_init_checkpoint(checkpoint, path)
             method = dataclasses.replace(profile.method, init_from=str(checkpoint.resolve()))
             return dataclasses.replace(profile, method=method)
     raise ProfileError(path, "method.init_from", f"run {run_dir.name} has no checkpoint yet")
+
+
+def check_init_checkpoint(checkpoint, path: str) -> None:
+    """The weights a run starts from load safely (weights only, nothing run) before its folder exists."""
+    from engine.checkpoint import CheckpointError, load_checkpoint
+    from engine.profile_schema import ProfileError
+
+    try:
+        load_checkpoint(checkpoint, need=("model",))
+    except CheckpointError as err:
+        raise ProfileError(path, "method.init_from", str(err)) from None

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT, engine_env, events_of, make_run_dir, run_engine
+from tests.conftest import ROOT, engine_env, events_of, make_run_dir, run_engine, train_tiny
 
 BASE_KEYS = {"v", "seq", "t", "run_id", "type"}
 
@@ -241,3 +241,22 @@ def test_frl_pretraining_must_leave_frl_epochs(tiny_profile):
 
     with pytest.raises(ProfileError, match="method.pretrain_epochs.*leave no frl epoch in train.epochs \\(3\\)"):
         load_profile(tiny_profile(), ['method.name="frl"', "method.pretrain_epochs=3", "train.epochs=3"])
+
+
+def test_resume_removes_the_temporary_files_of_interrupted_checkpoint_writes(tmp_path, tiny_profile):
+    """A kill inside a checkpoint write leaves `.last.pt.XXXX`; it is never loaded, and the resume deletes it."""
+    run_dir = train_tiny(tmp_path, ("train.epochs=1",))
+    ckpt = run_dir / "checkpoints"
+    leftovers = [ckpt / ".last.pt.k1ll3d", ckpt / ".best.pt.k1ll3d"]
+    for f in leftovers:
+        f.write_bytes(b"half a checkpoint")
+    keep = ckpt / "notes.txt"
+    keep.write_text("mine")
+    from engine.config import dumps_profile, load_profile
+
+    profile = load_profile(run_dir / "profile.toml", ["train.epochs=2"])
+    (run_dir / "profile.toml").write_text(dumps_profile(profile))
+    proc = run_engine(run_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not any(f.exists() for f in leftovers) and keep.exists()
+    assert "removed 2 temporary checkpoint file(s)" in proc.stderr

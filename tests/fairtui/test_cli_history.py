@@ -310,3 +310,13 @@ def test_what_a_home_already_holds_is_printed_inert(tmp_path):
         assert "\x1b" not in out.stdout and "\x07" not in out.stdout, args
         assert "\\x1b" in out.stdout, args
         assert "[bold red]x[/]" in out.stdout, args  # the markup is shown as text, not applied
+
+
+def test_rm_of_a_linked_run_removes_the_link_and_leaves_its_target(tmp_path):
+    home = tmp_path / "home"
+    elsewhere = make_run(tmp_path / "elsewhere", "20260101-000000-aaaaaa", name="linked")
+    (home / "runs").mkdir(parents=True)
+    (home / "runs" / "20260101-000000-aaaaaa").symlink_to(elsewhere, target_is_directory=True)
+    out = cli("rm", "linked", "--yes", home=home)
+    assert out.returncode == 0 and "Traceback" not in out.stderr and "removed the link" in out.stderr
+    assert not (home / "runs" / "20260101-000000-aaaaaa").exists() and (elsewhere / "events.jsonl").exists()

@@ -309,3 +309,28 @@ def test_an_evaluation_whose_logits_are_not_finite_fails_instead_of_reporting(tm
     assert proc.returncode == 1
     assert "fairtui eval: fgsm @ best: the model gives non-finite logits (NaN or inf) on clean batch 1" in proc.stderr
     assert "eval_result" not in (run_dir / "events.jsonl").read_text()[len(before):]
+
+
+def test_a_state_dict_larger_than_any_model_is_refused_before_it_is_read(tmp_path):
+    big = tmp_path / "big.pt"
+    with open(big, "wb") as fh:  # sparse: 2.5 GB on paper, nothing on disk
+        fh.truncate(int(2.5 * 2**30))
+    proc = fairtui_cmd("import", "--state-dict", str(big), "--arch", "small_cnn", "--dataset", "digits",
+                       "--no-normalize", home=tmp_path / "home", timeout=60)
+    assert proc.returncode == 2 and "2.5 GiB" in proc.stderr and "refused before reading it" in proc.stderr
+    assert runs_in(tmp_path / "home") == []
+
+
+def test_a_crafted_pickle_as_init_from_is_refused_before_any_folder_exists(tmp_path, tiny_profile):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'PWNED'}",))
+
+    torch.save({"model": Evil()}, tmp_path / "evil.pt")
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", str(tiny_profile()), "--set", 'method.name="frl"', "--set",
+                       f'method.init_from="{tmp_path / "evil.pt"}"', home=home, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "method.init_from" in proc.stderr and "refused" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "PWNED").exists() and runs_in(home) == []
