@@ -79,6 +79,9 @@ class SourceConfig:
     sha256: str = field("")
     robustbench_name: str = field("")
     threat: str = field("")  # RobustBench's threat model: Linf, L2
+    # A TorchScript model is a program (loading it runs its code): imported only with --trust-code,
+    # recorded here; the engine loads one only when this is true.
+    trusted: bool = field(False)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,13 @@
 
 `python -m engine import RUN_DIR --request JSON` reads the model named by the request, checks it
 against the run's data set, and writes the run folder's checkpoints and events (`run_started` with
-an `imported` record, then `run_finished` "completed"). Nothing read from a model file runs code:
+an `imported` record, then `run_finished` "completed"). Nothing read from a state_dict or a
+RobustBench weight file runs code; a TorchScript file is a program and runs its code when loaded:
 - a **state_dict** for one of fairtui's architectures is read with ``weights_only=True``;
-- a **TorchScript** file is read with ``torch.jit.load`` (TorchScript, not Python pickle) and copied
-  into the run folder (``imported/model.ts``), which holds its architecture from then on;
+- a **TorchScript** file is read with ``torch.jit.load`` and copied into the run folder
+  (``imported/model.ts``), which holds its architecture from then on. A scripted module can call
+  ``torch.save`` or write files with ``torch.from_file`` while it loads and in ``forward``, so it is
+  loaded only when the run's ``[source]`` says ``trusted = true`` (``fairtui import --trust-code``);
 - a **RobustBench** entry takes its architecture from the ``robustbench`` package's model zoo and
   its weights from ``<model_dir>/<dataset>/<threat>/<name>.pt``, read by fairtui with
   ``weights_only=True`` (RobustBench's own loader would download a missing file and unpickle it).
@@ -194,6 +197,10 @@ def build(profile: Profile, input_shape: tuple[int, ...], num_classes: int, data
     """The network of a run (trained or imported), with its normalisation layer, untrained weights."""
     arch = profile.model.arch
     if arch == "torchscript":
+        if profile.source is None or not profile.source.trusted:
+            raise ImportFailed("this run's model is TorchScript, a program that runs its own code when loaded, and "
+                               "was not imported with --trust-code: import it again with --trust-code if you trust "
+                               "its source")
         try:
             net = torch.jit.load(str(run_dir / TS_FILE), map_location="cpu")
         except (RuntimeError, OSError, ValueError) as err:

@@ -102,10 +102,14 @@ def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running:
     from fairtui.launcher import start_engine
     from fairtui.runfolder import RunView
 
-    if RunView.load(run_dir).status() == "running":
+    view = RunView.load(run_dir)
+    if view.status() == "running":
         if not allow_running:
             raise fail(f"run {run_dir.name} is still training; --allow-running evaluates its last checkpoint")
         request["checkpoint"] = "last"
+    if (view.imported or {}).get("kind") == "torchscript":
+        typer.echo(f"run {run_dir.name}: its model is TorchScript, imported with --trust-code: evaluating it runs "
+                   "its code", err=True)
     import time
 
     command = ["-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]

@@ -62,6 +62,9 @@ def import_model(
     data_root: str = typer.Option("data", "--data-root", help="the folder with the data set's files"),
     eps: Optional[str] = typer.Option(None, "--eps", help="the evaluation eps (default: the data set's usual one, "
                                       "e.g. 8/255 for cifar10 linf, 0.2 for digits; said at import)"),
+    trust_code: bool = typer.Option(False, "--trust-code", help="--torchscript: a TorchScript file is a program "
+                                    "that runs its code when loaded and evaluated; import it only from a source "
+                                    "you trust"),
     name: Optional[str] = typer.Option(None, "--name", help="a name for the run"),
     tag: List[str] = typer.Option([], "--tag", help="a tag for the run (repeatable)"),
     json_out: bool = Json,
@@ -94,6 +97,12 @@ def import_model(
     if len(given) != 1:
         raise fail("give exactly one of --state-dict FILE (with --arch), --torchscript FILE, --robustbench NAME")
     kind, value = given[0]
+    if kind == "torchscript" and not trust_code:
+        raise fail("--torchscript: a TorchScript file is a program: loading and evaluating it runs its code (it "
+                   "can write files). Add --trust-code if you trust its source; a --state-dict or a --robustbench "
+                   "entry loads without running anything")
+    if trust_code and kind != "torchscript":
+        raise fail("--trust-code: only for --torchscript (state_dicts and RobustBench weights run no code)")
     if dataset not in NUM_CLASSES:
         raise fail(f"--dataset: unknown data set {dataset!r}; choose from {', '.join(NUM_CLASSES)}")
     if kind == "state_dict" and arch not in ARCHS:
@@ -145,7 +154,7 @@ def import_model(
         "eval": {"attacks": ["clean", "pgd20"], "checkpoints": ["best"]},
         "source": {"kind": kind, "path": str(path), "sha256": digest,
                    "robustbench_name": value if kind == "robustbench" else "",
-                   "threat": threat_name if kind == "robustbench" else ""},
+                   "threat": threat_name if kind == "robustbench" else "", "trusted": kind == "torchscript"},
     }
     try:
         profile = profile_from_table(raw, "fairtui import")

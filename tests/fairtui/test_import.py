@@ -80,8 +80,15 @@ def test_torchscript_import_evaluates_the_scripted_model(tmp_path):
         warnings.simplefilter("ignore")
         torch.jit.save(torch.jit.script(net), str(tmp_path / "net.ts"))
     home = tmp_path / "home"
-    made = run_json("import", "--torchscript", str(tmp_path / "net.ts"), "--dataset", "digits", "--eps", "0.2",
-                    home=home)
+    refused = fairtui_cmd("import", "--torchscript", str(tmp_path / "net.ts"), "--dataset", "digits", home=home)
+    assert refused.returncode == 2 and "a TorchScript file is a program" in refused.stderr
+    assert "--trust-code" in refused.stderr and runs_in(home) == []
+    made = run_json("import", "--torchscript", str(tmp_path / "net.ts"), "--trust-code", "--dataset", "digits",
+                    "--eps", "0.2", home=home)
+    assert "trusted = true" in (home / "runs" / made["run_id"] / "profile.toml").read_text()
+    said = fairtui_cmd("eval", made["run_id"], "--attack", "clean", home=home)
+    assert said.returncode == 0 and "its model is TorchScript, imported with --trust-code: evaluating it runs its " \
+        "code" in said.stderr
     shown = run_json("eval", made["run_id"], "--attack", "clean", home=home)
     clean = next(r for r in shown["results"] if r["attack"] == "clean")  # the profile's own settings: headline
     test = load_splits(DataConfig(dataset="digits"), 0).test
@@ -155,7 +162,7 @@ def test_bad_models_exit_2_naming_the_mismatch_and_leave_nothing(tmp_path):
         (["--state-dict", str(tmp_path / "net.pt"), "--arch", "small_cnn"], "no normalisation layer"),
         (["--state-dict", str(tmp_path / "evil.pt"), "--arch", "small_cnn", "--no-normalize"], "refused"),
         (["--state-dict", str(tmp_path / "missing.pt"), "--arch", "small_cnn"], "no such file"),
-        (["--torchscript", str(tmp_path / "net.pt")], "TorchScript"),
+        (["--torchscript", str(tmp_path / "net.pt"), "--trust-code"], "TorchScript"),
     ]
     for args, message in cases:
         proc = fairtui_cmd("import", *args, "--dataset", "digits", home=home)
@@ -334,3 +341,19 @@ def test_a_crafted_pickle_as_init_from_is_refused_before_any_folder_exists(tmp_p
     assert "method.init_from" in proc.stderr and "refused" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "PWNED").exists() and runs_in(home) == []
+
+
+def test_a_torchscript_run_without_recorded_trust_is_never_loaded(tmp_path):
+    """A run whose profile does not say `trusted = true` (made before --trust-code existed, or edited):
+    the engine refuses to load its TorchScript model, so its code never runs."""
+    net = trained_small_cnn()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(net), str(tmp_path / "net.ts"))
+    home = tmp_path / "home"
+    made = run_json("import", "--torchscript", str(tmp_path / "net.ts"), "--trust-code", "--dataset", "digits",
+                    "--eps", "0.2", home=home)
+    profile = home / "runs" / made["run_id"] / "profile.toml"
+    profile.write_text(profile.read_text().replace("trusted = true", "trusted = false"))
+    proc = fairtui_cmd("eval", made["run_id"], "--attack", "clean", home=home)
+    assert proc.returncode == 2 and "was not imported with --trust-code" in proc.stderr
