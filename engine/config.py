@@ -388,6 +388,23 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     return profile_from_table(raw, str(path))
 
 
+RUN_PROFILE_TABLES = ("data", "model", "train", "attack", "method", "eval")
+
+
+def load_run_profile(run_dir: Path) -> Profile:
+    """A run folder's ``profile.toml``: the resolved profile that every run folder holds whole. One that is
+    missing, empty or cut short (a full disk while it was written) is refused rather than read as
+    defaults: a run must never continue with settings it did not start with."""
+    path = Path(run_dir) / "profile.toml"
+    raw = read_toml(path)
+    profile = profile_from_table(raw, str(path))  # a wrong value is named first, as in any profile
+    missing = [t for t in RUN_PROFILE_TABLES if not isinstance(raw.get(t), dict)]
+    if missing:
+        raise ProfileError(str(path), missing[0], "missing from the run's resolved profile (the file is empty or "
+                           "cut short: a full disk when it was written?); the run cannot continue on defaults")
+    return profile
+
+
 def dumps_profile(profile: Profile) -> str:
     import tomli_w
 

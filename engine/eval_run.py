@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.config import ATTACK_NAME, Profile, load_profile
+from engine.config import ATTACK_NAME, Profile, load_run_profile
+from engine.profile_schema import ProfileError
 from engine.events import EventWriter, read_events
 
 log = logging.getLogger("engine")
@@ -91,10 +92,10 @@ def evaluate_run(run_dir: Path, request: dict) -> int:
     from engine.run import EXIT_USAGE, setup_logging
 
     setup_logging()
-    profile = load_profile(run_dir / "profile.toml")
     try:
+        profile = load_run_profile(run_dir)  # never evaluated at default settings in place of the run's
         req = check_request(request, profile)
-    except EvalRequestError as err:
+    except (EvalRequestError, ProfileError) as err:
         print(f"fairtui eval: {err}", file=sys.stderr)
         return EXIT_USAGE
     from engine.checkpoint import CheckpointError, CheckpointStore

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.config import load_profile, profile_warnings
+from engine.config import load_run_profile, profile_warnings
 from engine.events import EventWriter
 from engine.procinfo import process_start_time
 from engine.profile_schema import ProfileError
@@ -175,7 +175,7 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     group = Group.from_env()
     setup_logging(group.rank if group.active else None)
     try:
-        profile = load_profile(run_dir / "profile.toml")
+        profile = load_run_profile(run_dir)
     except ProfileError as err:
         print(err, file=sys.stderr)
         return EXIT_USAGE

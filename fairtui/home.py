@@ -41,7 +41,9 @@ def list_run_dirs(home: Path) -> list[Path]:
     folder = runs_dir(home)
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if (p / "profile.toml").exists()), key=lambda p: p.name)
+    # a hidden folder is a run being made (launcher.create_run's staging), not a run
+    return sorted((p for p in folder.iterdir() if not p.name.startswith(".") and (p / "profile.toml").exists()),
+                  key=lambda p: p.name)
 
 
 def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -87,11 +88,19 @@ def create_run(home: Path, profile: Profile, profile_path: str, name: str | None
     check_data_root(profile, profile_path or "profile")
     run_id = new_run_id()
     run_dir = runs_dir(home) / run_id
-    run_dir.mkdir(parents=True)
-    (run_dir / "profile.toml").write_text(dumps_profile(profile))
-    meta = {"run_id": run_id, "name": name or profile.name, "tags": list(tags), "profile_path": profile_path,
-            "gpus": gpus.label() if gpus else None, "created": time.time(), **(extra_meta or {})}
-    write_meta(run_dir, meta)
+    # Whole or not at all: the profile and meta are written in a hidden staging folder, which becomes
+    # the run by one rename. A full disk (or any failure) leaves no run with an empty profile behind.
+    staging = runs_dir(home) / f".new-{run_id}"
+    staging.mkdir(parents=True)
+    try:
+        atomic_write_text(staging / "profile.toml", dumps_profile(profile))
+        write_meta(staging, {"run_id": run_id, "name": name or profile.name, "tags": list(tags),
+                             "profile_path": profile_path, "gpus": gpus.label() if gpus else None,
+                             "created": time.time(), **(extra_meta or {})})
+        os.rename(staging, run_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return run_dir
 
 

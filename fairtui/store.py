@@ -227,7 +227,7 @@ class RunIndex:
         (meta.json's name, tags and notes included: the index never holds older meta than the folder)."""
         docs = self._read_all()
         folder = runs_dir(self.home)
-        present = set(os.listdir(folder)) if folder.is_dir() else set()
+        present = {n for n in os.listdir(folder) if not n.startswith(".")} if folder.is_dir() else set()
         gone = [d["run_id"] for d in docs if d["run_id"] not in present]
         docs = [d for d in docs if d["run_id"] in present]
         stale = self._unindexed({d["run_id"] for d in docs}, present)  # folders nobody registered (yet)

@@ -5,6 +5,7 @@ Importing this module must stay cheap: no torch, no Textual (a test checks).
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -69,6 +70,18 @@ def main() -> None:
     except OSError as err:
         import errno
 
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk or quota: one line, nothing half-written
+            import shutil
+
+            where = err.filename or "the home folder"
+            try:
+                free = shutil.disk_usage(os.path.dirname(os.path.abspath(where)) or ".").free
+                room = f" ({free / 2**20:.0f} MiB free)"
+            except OSError:
+                room = ""
+            print(f"fairtui: no space left to write {where}{room}: {err.strerror}; free some and run the "
+                  "command again", file=sys.stderr)
+            sys.exit(1)
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         print(f"fairtui: cannot write {err.filename or 'to the home folder'}: {err.strerror} (a read-only home "

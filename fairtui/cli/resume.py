@@ -29,6 +29,12 @@ def resume(
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
+    from engine.config import load_run_profile
+
+    try:
+        load_run_profile(run_dir)  # a folder whose profile is missing or cut short never resumes on defaults
+    except ProfileError as err:
+        raise fail(str(err)) from None
     view = RunView.load(run_dir)
     status = view.status()
     if status == "running":

@@ -260,3 +260,20 @@ def test_resume_removes_the_temporary_files_of_interrupted_checkpoint_writes(tmp
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not any(f.exists() for f in leftovers) and keep.exists()
     assert "removed 2 temporary checkpoint file(s)" in proc.stderr
+
+
+@pytest.mark.parametrize("content", ["", "name = \"x\"\n[train]\nepochs = 3\n"])
+def test_a_run_folder_whose_profile_is_empty_or_cut_short_never_trains_on_defaults(tmp_path, content):
+    """A full disk used to leave an empty profile.toml, and `resume` then trained with every default."""
+    from tests.conftest import fairtui_cmd
+
+    run_dir = tmp_path / "runs" / "20260101-000000-aaaaaa"
+    run_dir.mkdir(parents=True)
+    (run_dir / "profile.toml").write_text(content)
+    (run_dir / "meta.json").write_text(json.dumps({"name": "cut"}))
+    proc = run_engine(run_dir)
+    assert proc.returncode == 2 and "missing from the run's resolved profile" in proc.stderr
+    assert not (run_dir / "events.jsonl").exists() or "epoch_end" not in (run_dir / "events.jsonl").read_text()
+    resumed = fairtui_cmd("resume", "aaaaaa", home=tmp_path)
+    assert resumed.returncode == 2 and "the run cannot continue on defaults" in resumed.stderr
+    assert len(resumed.stderr.strip().splitlines()) == 1

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT, engine_env, fairtui_cmd
 
 
@@ -99,3 +101,49 @@ def test_frl_fine_tunes_an_earlier_run_named_in_init_from(tmp_path, tiny_profile
     missing = fairtui_cmd("run", str(tiny_profile()), "--set", "method.name=frl", "--set", "method.init_from=nope",
                           home=home)
     assert missing.returncode == 2 and "method.init_from" in missing.stderr
+
+
+def test_a_run_folder_is_made_whole_or_not_at_all(tmp_path, monkeypatch, tiny_profile):
+    """A full disk while the profile or meta is written leaves no run (and no staging folder) behind."""
+    import errno
+
+
+    from engine.config import load_profile
+    from fairtui import launcher
+
+    profile = load_profile(tiny_profile())
+    calls = {"n": 0}
+    real = launcher.atomic_write_text
+
+    def full_on_meta(path, text):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the profile is written, then the disk fills
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(launcher, "atomic_write_text", full_on_meta)
+    with pytest.raises(OSError):
+        launcher.create_run(tmp_path / "home", profile, "tiny.toml", None, [], None)
+    assert list((tmp_path / "home" / "runs").iterdir()) == []
+    monkeypatch.setattr(launcher, "atomic_write_text", real)
+    run = launcher.create_run(tmp_path / "home", profile, "tiny.toml", None, [], None)
+    assert [p.name for p in (tmp_path / "home" / "runs").iterdir()] == [run.name]
+    assert (run / "profile.toml").read_text() and (run / "meta.json").read_text()
+
+
+def test_a_full_disk_is_one_line_for_every_command(monkeypatch, capsys):
+    import errno
+
+
+    import fairtui.cli as cli_mod
+
+    def full():
+        raise OSError(errno.ENOSPC, "No space left on device", "/home/x/.fairtui/runs.json")
+
+    monkeypatch.setattr(cli_mod, "app", full)
+    with pytest.raises(SystemExit) as exit_:
+        cli_mod.main()
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("fairtui: no space left to write /home/x/.fairtui/runs.json")
