@@ -27,13 +27,21 @@ log = logging.getLogger("engine")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
 
 
-class StopFlag:
-    """Set by SIGINT / SIGTERM; the loop polls it between batches."""
+STOP_MARKER = "stop.requested"  # `fairtui stop` leaves it: a stop asked before the engine could take a signal
 
-    def __init__(self) -> None:
+
+class StopFlag:
+    """Set by SIGINT / SIGTERM, or by ``<run>/stop.requested`` (``fairtui stop`` in the first moments of a
+    run, before the engine has its signal handler); the loop polls it between batches."""
+
+    def __init__(self, run_dir: Path | None = None) -> None:
         self.requested = False
+        self.marker = run_dir / STOP_MARKER if run_dir is not None else None
 
     def __call__(self) -> bool:
+        if not self.requested and self.marker is not None and self.marker.exists():
+            self.requested = True
+            log.warning("stop requested (%s): stopping after this batch", STOP_MARKER)
         return self.requested
 
     def install(self) -> None:
@@ -59,9 +67,11 @@ def write_process_file(run_dir: Path, command: str) -> None:
     """``engine.json``: who is running this folder (for `fairtui stop` and liveness checks)."""
     from engine.atomic import atomic_write_json
 
+    # "signals": the engine's handler is installed, so SIGTERM stops it cleanly (before this, the file
+    # is the launcher's, and `fairtui stop` leaves STOP_MARKER instead of a signal that would kill it)
     atomic_write_json(run_dir / "engine.json", {"pid": os.getpid(), "host": socket.gethostname(),
                                                 "started": time.time(), "command": command,
-                                                "proc_start": process_start_time(os.getpid())})
+                                                "proc_start": process_start_time(os.getpid()), "signals": True})
 
 
 def acquire_lock(run_dir: Path) -> Any:
@@ -195,7 +205,7 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     if lock is None:
         print(f"{run_dir}: another engine is already running this folder", file=sys.stderr)
         return EXIT_USAGE
-    stop = StopFlag()
+    stop = StopFlag(run_dir)
     stop.install()
     if owner:
         write_process_file(run_dir, "train")
@@ -223,6 +233,8 @@ def train(run_dir: Path, nproc: int = 1) -> int:
         return guarded(run_dir, events, body, group)
     finally:
         events.close()
+        if owner and stop.requested:
+            (run_dir / STOP_MARKER).unlink(missing_ok=True)  # honoured: the next resume starts clean
 
 
 def main(argv: list[str] | None = None) -> int:

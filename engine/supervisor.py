@@ -122,7 +122,8 @@ class Supervisor:
                   "gpu": devices[r] if devices else None} for r, p in enumerate(self.procs)]
         atomic_write_json(self.run_dir / "engine.json", {
             "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": "train",
-            "proc_start": process_start_time(os.getpid()), "world_size": self.nproc, "ranks": ranks})
+            "proc_start": process_start_time(os.getpid()), "world_size": self.nproc, "ranks": ranks,
+            "signals": True})  # its handler is installed before the ranks start
 
     def forward_signal(self, signum: int, frame: Any) -> None:
         self.stop_requested = True

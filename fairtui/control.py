@@ -26,8 +26,14 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
         return "cancelled (scancel)"
     if view.status() != "running" or not engine_alive(run_dir):
         raise StopError(f"run {run_dir.name} is not running (status {view.status()})")
-    pid = engine_process(run_dir)["pid"]
-    os.kill(pid, signal.SIGTERM)
+    info = engine_process(run_dir)
+    from engine.run import STOP_MARKER
+
+    (run_dir / STOP_MARKER).touch()  # the engine polls it with its signal flag: a stop it cannot miss
+    if info.get("signals"):
+        os.kill(info["pid"], signal.SIGTERM)
+    # else the engine is still starting (its handler not yet installed): a SIGTERM now would kill it
+    # with nothing recorded; it stops at its first batch instead
     if not wait:
         return "stopping"
     end = time.time() + timeout

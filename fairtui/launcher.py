@@ -141,6 +141,8 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
     env.setdefault("PYTHONUNBUFFERED", "1")
     if command is None:  # several GPUs for one run: one process per GPU under torch.distributed
         command = engine_command(run_dir, len(gpus.devices) if gpus is not None and not gpus.cpu else 1)
+    if command[2:4] == ["engine", "train"]:
+        (run_dir / "stop.requested").unlink(missing_ok=True)  # a stop of an earlier engine is not this one's
     log = open(run_dir / "engine.log", "ab")
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,

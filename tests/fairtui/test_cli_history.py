@@ -1,13 +1,14 @@
 """ls, show, compare, export, tag, note, rm, stop on synthetic and real run folders."""
 
 import json
+import os
 import statistics
 
 import pytest
 
 from engine.config import Profile, TrainConfig
 from fairtui.synthetic import make_run
-from tests.conftest import fairtui_cmd
+from tests.conftest import ROOT, fairtui_cmd
 
 
 @pytest.fixture
@@ -320,3 +321,29 @@ def test_rm_of_a_linked_run_removes_the_link_and_leaves_its_target(tmp_path):
     out = cli("rm", "linked", "--yes", home=home)
     assert out.returncode == 0 and "Traceback" not in out.stderr and "removed the link" in out.stderr
     assert not (home / "runs" / "20260101-000000-aaaaaa").exists() and (elsewhere / "events.jsonl").exists()
+
+
+def test_a_stop_in_the_first_moment_of_a_run_is_recorded(tmp_path, tiny_profile):
+    """`fairtui stop` right after `run --detach`, before the engine has its signal handler: the run ends
+    `stopped` with its record (a SIGTERM then used to kill it with nothing written: `lost`)."""
+    from engine.config import load_profile
+    from fairtui.control import stop_run
+    from fairtui.home import resolve_home
+    from fairtui.launcher import create_run, start_engine
+    from fairtui.runfolder import RunView
+
+    home = resolve_home(str(tmp_path / "home"))
+    run_dir = create_run(home, load_profile(tiny_profile(), ["train.epochs=50"]), "tiny.toml", None, [], None)
+    old = dict(os.environ)
+    os.environ.update({"PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""})
+    try:
+        proc = start_engine(run_dir)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    status = stop_run(run_dir, wait=True, timeout=180)  # at once: the engine is still importing
+    assert proc.wait(timeout=180) == 130
+    assert status == "stopped"
+    fin = RunView.load(run_dir).finished
+    assert fin and fin["status"] == "stopped"
+    assert not (run_dir / "stop.requested").exists()
