@@ -75,24 +75,9 @@ def engine_process(run_dir: Path) -> dict | None:
         return None
 
 
-def progress_alive(progress: dict) -> bool:
-    """True when the process that wrote ``progress`` (progress.json) still runs on this host; False for
-    one without a pid (written before progress named its writer) or another host's."""
-    pid = progress.get("pid")
-    if not isinstance(pid, int) or pid <= 0 or progress.get("host") != socket.gethostname():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return not process_exited(pid)
-
-
-def engine_alive(run_dir: Path) -> bool:
-    """True when the engine recorded in ``engine.json`` is alive on this host (pid and start time match)."""
-    info = engine_process(run_dir)
+def process_alive(info: dict | None) -> bool:
+    """True when the process an ``engine.json`` or ``progress.json`` names (``pid``, ``host``, and, when
+    recorded, ``proc_start``) still runs on this host: not gone, not a zombie, not a reused pid."""
     if not info or info.get("host") != socket.gethostname():
         return False
     pid = info.get("pid")
@@ -106,8 +91,18 @@ def engine_alive(run_dir: Path) -> bool:
         pass
     if process_exited(pid):  # a zombie: killed, not yet reaped
         return False
-    start = process_start_time(pid)
-    return info.get("proc_start") is None or start == info.get("proc_start")
+    return info.get("proc_start") is None or process_start_time(pid) == info.get("proc_start")
+
+
+def progress_alive(progress: dict) -> bool:
+    """True when the process that wrote ``progress.json`` still runs (False for one written before
+    progress named its writer, or on another host)."""
+    return process_alive(progress)
+
+
+def engine_alive(run_dir: Path) -> bool:
+    """True when the engine recorded in ``engine.json`` is alive on this host (pid and start time match)."""
+    return process_alive(engine_process(run_dir))
 
 
 @dataclass

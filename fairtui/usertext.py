@@ -38,6 +38,14 @@ def check_note(text: str, what: str = "note") -> str:
     return _check(text, what, NOTE_MAX, _NOTE_CONTROL)
 
 
+def check_name_and_tags(name: str | None, tags: list[str]) -> None:
+    """A command's ``--name`` and ``--tag`` options (run, import)."""
+    if name is not None:
+        check_name(name)
+    for tag in tags:
+        check_tag(tag, "--tag")
+
+
 def _check(text: str, what: str, limit: int, control: re.Pattern) -> str:
     found = control.search(text)
     if found:

@@ -83,13 +83,10 @@ def import_model(
     from fairtui.home import resolve_home
     from fairtui.launcher import create_run
 
-    from fairtui.usertext import UserTextError, check_name, check_tag
+    from fairtui.usertext import UserTextError, check_name_and_tags
 
     try:
-        if name is not None:
-            check_name(name)
-        for t in tag:
-            check_tag(t, "--tag")
+        check_name_and_tags(name, tag)
     except UserTextError as err:
         raise fail(str(err)) from None
     given = [(k, v) for k, v in (("state_dict", state_dict), ("torchscript", torchscript),

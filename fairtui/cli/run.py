@@ -27,13 +27,10 @@ def run(
     from fairtui.home import resolve_home
     from fairtui.launcher import GpuChoice, create_run, start_engine
 
-    from fairtui.usertext import UserTextError, check_name, check_tag
+    from fairtui.usertext import UserTextError, check_name_and_tags
 
     try:
-        if name is not None:
-            check_name(name)
-        for t in tag:
-            check_tag(t, "--tag")
+        check_name_and_tags(name, tag)
     except UserTextError as err:
         raise fail(str(err)) from None
     try:
