@@ -70,13 +70,14 @@ def test_compare_errors_say_what_exists(home):
 
 
 def test_export_groups_seeds_as_mean_and_std(tmp_path):
+    home = tmp_path / "home"
     for seed in (0, 1, 2):
-        make_run(tmp_path, f"2026010{seed}-000000-s{seed}", name=f"cfa-s{seed}", seed=seed,
+        make_run(home, f"2026010{seed}-000000-s{seed}", name=f"cfa-s{seed}", seed=seed,
                  profile=Profile(name="cfa", seed=seed))
-    make_run(tmp_path, "20260109-000000-other", name="other", profile=Profile(name="other",
+    make_run(home, "20260109-000000-other", name="other", profile=Profile(name="other",
                                                                               train=TrainConfig(epochs=3)))
     runs = [f"2026010{s}-000000-s{s}" for s in (0, 1, 2)] + ["20260109-000000-other"]
-    out = cli("export", *runs, "--format", "json", home=tmp_path)
+    out = cli("export", *runs, "--format", "json", home=home)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["rows"]
     assert len(rows) == 2
@@ -84,11 +85,11 @@ def test_export_groups_seeds_as_mean_and_std(tmp_path):
     values = grouped["avg_robust"]["values"]
     assert grouped["avg_robust"]["mean"] == pytest.approx(statistics.mean(values))
     assert grouped["avg_robust"]["std"] == pytest.approx(statistics.stdev(values))
-    md = cli("export", *runs, "--format", "md", home=tmp_path).stdout
+    md = cli("export", *runs, "--format", "md", home=home).stdout
     assert f"{statistics.mean(values) * 100:.1f} ± {statistics.stdev(values) * 100:.1f}" in md
-    latex = cli("export", *runs, "--format", "latex", "-o", str(tmp_path / "t.tex"), home=tmp_path)
+    latex = cli("export", *runs, "--format", "latex", "-o", str(tmp_path / "t.tex"), home=home)
     assert latex.returncode == 0 and r"\pm" in (tmp_path / "t.tex").read_text()
-    csv = cli("export", *runs, "--format", "csv", home=tmp_path).stdout.splitlines()
+    csv = cli("export", *runs, "--format", "csv", home=home).stdout.splitlines()
     assert csv[0].startswith("label,n_runs,setting,checkpoint,units,avg_clean_mean") and len(csv) == 3
 
 
