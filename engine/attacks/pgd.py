@@ -148,7 +148,6 @@ class PGD:
             final = loss_fn(self.model(x_adv), y) if self.restarts > 1 else torch.zeros(len(y), device=x.device)
         return x_adv, final
 
-
     def _early_stop(self, wrong: Tensor, active: Tensor, budget: Tensor) -> tuple[Tensor, Tensor]:
         """Which samples move this step, and their budgets after it (``early_stop_rule``). [B] each"""
         if self.early_stop_rule == "cfa_code":  # `control > 0` moves; `pred != y` spends one of it
