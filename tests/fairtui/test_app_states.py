@@ -1,0 +1,68 @@
+"""The app's screens for runs that do not train or have not started: an imported model, a queued run, and
+the launch dialog's first view at 80x24 (Pilot)."""
+
+import json
+
+from fairtui.app import make_app
+from fairtui.app.widgets.plot import LinePlot
+from fairtui.synthetic import make_run
+from tests.fairtui.test_app import FAKE_GPUS, engine_on_path, profiles, wait_until  # noqa: F401 (fixtures)
+
+
+async def test_an_imported_runs_screen_shows_its_evaluations_and_no_training_plot(tmp_path):
+    """An imported model never trains: its screen says so instead of 'waiting for the first epoch', and the
+    bars show its test result."""
+    home = tmp_path / "home"
+    run_dir = make_run(home, "20260101-000000-1a1a1a", name="zoo-model", epochs=0, attacks=("pgd20",))
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    started = json.loads(lines[0])
+    started["imported"] = {"kind": "state_dict", "path": "/models/net.pt", "sha256": "0" * 64}
+    (run_dir / "events.jsonl").write_text("\n".join([json.dumps(started)] + lines[1:]) + "\n")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   open_run="20260101-000000-1a1a1a", queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "state", None) and app.screen.state.status == "imported")
+        await pilot.pause(0.8)  # the plot redraws at most every 0.5 s
+        plot = app.screen.query_one("#plot", LinePlot)
+        assert plot.title.startswith("imported model: not trained here")
+        assert "waiting" not in plot.title
+        assert app.screen.state.latest_bars()[2].startswith("test pgd20 @ ")
+        assert "imported" in str(app.screen.query_one("#run-title").render())
+
+
+async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_screen(tmp_path, monkeypatch):
+    from fairtui.launcher import GpuChoice
+    from fairtui.queue import LocalQueue
+
+    monkeypatch.setattr(LocalQueue, "busy", lambda self: {"cpu": 2})
+    monkeypatch.setattr(LocalQueue, "tick", lambda self, start=None: [])  # the CPU stays busy
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-q1q1q1", name="waiting", status="running", epochs=0)
+    (run / "events.jsonl").write_text("")
+    LocalQueue(home).submit(run, GpuChoice(cpu=True))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        line = app.screen.query_one("#status-line")
+        await wait_until(pilot, lambda: "waits for cpu" in str(line.render()), timeout=20)
+        assert "waiting waits for cpu: 2 running, 0 queued ahead" in str(line.render())
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=20)
+        summary = app.screen.query_one("#run-summary")
+        await wait_until(pilot, lambda: "queued: waits for cpu" in str(summary.render()), timeout=20)
+
+
+async def test_the_launch_dialog_shows_the_gpus_and_the_profiles_settings_at_80x24(tmp_path, profiles):
+    """The GPU choice is in view beside the profile list without scrolling, and the highlighted profile's
+    description, method and epochs are shown."""
+    app = make_app(home=tmp_path / "home", profiles_dir=profiles, gpu_inventory=lambda: FAKE_GPUS,
+                   poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        gpus = app.screen.query_one("#gpus")
+        fields = app.screen.query_one("#launch-fields")
+        assert gpus.region.height > 0 and gpus.region.bottom <= fields.region.bottom  # visible, not below the fold
+        assert "0 Fake GPU 1/80 GiB 3%" in str(gpus.get_option_at_index(0).prompt)
+        info = str(app.screen.query_one("#profile-info").render())
+        assert "pgd_at on digits / small_cnn, 2 epochs, eps 0.2" in info
