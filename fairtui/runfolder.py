@@ -94,12 +94,6 @@ def process_alive(info: dict | None) -> bool:
     return info.get("proc_start") is None or process_start_time(pid) == info.get("proc_start")
 
 
-def progress_alive(progress: dict) -> bool:
-    """True when the process that wrote ``progress.json`` still runs (False for one written before
-    progress named its writer, or on another host)."""
-    return process_alive(progress)
-
-
 def engine_alive(run_dir: Path) -> bool:
     """True when the engine recorded in ``engine.json`` is alive on this host (pid and start time match)."""
     return process_alive(engine_process(run_dir))

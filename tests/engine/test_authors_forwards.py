@@ -70,6 +70,22 @@ def textbook_kl(adv_logits, clean_logits):
                                 reduction="none").sum(1)
 
 
+def authors_step(model, seed, loss_of, clean_after=None):
+    """One step of an authors' loop on ``model`` (train mode, SGD lr 0.1): ``loss_of(model)`` under
+    ``seed``, backward, step, then (CFA's train_epoch) a train-mode forward of ``clean_after``.
+    Returns the loss and whatever else ``loss_of`` returned."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    torch.manual_seed(seed)
+    loss, *extra = loss_of(model)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if clean_after is not None:
+        model(clean_after)  # train_epoch's clean_output, after opt.step()
+    return float(loss.detach()), *extra
+
+
 def batch3():
     torch.manual_seed(0)
     model = SmallBN()
@@ -87,19 +103,15 @@ def test_cfa_trades_code_form_makes_the_authors_train_mode_forwards():
     theirs = copy.deepcopy(model)
     loss = ours_step(m, model, x, y, seed=4)
 
-    opt = torch.optim.SGD(theirs.parameters(), lr=0.1)
-    theirs.train()
-    torch.manual_seed(4)
-    x_adv = authors_trades_attack(theirs, x, 0.3, 0.1, 10)
-    b = torch.full((3,), 6.0 / 7.0)[y]  # class_beta = beta / (1 + beta) before calibration
-    natural = nn.functional.cross_entropy(theirs(x), y, reduction="none") / len(y)
-    robust = textbook_kl(theirs(x_adv), theirs(x)) / len(y)
-    expected = ((1 - b) * natural + b * robust).sum()
-    opt.zero_grad()
-    expected.backward()
-    opt.step()
-    theirs(x)  # train_epoch's clean_output, after opt.step()
-    assert loss == pytest.approx(float(expected.detach()), rel=1e-5)
+    def cw_trades_loss(net):
+        x_adv = authors_trades_attack(net, x, 0.3, 0.1, 10)
+        b = torch.full((3,), 6.0 / 7.0)[y]  # class_beta = beta / (1 + beta) before calibration
+        natural = nn.functional.cross_entropy(net(x), y, reduction="none") / len(y)
+        robust = textbook_kl(net(x_adv), net(x)) / len(y)
+        return ((1 - b) * natural + b * robust).sum(),
+
+    (expected,) = authors_step(theirs, 4, cw_trades_loss, clean_after=x)
+    assert loss == pytest.approx(expected, rel=1e-5)
     assert_same_model(model, theirs, forwards=4)
 
 
@@ -113,19 +125,16 @@ def test_frl_code_form_makes_the_authors_train_mode_forwards():
     theirs = copy.deepcopy(model)
     loss = ours_step(m, model, x, y, seed=5)
 
-    opt = torch.optim.SGD(theirs.parameters(), lr=0.1)
-    theirs.train()
-    torch.manual_seed(5)
-    eps = m.eps_per_class[y].view(-1, 1, 1, 1)
-    x_adv = authors_trades_attack(theirs, x, eps, eps.max() / 4, 10)
-    w0, w1 = m.weight_nat[y], m.weight_bndy[y]
-    natural = nn.functional.cross_entropy(theirs(x), y, reduction="none")
-    bndy = textbook_kl(theirs(x_adv), theirs(x))
-    expected = (natural * w0).sum() / w0.sum() + 1.5 * (bndy * w1).sum() / w1.sum()
-    opt.zero_grad()
-    expected.backward()
-    opt.step()
-    assert loss == pytest.approx(float(expected.detach()), rel=1e-5)
+    def train_model_loss(net):
+        eps = m.eps_per_class[y].view(-1, 1, 1, 1)
+        x_adv = authors_trades_attack(net, x, eps, eps.max() / 4, 10)
+        w0, w1 = m.weight_nat[y], m.weight_bndy[y]
+        natural = nn.functional.cross_entropy(net(x), y, reduction="none")
+        bndy = textbook_kl(net(x_adv), net(x))
+        return (natural * w0).sum() / w0.sum() + 1.5 * (bndy * w1).sum() / w1.sum(),
+
+    (expected,) = authors_step(theirs, 5, train_model_loss)
+    assert loss == pytest.approx(expected, rel=1e-5)
     assert_same_model(model, theirs, forwards=3)
 
 
@@ -173,15 +182,9 @@ def test_cfa_fat_code_form_is_the_authors_fat_loss_with_its_forwards(tau):
     theirs = copy.deepcopy(model)
     loss = ours_step(m, model, x, y, seed=6)
 
-    opt = torch.optim.SGD(theirs.parameters(), lr=0.1)
-    theirs.train()
-    torch.manual_seed(6)
-    expected, moves = authors_cw_fat_loss(theirs, x, y, 0.3, tau, 0.1, 10)
-    opt.zero_grad()
-    expected.backward()
-    opt.step()
-    theirs(x)
-    assert loss == pytest.approx(float(expected.detach()), rel=1e-5)
+    expected, moves = authors_step(theirs, 6, lambda net: authors_cw_fat_loss(net, x, y, 0.3, tau, 0.1, 10),
+                                   clean_after=x)
+    assert loss == pytest.approx(expected, rel=1e-5)
     assert moves == (10 if tau else 0)  # tau = 0: their control starts at 0, so nothing moves
     assert_same_model(model, theirs, forwards=1 + moves + 2)
 

@@ -92,8 +92,8 @@ def test_an_earlier_phases_progress_is_never_shown_as_current(tmp_path):
 def test_a_dead_evaluations_progress_is_not_live(tmp_path):
     import os
 
-    from fairtui.runfolder import progress_alive
+    from fairtui.runfolder import process_alive
 
-    assert progress_alive({"pid": os.getpid(), "host": __import__("socket").gethostname()})
-    assert not progress_alive({"pid": 2 ** 22 + 12345, "host": __import__("socket").gethostname()})
-    assert not progress_alive({"phase": "eval"})  # written before progress named its writer
+    assert process_alive({"pid": os.getpid(), "host": __import__("socket").gethostname()})
+    assert not process_alive({"pid": 2 ** 22 + 12345, "host": __import__("socket").gethostname()})
+    assert not process_alive({"phase": "eval"})  # written before progress named its writer

@@ -17,7 +17,7 @@ from fairtui.app.messages import EventsArrived, ProgressRead
 from fairtui.app.widgets.bars import ClassBars
 from fairtui.app.widgets.plot import LinePlot
 from fairtui.home import short_id
-from fairtui.runfolder import EventTail, progress_alive
+from fairtui.runfolder import EventTail, process_alive
 from fairtui.runstate import RunState, describe_summary, result_lines
 from fairtui.usertext import inert
 
@@ -87,7 +87,7 @@ class RunScreen(Screen):
         except (OSError, ValueError):
             progress = {}
         wait = self.app.queue.wait_reasons().get(self.run_id) if (run_dir / "queued").exists() else None
-        if progress.get("phase") == "eval" and not progress_alive(progress):
+        if progress.get("phase") == "eval" and not process_alive(progress):
             progress = {}  # an evaluation that died (or finished without saying so): not current
         self.post_message(ProgressRead(progress, wait))  # never waits for the screen (events must keep flowing)
 
