@@ -33,6 +33,7 @@ from fairtui.runfolder import RunView
 from fairtui.runstate import RECENT_EPOCHS
 
 LIVE_STATUSES = ("running", "starting", "queued")
+BATCH = 500  # documents per write when `ls` indexes folders nobody registered (see RunIndex.read)
 
 
 class AtomicJSONStorage(Storage):
@@ -111,14 +112,23 @@ def _compact(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def folder_stamp(run_dir: Path) -> float | None:
+def folder_stamp(run_dir: Path | str) -> float | None:
     """When the run folder last changed in a way that can change its index document: its events
-    (appended, truncated, replaced) or its entries (a `queued` marker, engine.json, meta.json)."""
-    stamps = [_mtime(run_dir / "events.jsonl"), _mtime(run_dir), _mtime(run_dir / "meta.json")]
-    return max((s for s in stamps if s is not None), default=None)
+    (appended, truncated, replaced) or its entries (a `queued` marker, engine.json, meta.json).
+    Plain ``os.stat`` on strings: `ls` does this for every run (pathlib's objects cost twice the stat)."""
+    base = os.fspath(run_dir)
+    stamp = None
+    for path in (base + "/events.jsonl", base, base + "/meta.json"):
+        try:
+            t = os.stat(path).st_mtime
+        except OSError:
+            continue
+        if stamp is None or t > stamp:
+            stamp = t
+    return stamp
 
 
-def _changed_since(run_dir: Path, doc: dict) -> bool:
+def _changed_since(run_dir: Path | str, doc: dict) -> bool:
     """The folder changed after its document was made: a resume from the app or the queue, an
     evaluation, a truncated event stream. The document is then made again from the folder."""
     stamp = folder_stamp(run_dir)
@@ -155,13 +165,6 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
         "slurm_job_id": meta.get("slurm_job_id"), "node": meta.get("node"),
         "seen": stamp,
     })
-
-
-def _mtime(path: Path) -> float | None:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return None
 
 
 class RunIndex:
@@ -210,7 +213,7 @@ class RunIndex:
 
     def upsert(self, doc: dict) -> None:
         with self.transaction() as db:
-            _replace(db, doc)
+            _apply(db, [doc])
 
     def register(self, run_dir: Path) -> dict:
         doc = document_for(run_dir)
@@ -224,30 +227,49 @@ class RunIndex:
     def read(self) -> list[dict]:
         """Every document, newest first, reconciled with the run folders: a folder nobody registered
         joins, a folder that was deleted leaves, and a live or changed run is read again from its folder
-        (meta.json's name, tags and notes included: the index never holds older meta than the folder)."""
+        (meta.json's name, tags and notes included: the index never holds older meta than the folder).
+
+        Linear and batched: the documents are made outside the index's lock and written
+        :data:`BATCH` at a time, each batch one write of the file, so that `tag` and `note` wait at
+        most for one batch and an interrupted first `ls` keeps what it indexed."""
         docs = self._read_all()
         folder = runs_dir(self.home)
         present = {n for n in os.listdir(folder) if not n.startswith(".")} if folder.is_dir() else set()
         gone = [d["run_id"] for d in docs if d["run_id"] not in present]
         docs = [d for d in docs if d["run_id"] in present]
-        stale = self._unindexed({d["run_id"] for d in docs}, present)  # folders nobody registered (yet)
-        docs += stale
+        known = {d["run_id"] for d in docs}
+        fresh_docs: list[dict] = []
+        writable = True
+
+        def flush(final: bool = False) -> None:
+            nonlocal writable
+            if writable and (len(fresh_docs) >= BATCH or (final and (fresh_docs or gone))):
+                try:
+                    with self.transaction() as db:
+                        _apply(db, fresh_docs, gone)
+                except ReadOnlyHome:  # reading needs no write access: the fresh documents are shown all the same
+                    writable = False
+                fresh_docs.clear()
+                gone.clear()
+
+        # folders nobody registered (yet)
+        for name in sorted(present - known):
+            if (folder / name / "profile.toml").exists():
+                doc = document_for(folder / name)
+                docs.append(doc)
+                fresh_docs.append(doc)
+                flush()
         for i, doc in enumerate(docs):
+            if doc["run_id"] not in known:
+                continue
             run_dir = folder / doc["run_id"]
             if doc.get("status") in LIVE_STATUSES or _changed_since(run_dir, doc):
                 fresh = document_for(run_dir)
                 if any(fresh.get(k) != doc.get(k) for k in ("status", "epoch", "seen", "name", "tags", "notes")):
                     docs[i] = fresh
-                    stale.append(fresh)
-        if stale or gone:
-            try:
-                with self.transaction() as db:
-                    for doc in stale:
-                        _replace(db, doc)
-                    if gone:
-                        db.remove(Query().run_id.one_of(gone))
-            except ReadOnlyHome:  # reading needs no write access: the fresh documents are shown all the same
-                pass
+                    fresh_docs.append(fresh)
+                    flush()
+        flush(final=True)
         docs.sort(key=lambda d: d["run_id"], reverse=True)
         return docs
 
@@ -281,15 +303,11 @@ class RunIndex:
             if [fresh.get("status"), fresh.get("epoch"), fresh.get("seen")] != [status, epoch, seen]:
                 return None
         # Finished runs change too (resumed from the app or the queue, evaluated, truncated).
+        base = os.fspath(folder) + "/"
         for run_id, seen in meta.get("seen", {}).items():
-            if run_id not in watch and _changed_since(folder / run_id, {"seen": seen}):
+            if run_id not in watch and _changed_since(base + run_id, {"seen": seen}):
                 return None
         return text
-
-    def _unindexed(self, known: set[str], present: set[str]) -> list[dict]:
-        folder = runs_dir(self.home)
-        missing = [name for name in present if name not in known]
-        return [document_for(folder / name) for name in sorted(missing) if (folder / name / "profile.toml").exists()]
 
     def reindex(self) -> tuple[int, int]:
         """Rebuild from the run folders; return (runs indexed, entries dropped for missing folders)."""
@@ -304,12 +322,20 @@ class RunIndex:
         return {d["run_id"]: d.get("name", d["run_id"]) for d in self._read_all()}
 
 
-def _replace(db: TinyDB, doc: dict) -> None:
-    """Put ``doc`` in place of the run's entry, whole (an upsert would keep fields the new one left out)."""
-    def replace(stored: dict) -> None:
-        stored.clear()
-        stored.update(doc)
-
-    if not db.update(replace, Query().run_id == doc["run_id"]):
-        db.insert(doc)
-
+def _apply(db: TinyDB, put: list[dict], drop: list[str] = ()) -> None:
+    """Put each of ``put`` in place of its run's entry, whole (an upsert would keep fields the new one
+    left out), and drop the entries of ``drop``: one read and one write of the file, however many."""
+    storage = db.storage
+    data = storage.read() or {}
+    table = data.setdefault("_default", {})
+    ids = {d.get("run_id"): key for key, d in table.items()}
+    next_id = max((int(k) for k in table), default=0) + 1
+    for run_id in drop:
+        table.pop(ids.pop(run_id, None), None)
+    for doc in put:
+        key = ids.get(doc["run_id"])
+        if key is None:
+            key = ids[doc["run_id"]] = str(next_id)
+            next_id += 1
+        table[key] = doc
+    storage.write(data)

@@ -334,3 +334,39 @@ def test_the_index_never_holds_an_older_note_than_the_folder(tmp_path):
     change_meta(run, lambda m: m.update(notes="new", tags=["t"]))
     doc = next(d for d in index.read() if d["run_id"] == run.name)
     assert (doc["notes"], doc["tags"]) == ("new", ["t"])
+
+
+def test_the_first_read_of_an_unindexed_home_is_batched_and_leaves_the_lock_free_between_batches(
+        tmp_path, monkeypatch):
+    """Rebuilding the index inside `ls` writes the file once per batch, not once per run (which made the
+    first `ls` on 2,000 runs take 10 minutes), and `tag` can take the lock while documents are made."""
+    import fcntl
+
+    from fairtui import store
+
+    for i in range(23):
+        make_run(tmp_path, f"20260101-{i:06d}-u", name=f"u{i}", epochs=1)
+    monkeypatch.setattr(store, "BATCH", 10)
+    writes, lock_free = [], []
+    real_write, real_document = store.AtomicJSONStorage.write, store.document_for
+
+    def counting_write(self, data):
+        writes.append(len(data.get("_default", {})))
+        real_write(self, data)
+
+    def probing_document(run_dir, view=None):
+        with open(tmp_path / "runs.json.lock", "a") as other:  # as `tag` would, from another open file
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(other, fcntl.LOCK_UN)
+                lock_free.append(True)
+            except BlockingIOError:
+                lock_free.append(False)
+        return real_document(run_dir, view)
+
+    monkeypatch.setattr(store.AtomicJSONStorage, "write", counting_write)
+    monkeypatch.setattr(store, "document_for", probing_document)
+    docs = RunIndex(tmp_path).read()
+    assert len(docs) == 23 and writes == [10, 20, 23]  # two full batches, then the rest
+    assert lock_free and all(lock_free)
+    assert [d["run_id"] for d in RunIndex(tmp_path)._read_all()] == sorted(d["run_id"] for d in docs)
