@@ -17,6 +17,10 @@ class ReadOnlyHome(OSError):
                                     "read-only; reading commands such as ls, show, compare and export still work)")
 
 
+class EngineRunning(RuntimeError):
+    """A training engine already runs for this run folder (it holds ``engine.lock``)."""
+
+
 class RunNotFound(LookupError):
     """An unknown or ambiguous RUN; the message suggests what exists."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from engine.atomic import atomic_write_text
 from engine.config import Profile, check_data_root, dumps_profile
 from engine.profile_schema import ProfileError
-from fairtui.home import new_run_id, runs_dir
+from fairtui.home import EngineRunning, new_run_id, runs_dir
 
 
 @dataclass(frozen=True)
@@ -133,23 +133,66 @@ def engine_command(run_dir: Path, nproc: int = 1) -> list[str]:
     return [sys.executable, "-m", "engine", "train", str(run_dir)] + (["--nproc", str(nproc)] if nproc > 1 else [])
 
 
+ENGINE_LOCK = "engine.lock"
+
+
+def hold_engine_lock(run_dir: Path):
+    """``<run>/engine.lock``, locked (an open file), for a training engine about to start. The engine
+    inherits the open file and so holds the lock for its whole life, whoever started it and whatever
+    happens to them: the lock is held from before the engine exists until it exits, with no gap a
+    liveness check could fall into (engine.json is written only after the engine started)."""
+    import fcntl
+
+    lock = open(run_dir / ENGINE_LOCK, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise EngineRunning(f"run {run_dir.name}: an engine already trains it (it holds {ENGINE_LOCK}); "
+                            "`fairtui stop` it first") from None
+    return lock
+
+
+def engine_lock_held(run_dir: Path) -> bool:
+    """True while an engine started by :func:`start_engine` (or a start of one) is alive for this run."""
+    import fcntl
+
+    try:
+        lock = open(run_dir / ENGINE_LOCK, "a")
+    except OSError:
+        return False
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
+
+
 def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str] | None = None) -> subprocess.Popen:
-    """Start the engine detached: its own session, stdin closed, output appended to ``engine.log``."""
+    """Start the engine detached: its own session, stdin closed, output appended to ``engine.log``.
+    A training engine inherits ``engine.lock`` (:func:`hold_engine_lock`): a second one for the same run
+    is refused (EngineRunning)."""
     env = dict(os.environ)
     if gpus is not None:
         env.update(gpus.env())
     env.setdefault("PYTHONUNBUFFERED", "1")
     if command is None:  # several GPUs for one run: one process per GPU under torch.distributed
         command = engine_command(run_dir, len(gpus.devices) if gpus is not None and not gpus.cpu else 1)
-    if command[2:4] == ["engine", "train"]:
-        (run_dir / "stop.requested").unlink(missing_ok=True)  # a stop of an earlier engine is not this one's
-    log = open(run_dir / "engine.log", "ab")
+    train = command[2:4] == ["engine", "train"]
+    lock = hold_engine_lock(run_dir) if train else None
     try:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=log, env=env, start_new_session=True, cwd=os.getcwd())
+        if train:
+            (run_dir / "stop.requested").unlink(missing_ok=True)  # a stop of an earlier engine is not this one's
+        with open(run_dir / "engine.log", "ab") as log:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                    start_new_session=True, cwd=os.getcwd(),
+                                    pass_fds=(lock.fileno(),) if lock else ())
     finally:
-        log.close()
-    if command[2:4] == ["engine", "train"]:
+        if lock is not None:
+            lock.close()  # the engine holds its own copy of the locked file
+    if train:
         # Known to be alive from this moment; the engine rewrites the file with the same pid.
         from engine.procinfo import process_start_time
 

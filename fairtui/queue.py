@@ -12,7 +12,12 @@ submit, that exactly one detached worker (``fairtui queue-worker``) runs for the
 - the worker ticks the queue every few seconds and exits when the queue is empty; it
   releases its lock *while it still holds the queue's lock*, so a submit that races
   with its exit finds the lock free and starts a new worker;
-- a run is never started twice: a tick starts and removes entries under the queue lock.
+- a run is never started twice. A start is a recorded transition: the entry becomes ``starting``
+  (written to queue.json before anything starts), the engine starts holding ``<run>/engine.lock``
+  (launcher.hold_engine_lock), its pid joins the entry, the ``queued`` marker goes, and the entry
+  leaves. A worker killed anywhere in between leaves a ``starting`` entry; the next tick (under the
+  queue lock, so no live worker is mid-start) starts it again only if no engine was started for it:
+  none holds the lock now and none wrote engine.json since the start began.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from fairtui.home import ReadOnlyHome
-from fairtui.launcher import GpuChoice, start_engine
+from fairtui.home import EngineRunning, ReadOnlyHome
+from fairtui.launcher import GpuChoice, engine_lock_held, start_engine
 from fairtui.runfolder import RunView
 
 CPU = "cpu"
@@ -40,6 +45,11 @@ def devices_of(label: str | None) -> list[str]:
 
 
 WORKER_LOCK = "queue.worker.lock"
+
+
+def _fault_point(step: str) -> None:
+    """Called after each step of a start ("starting", "spawned", "pid", "running"); tests replace it to
+    kill the worker there."""
 
 
 class LocalQueue:
@@ -63,10 +73,15 @@ class LocalQueue:
             except ValueError:
                 entries = []
             yield entries
-            tmp = self.path.with_name(".queue.json.tmp")
-            tmp.write_text(json.dumps(entries))
-            os.replace(tmp, self.path)
+            self._save(entries)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _save(self, entries: list[dict]) -> None:
+        """Write queue.json (under the queue lock): at the end of each change, and inside a tick before
+        each step of a start, so that a worker killed mid-start leaves a record of how far it got."""
+        tmp = self.path.with_name(".queue.json.tmp")
+        tmp.write_text(json.dumps(entries))
+        os.replace(tmp, self.path)
 
     def submit(self, run_dir: Path, gpus: GpuChoice | None, pool: list[str] | None = None) -> None:
         """Queue a run on fixed devices (``gpus``) or on any one device of ``pool`` (a sweep's GPUs)."""
@@ -148,6 +163,13 @@ class LocalQueue:
                 run_dir = self.home / "runs" / entry["run_id"]
                 if not run_dir.exists():
                     continue  # deleted while it waited
+                if entry.get("state") == "starting" and _was_started(run_dir, entry):
+                    # a worker died after starting its engine: finish the start, never start a second one
+                    (run_dir / "queued").unlink(missing_ok=True)
+                    for d in (entry.get("devices") or CPU).split(","):
+                        counts[d] = counts.get(d, 0) + 1
+                    started.append(entry["run_id"])
+                    continue
                 devs = self._devices_for(entry, counts, reserved)
                 if devs is None:
                     keep.append(entry)
@@ -155,9 +177,22 @@ class LocalQueue:
                 label = ",".join(devs)
                 if entry.get("pool"):
                     _set_gpus(run_dir, label)
-                start(run_dir, GpuChoice.parse(label))
+                entry.update(state="starting", starting=time.time(), devices=label)
+                entry.pop("pid", None)
+                self._save(entries)
+                _fault_point("starting")
+                try:
+                    proc = start(run_dir, GpuChoice.parse(label))
+                except EngineRunning:  # an engine trains it already (a resume raced with the queue)
+                    proc = None
+                _fault_point("spawned")
+                if proc is not None:
+                    entry["pid"] = proc.pid
+                    self._save(entries)
+                _fault_point("pid")
                 # Only now: a reader between the two steps must see "queued" or "running", never "lost".
                 (run_dir / "queued").unlink(missing_ok=True)
+                _fault_point("running")
                 for d in devs:
                     counts[d] = counts.get(d, 0) + 1
                 started.append(entry["run_id"])
@@ -169,6 +204,18 @@ class LocalQueue:
             for run_id in started:
                 index.register(self.home / "runs" / run_id)
         return started
+
+
+def _was_started(run_dir: Path, entry: dict) -> bool:
+    """Whether the start an entry records (``starting``: when it began) started an engine: one holds the
+    run's engine.lock now, or one wrote engine.json after the start began (and has ended since)."""
+    if engine_lock_held(run_dir):
+        return True
+    try:
+        info = json.loads((run_dir / "engine.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info.get("started"), (int, float)) and info["started"] >= entry.get("starting", 0)
 
 
 def _set_gpus(run_dir: Path, label: str) -> None:

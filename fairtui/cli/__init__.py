@@ -58,12 +58,15 @@ def _root(ctx: typer.Context,
 
 
 def main() -> None:
-    from fairtui.home import ReadOnlyHome
+    from fairtui.home import EngineRunning, ReadOnlyHome
 
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except EngineRunning as err:  # a second engine for a run that one trains (a race with another start)
+        print(f"fairtui: {err}", file=sys.stderr)
+        sys.exit(2)
     except ReadOnlyHome as err:  # a command that must write, on a home it cannot write: one line, exit 1
         print(f"fairtui: {err.strerror}", file=sys.stderr)
         sys.exit(1)

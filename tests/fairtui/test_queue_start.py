@@ -1,0 +1,118 @@
+"""Starting a queued run is a recorded transition: a worker killed at any point of a start never leads
+to a second engine for the run, and a start that never happened is made by the next worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fairtui.launcher import GpuChoice, engine_lock_held, start_engine
+from fairtui.home import EngineRunning
+from fairtui.queue import LocalQueue
+from fairtui.runfolder import RunView
+from fairtui.synthetic import make_run
+from tests.conftest import engine_env
+
+# Stands in for `python -m engine train RUN`: records each start, then waits until stopped.
+FAKE_ENGINE = """
+import os, sys, time
+run = sys.argv[2]
+with open(os.path.join(run, "fake-engine.starts"), "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+end = time.time() + 120
+while time.time() < end and not os.path.exists(os.path.join(run, "stop.requested")):
+    time.sleep(0.05)
+"""
+
+# A queue worker's tick, killed (SIGKILL, nothing cleaned up) right after the step named in argv[2].
+WORKER = """
+import json, os, signal, sys
+from pathlib import Path
+from fairtui import queue
+from fairtui.launcher import start_engine
+
+home, point, fake = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+os.chdir(fake)  # engines started from here run the fake engine package
+queue._fault_point = lambda step: os.kill(os.getpid(), signal.SIGKILL) if step == point else None
+calls = []
+
+def start(run_dir, gpus):
+    calls.append(run_dir.name)
+    return start_engine(run_dir, gpus)
+
+queue.LocalQueue(home).tick(start)
+print(json.dumps(calls))
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Path:
+    package = tmp_path / "fake" / "engine"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(FAKE_ENGINE)
+    (tmp_path / "worker.py").write_text(WORKER)
+    return tmp_path / "fake"
+
+
+def _worker(tmp_path: Path, home: Path, point: str, fake: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(home), point, str(fake)],
+                          capture_output=True, text=True, timeout=300, env=engine_env())
+
+
+def _starts(run: Path, at_least: int) -> list[str]:
+    path = run / "fake-engine.starts"
+    end = time.time() + 60
+    while time.time() < end and (not path.exists() or len(path.read_text().split()) < at_least):
+        time.sleep(0.05)
+    return path.read_text().split() if path.exists() else []
+
+
+def _stop(run: Path) -> None:
+    (run / "stop.requested").touch()
+    end = time.time() + 60
+    while time.time() < end and engine_lock_held(run):
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("point", ["starting", "spawned", "pid", "running"])
+def test_a_worker_killed_at_each_point_of_a_start_never_starts_the_run_twice(tmp_path, fake, point):
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-queued", name="q", status="queued")
+    LocalQueue(home).submit(run, GpuChoice.parse("cpu"))
+    first = _worker(tmp_path, home, point, fake)
+    assert first.returncode == -9, first.stderr  # killed where asked
+    assert [e.get("state") for e in json.loads((home / "queue.json").read_text())] == ["starting"]
+    second = _worker(tmp_path, home, "none", fake)
+    assert second.returncode == 0, second.stderr
+    try:
+        # killed before its engine started: the next worker starts it; after: it only finishes the start
+        assert json.loads(second.stdout) == (["20260101-000000-queued"] if point == "starting" else [])
+        assert len(_starts(run, 1)) == 1
+        assert json.loads((home / "queue.json").read_text()) == []
+        assert RunView.load(run).status() == "running" and not (run / "queued").exists()
+        # a third tick, or any start, finds the engine: nothing starts again
+        assert json.loads(_worker(tmp_path, home, "none", fake).stdout) == []
+        time.sleep(0.5)
+        assert len(_starts(run, 1)) == 1
+    finally:
+        _stop(run)
+
+
+def test_a_second_engine_for_a_run_is_refused_while_the_first_lives(tmp_path, fake, monkeypatch):
+    run = make_run(tmp_path / "home", "20260101-000000-twice", name="t", status="queued")
+    monkeypatch.chdir(fake)
+    start_engine(run, GpuChoice.parse("cpu"))
+    try:
+        assert _starts(run, 1) and engine_lock_held(run)
+        with pytest.raises(EngineRunning, match="already trains it"):
+            start_engine(run, GpuChoice.parse("cpu"))
+    finally:
+        _stop(run)
+    assert not engine_lock_held(run)
+    assert len(_starts(run, 1)) == 1
