@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import List, Optional
 
 import typer
@@ -43,6 +44,49 @@ def _floats(text: str, option: str) -> list[float]:
     return values
 
 
+CHECK_TIMEOUT_S = 300.0
+
+
+class _Terminated(Exception):
+    """SIGTERM during the check: handled like Ctrl-C."""
+
+
+def check_in_engine(run_dir, env: dict, timeout: float) -> tuple[int, str, str]:
+    """Run `python -m engine import RUN` (read, load and check the model) in its own session and wait at
+    most ``timeout`` seconds. A model that never returns (TorchScript can loop), Ctrl-C or SIGTERM kill
+    the check's whole process group and remove the run folder: nothing is left half-made."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    def terminated(signum, frame):
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    proc = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "engine", "import", str(run_dir)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        stdout, stderr = proc.communicate(timeout=timeout)
+        return proc.returncode, stdout, stderr
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, _Terminated) as why:
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(why, subprocess.TimeoutExpired):
+            typer.echo(f"fairtui import: the model's check did not finish in {timeout:g} s (a model that never "
+                       "returns?); nothing was imported (--check-timeout allows more)", err=True)
+            raise typer.Exit(1) from None
+        typer.echo("fairtui import: interrupted; nothing was imported", err=True)
+        raise typer.Exit(130 if isinstance(why, KeyboardInterrupt) else 143) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def import_model(
     state_dict: Optional[str] = typer.Option(None, "--state-dict", help="a state_dict file for --arch"),
     torchscript: Optional[str] = typer.Option(None, "--torchscript", help="a TorchScript file (torch.jit.save)"),
@@ -65,6 +109,8 @@ def import_model(
     trust_code: bool = typer.Option(False, "--trust-code", help="--torchscript: a TorchScript file is a program "
                                     "that runs its code when loaded and evaluated; import it only from a source "
                                     "you trust"),
+    check_timeout: float = typer.Option(CHECK_TIMEOUT_S, "--check-timeout", help="seconds the model's check "
+                                        "(read, load, one forward) may take before the import gives up", min=1),
     name: Optional[str] = typer.Option(None, "--name", help="a name for the run"),
     tag: List[str] = typer.Option([], "--tag", help="a tag for the run (repeatable)"),
     json_out: bool = Json,
@@ -162,15 +208,14 @@ def import_model(
         raise fail(str(err)) from None
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")  # importing reads and checks the model on the CPU
-    proc = subprocess.run([sys.executable, "-m", "engine", "import", str(run_dir)], capture_output=True, text=True,
-                          env=env)
-    (run_dir / "engine.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
+    returncode, stdout, stderr = check_in_engine(run_dir, env, check_timeout)
+    (run_dir / "engine.log").write_text(stdout + stderr)
+    if returncode != 0:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing is left half-made
-        lines = (proc.stderr or "").strip().splitlines()
+        lines = (stderr or "").strip().splitlines()
         reason = next((line for line in reversed(lines) if line.startswith("fairtui import:")), None)
-        typer.echo(reason or f"fairtui import: failed (exit {proc.returncode}):\n" + "\n".join(lines[-15:]), err=True)
-        raise typer.Exit(2 if proc.returncode == 2 else 1)
+        typer.echo(reason or f"fairtui import: failed (exit {returncode}):\n" + "\n".join(lines[-15:]), err=True)
+        raise typer.Exit(2 if returncode == 2 else 1)
     from fairtui.store import RunIndex
 
     RunIndex(home_dir).register(run_dir)

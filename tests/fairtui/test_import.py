@@ -357,3 +357,63 @@ def test_a_torchscript_run_without_recorded_trust_is_never_loaded(tmp_path):
     profile.write_text(profile.read_text().replace("trusted = true", "trusted = false"))
     proc = fairtui_cmd("eval", made["run_id"], "--attack", "clean", home=home)
     assert proc.returncode == 2 and "was not imported with --trust-code" in proc.stderr
+
+
+class _NeverReturns(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x
+        while bool(y.sum() > -1e30):  # a TorchScript program may loop for ever
+            y = y * 1.0
+        return y.flatten(1)[:, :10]
+
+
+def _engine_processes_of(folder) -> list[int]:
+    """Live processes whose command line names ``folder`` (the import's check, `python -m engine import`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if str(folder).encode() in fh.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def _save_looping_model(path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(_NeverReturns()), str(path))
+
+
+def test_a_model_that_never_returns_is_given_up_at_the_time_limit_and_leaves_nothing(tmp_path):
+    _save_looping_model(tmp_path / "loop.ts")
+    home = tmp_path / "home"
+    proc = fairtui_cmd("import", "--torchscript", str(tmp_path / "loop.ts"), "--trust-code", "--dataset", "digits",
+                       "--check-timeout", "4", home=home)
+    assert proc.returncode == 1 and "did not finish in 4 s" in proc.stderr and "--check-timeout" in proc.stderr
+    assert runs_in(home) == [] and _engine_processes_of(home) == []
+
+
+def test_sigterm_during_the_import_check_kills_the_check_and_removes_the_run(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import engine_env
+
+    _save_looping_model(tmp_path / "loop.ts")
+    home = tmp_path / "home"
+    proc = subprocess.Popen([sys.executable, "-c", "from fairtui.cli import main; main()", "import", "--torchscript",
+                             str(tmp_path / "loop.ts"), "--trust-code", "--dataset", "digits", "--home", str(home)],
+                            env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.time() + 240
+    while time.time() < end and not _engine_processes_of(home / "runs"):  # the check has started
+        time.sleep(0.05)
+    assert _engine_processes_of(home / "runs"), "the check never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "interrupted; nothing was imported" in err
+    assert runs_in(home) == [] and _engine_processes_of(home) == []
