@@ -63,7 +63,7 @@ def subset_results(view: RunView, n_per_class: int) -> dict[tuple[str, str, str]
     from engine.results import requested_setting, same_setting
 
     out: dict[tuple[str, str, str], dict] = {}
-    for e in view.of_type("eval_result"):
+    for e in view.eval_results():
         attack = e.get("attack", "")
         wanted = requested_setting(view.config, attack, n_per_class=n_per_class)
         if e.get("setting") is not None and same_setting(e["setting"], wanted):
@@ -76,7 +76,7 @@ def describe(view: RunView) -> str:
     from engine.results import describe as settings
 
     seen = dict.fromkeys(f"{e.get('split')} {e.get('checkpoint')}/{e.get('attack')} ({settings(e)})"
-                         for e in view.of_type("eval_result"))
+                         for e in view.eval_results())
     return ", ".join(seen) or "no evaluation results"
 
 

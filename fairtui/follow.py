@@ -181,7 +181,7 @@ def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Cons
 
     results = {}  # the latest result of each requested attack at exactly the requested setting
     cfg = view.config
-    for e in view.of_type("eval_result"):
+    for e in view.eval_results():
         attack = e.get("attack")
         if attack in req["attacks"] and e.get("split") == req["split"] and e.get("checkpoint") == req["checkpoint"] \
                 and same_setting(e.get("setting") or {}, requested_setting(cfg, attack, req.get("eps"),

@@ -11,10 +11,10 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from engine.events import read_events
 from engine.procinfo import process_exited, process_start_time
+from fairtui.digest import Digest, read_digest
 
 FINAL_STATUSES = ("completed", "failed", "stopped", "imported")
 DONE_STATUSES = ("completed", "imported")  # runs with results: trained to the end, or imported
@@ -24,15 +24,17 @@ HEARTBEAT_S = 600.0  # a run on another host with no sign of life for this long 
 class LineTail:
     """Follows a growing file: each call returns the complete lines added since the last."""
 
-    def __init__(self, path: Path, from_end: bool = False):
+    CHUNK = 4 << 20  # at most this much per call: a reader catching up on a long file stays bounded
+
+    def __init__(self, path: Path, from_end: bool = False, offset: int = 0):
         self.path, self._partial = path, b""
-        self.offset = path.stat().st_size if from_end and path.exists() else 0
+        self.offset = path.stat().st_size if from_end and path.exists() else offset
 
     def new_lines(self) -> list[bytes]:
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
-                data = fh.read()
+                data = fh.read(self.CHUNK)
         except FileNotFoundError:
             return []
         self.offset += len(data)
@@ -101,19 +103,28 @@ def engine_alive(run_dir: Path) -> bool:
 
 @dataclass
 class RunView:
+    """A run folder as its readers see it: meta.json and the folded event stream (fairtui.digest), never
+    the whole stream in memory."""
+
     run_dir: Path
     meta: dict[str, Any]
-    events: list[dict]
-    warnings: list[str] = field(default_factory=list)
+    digest: Digest = field(default_factory=Digest)
 
     @classmethod
-    def load(cls, run_dir: Path) -> "RunView":
+    def load(cls, run_dir: Path, cancelled: Callable[[], bool] | None = None) -> "RunView":
         try:
             meta = json.loads((run_dir / "meta.json").read_text())
         except (OSError, ValueError):
             meta = {}
-        events, warnings = read_events(run_dir / "events.jsonl")
-        return cls(run_dir, meta, events, warnings)
+        return cls(run_dir, meta, read_digest(run_dir, cancelled))
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.digest.all_warnings()
+
+    def eval_results(self) -> list[dict]:
+        """The latest `eval_result` of each identity (split, checkpoint, attack, setting), oldest first."""
+        return self.digest.eval_results()
 
     @property
     def run_id(self) -> str:
@@ -123,13 +134,9 @@ class RunView:
     def name(self) -> str:
         return self.meta.get("name") or self.run_id
 
-    def of_type(self, type_: str) -> list[dict]:
-        return [e for e in self.events if e.get("type") == type_]
-
     @property
     def started(self) -> dict | None:
-        found = self.of_type("run_started")
-        return found[0] if found else None
+        return self.digest.started
 
     @property
     def imported(self) -> dict | None:
@@ -150,19 +157,12 @@ class RunView:
     @property
     def epochs(self) -> list[dict]:
         """The last `epoch_end` of each epoch, in order (a resume may repeat one)."""
-        by_epoch = {e["epoch"]: e for e in self.of_type("epoch_end") if isinstance(e.get("epoch"), int)}
-        return [by_epoch[k] for k in sorted(by_epoch)]
+        return self.digest.epoch_list()
 
     @property
     def finished(self) -> dict | None:
         """The `run_finished` that closes the latest session, if any."""
-        last = None
-        for e in self.events:
-            if e.get("type") in ("run_started", "run_resumed"):
-                last = None
-            elif e.get("type") == "run_finished":
-                last = e
-        return last
+        return self.digest.finished
 
     def status(self) -> str:
         if self.finished is not None and not (self.run_dir / "queued").exists():
@@ -195,14 +195,14 @@ class RunView:
     def results(self) -> dict[tuple[str, str, str], dict]:
         """The run's numbers: the latest headline `eval_result` (at the profile's own settings on the
         whole split, engine.results) per (split, checkpoint, attack)."""
-        return headline_results(self.of_type("eval_result"), self.config)
+        return headline_results(self.eval_results(), self.config)
 
     def other_results(self) -> list[tuple[dict, list[str]]]:
         """Exploratory results (another eps, a subset, another batching...), each with what differs."""
         from engine.results import differences, is_headline
 
         cfg = self.config
-        return [(e, differences(e, cfg)) for e in self.of_type("eval_result") if not is_headline(e, cfg)]
+        return [(e, differences(e, cfg)) for e in self.eval_results() if not is_headline(e, cfg)]
 
     def total_epochs(self) -> int:
         return int(self.config.get("train", {}).get("epochs", 0))

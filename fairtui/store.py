@@ -221,8 +221,12 @@ class RunIndex:
         return doc
 
     def remove(self, run_id: str) -> None:
+        """A deleted run leaves the index, and its folded stream leaves the cache (fairtui.digest)."""
+        from fairtui.digest import drop_cache
+
         with self.transaction() as db:
             db.remove(Query().run_id == run_id)
+        drop_cache(runs_dir(self.home) / run_id)
 
     def read(self) -> list[dict]:
         """Every document, newest first, reconciled with the run folders: a folder nobody registered

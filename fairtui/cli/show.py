@@ -6,11 +6,14 @@ import typer
 
 from fairtui.cli.options import Home, HomeT, Json, resolve_run
 
+SHOW_EXPLORATORY = 8  # exploratory settings shown by default: a run evaluated many ways prints pages otherwise
 HELP = "Show one run: configuration, per-class results per attack and checkpoint, method state, timings."
 
 
 def show(
     run_ref: str = typer.Argument(..., metavar="RUN"),
+    all_results: bool = typer.Option(False, "--all", help=f"every exploratory evaluation (default: the latest "
+                                     f"{SHOW_EXPLORATORY} settings)"),
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
@@ -60,7 +63,11 @@ def show(
     others = exploratory_tables(view)
     if others:
         console.print("[bold]other evaluations[/] (not the run's result: settings differ from the profile)")
-        for table in others:
+        hidden = 0 if all_results else max(0, len(others) - SHOW_EXPLORATORY)
+        if hidden:
+            console.print(f"{hidden} earlier exploratory tables not shown (the latest {SHOW_EXPLORATORY} are): "
+                          f"fairtui show {view.run_id} --all", soft_wrap=True)
+        for table in others[hidden:]:
             console.print(table)
     if method_state:
         tables, lines = method_state_tables(method_state, view.class_names(), console.width)

@@ -1,7 +1,8 @@
 """The run screen: the epoch log as it streams, per-class bars, class-wise state trajectories, results.
 
-It follows ``events.jsonl`` from the start, so a finished run replays from its
-folder and a live one keeps updating: the same code path for both.
+It starts from the folded stream (fairtui.digest: the run's start, the latest of each epoch and of
+each evaluation, its end) and follows ``events.jsonl`` from where that ends, so a finished run
+opens at once however long its stream, and a live one keeps updating: the same code path for both.
 """
 
 from __future__ import annotations
@@ -64,15 +65,40 @@ class RunScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        import json
+
         run_dir = self.app.home / "runs" / self.run_id
+        try:
+            name = json.loads((run_dir / "meta.json").read_text()).get("name") or self.run_id
+        except (OSError, ValueError):
+            name = self.run_id
+        self.display_name = inert(name)  # the run's own name (--name), not its profile's; shown inert
+        try:
+            size = f"{(run_dir / 'events.jsonl').stat().st_size / 1e6:.0f} MB of "
+        except OSError:
+            size = ""
+        self.query_one("#run-title", Static).update(f"{self.display_name} [{short_id(self.run_id)}]  loading "
+                                                    f"{size}events")
+        self.load()
+        self.set_interval(self.app.poll_interval / 2, self.poll)
+
+    @work(thread=True, exclusive=True, group="load")
+    def load(self) -> None:
+        """The run as its folded stream (fairtui.digest) holds it, read off the screen's thread so that keys
+        work meanwhile (a long stream not folded before takes seconds), then followed from where it ends."""
+        from textual.worker import get_current_worker
+
+        from fairtui.digest import replay
         from fairtui.runfolder import RunView
 
-        view = RunView.load(run_dir)
-        self.display_name = inert(view.name)  # the run's own name (--name), not its profile's; shown inert
-        self.query_one("#run-title", Static).update(f"{self.display_name} [{short_id(self.run_id)}]  {view.status()}")
-        self.tail = EventTail(run_dir / "events.jsonl")
+        worker = get_current_worker()
+        run_dir = self.app.home / "runs" / self.run_id
+        view = RunView.load(run_dir, cancelled=lambda: worker.is_cancelled)
+        if worker.is_cancelled:
+            return
+        self.post_message(EventsArrived(self.run_id, replay(view.digest)))
+        self.tail = EventTail(run_dir / "events.jsonl", offset=view.digest.offset)
         self.poll()
-        self.set_interval(self.app.poll_interval / 2, self.poll)
 
     @work(thread=True, exclusive=True, group="events")
     def poll(self) -> None:

@@ -1,0 +1,151 @@
+"""A run with a very long event stream: `show`, `tag`, `ls` and the app's run screen on a 200 MB events.jsonl.
+
+    python benchmarks/bench_stream.py [--mb 200] [--home DIR]
+
+The run is a long CIFAR-100-sized one (100 classes, 300 epochs with their per-class numbers and
+method state) evaluated many times: `eval_result` events at 24 settings (3 checkpoints, 4 attacks,
+2 eps), repeated until the stream reaches the size asked for. Each command is a fresh process, as a
+user starts it; its wall time and peak memory (max RSS) are printed. `show` is timed twice: first
+with no digest cached (the stream folded from its start, once), then as every later command finds it.
+The app opens the run screen headless (Textual's run_test) and is timed until the screen shows the
+run, then from `q` until the app has exited.
+Targets: every command after the first below 1 s and 300 MB; `q` quits within 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RUN_ID = "20270101-000000-longstream"
+
+
+def build(home: Path, mb: float) -> Path:
+    from engine.results import requested_setting
+    from fairtui.synthetic import make_run
+
+    k, epochs = 100, 300
+    run_dir = make_run(home, RUN_ID, name="long", method="cfa", epochs=epochs, k=k)
+    table = json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])["config"]
+    rng = random.Random(0)
+    path = run_dir / "events.jsonl"
+    seq = len(path.read_text().splitlines())
+    target = mb * 1e6
+    with open(path, "a") as fh:
+        while fh.tell() < target:
+            for ckpt in ("best", "last", "ema"):
+                for attack in ("pgd20", "cw20", "aa", "clean"):
+                    for eps in (None, 4 / 255):
+                        clean = [round(rng.random(), 4) for _ in range(k)]
+                        robust = [round(rng.random() * 0.6, 4) for _ in range(k)]
+                        setting = requested_setting(table, attack, eps=eps)
+                        fh.write(json.dumps({
+                            "v": 1, "seq": seq, "t": time.time(), "run_id": RUN_ID, "type": "eval_result",
+                            "split": "test", "checkpoint": ckpt, "epoch": epochs, "attack": attack,
+                            "eps": setting.get("eps"), "n_per_class": 0, "setting": setting,
+                            "clean_acc_per_class": clean, "robust_acc_per_class": robust,
+                            "avg_clean": sum(clean) / k, "avg_robust": sum(robust) / k,
+                            "worst_robust": min(robust), "cv": 0.1, "mcd": 0.5}) + "\n")
+                        seq += 1
+        fh.write(json.dumps({"v": 1, "seq": seq, "t": time.time(), "run_id": RUN_ID, "type": "run_finished",
+                             "status": "completed"}) + "\n")
+    return run_dir
+
+
+def measured(args: list[str]) -> tuple[float, float]:
+    """Wall time (s) and peak RSS (MB) of one fresh process."""
+    code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+            "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True); "
+            "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, cwd=ROOT)
+    seconds, rss_kb = out.stdout.split()
+    return float(seconds), int(rss_kb) / 1024
+
+
+APP = """
+import asyncio, resource, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from fairtui.app import make_app
+from fairtui.app.screens.run import RunScreen
+
+async def main(home, run_id, quit_early):
+    app = make_app(home=Path(home), profiles_dir=Path(home), gpu_inventory=lambda: [], poll_interval=1.0,
+                   queue_worker=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        t = time.perf_counter()
+        app.push_screen(RunScreen(run_id))
+        if quit_early:  # `q` while the screen still loads
+            await pilot.pause(0.5)
+            t = time.perf_counter()
+            await pilot.press("q")
+            shown = float("nan")
+        while not quit_early and not (isinstance(app.screen, RunScreen) and app.screen.state.results):
+            await pilot.pause(0.02)
+        if not quit_early:
+            shown = time.perf_counter() - t
+            t = time.perf_counter()
+            await pilot.press("q")
+    quit_s = time.perf_counter() - t
+    print(shown, quit_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[4] == "1"))
+"""
+
+
+def app_times(home: Path, quit_early: bool = False) -> tuple[float, float, float]:
+    out = subprocess.run([sys.executable, "-c", APP, str(home), RUN_ID, str(ROOT), "1" if quit_early else "0"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    if out.returncode:
+        raise SystemExit(out.stderr[-3000:])
+    shown, quit_s, rss = out.stdout.split()
+    return float(shown), float(quit_s), float(rss)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=float, default=200)
+    parser.add_argument("--home", type=Path)
+    args = parser.parse_args()
+    home = args.home or Path(tempfile.mkdtemp(prefix="fairtui-bench-stream-"))
+    run_dir = home / "runs" / RUN_ID
+    if not run_dir.exists():
+        t = time.perf_counter()
+        build(home, args.mb)
+        print(f"built a {(run_dir / 'events.jsonl').stat().st_size / 1e6:.0f} MB stream in "
+              f"{time.perf_counter() - t:.0f} s at {home}", file=sys.stderr)
+    cli = [sys.executable, "-m", "fairtui.cli"]
+    shutil.rmtree(home / ".cache", ignore_errors=True)
+    rows = [("fairtui show (no digest yet: folds the stream once)", *measured([*cli, "show", RUN_ID, "--home", str(home)]))]
+    for name, command in (("fairtui show", ["show", RUN_ID]), ("fairtui show --json", ["show", RUN_ID, "--json"]),
+                          ("fairtui tag", ["tag", RUN_ID, "bench"]), ("fairtui ls", ["ls"])):
+        rows.append((name, *measured([*cli, *command, "--home", str(home)])))
+    shutil.rmtree(home / ".cache", ignore_errors=True)
+    _, early_quit, _ = app_times(home, quit_early=True)
+    shutil.rmtree(home / ".cache", ignore_errors=True)
+    first, first_quit, first_rss = app_times(home)
+    shown, quit_s, rss = app_times(home)
+    size = (run_dir / "events.jsonl").stat().st_size / 1e6
+    print(f"one run, events.jsonl {size:.0f} MB; each command a fresh process")
+    print("| what | wall time (s) | peak memory (MB) |")
+    print("|---|---|---|")
+    for name, seconds, mb in rows:
+        print(f"| {name} | {seconds:.2f} | {mb:.0f} |")
+    print(f"| app: run screen shown (no digest yet) | {first:.2f} | {first_rss:.0f} (whole app) |")
+    print(f"| app: run screen shown | {shown:.2f} | {rss:.0f} (whole app) |")
+    print(f"| app: `q` until exited | {quit_s:.2f} | - |")
+    print(f"| app: `q` while the screen folds the stream, until exited | {early_quit:.2f} | - |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The folded event stream (fairtui.digest): the same answers as reading the whole stream, the stream read
+once and then only what was appended, a replaced stream folded again, and the app's run screen loading off
+its thread so that `q` quits."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from engine.events import read_events
+from fairtui import digest as digest_module
+from fairtui.digest import Digest, cache_path, read_digest
+from fairtui.runfolder import RunView, headline_results
+from fairtui.synthetic import make_run
+
+
+def _append(path, events: list[dict]) -> None:
+    with open(path, "a") as fh:
+        for e in events:
+            fh.write(json.dumps(e) + "\n")
+
+
+def _long_run(home, run_id="20260101-000000-longlong"):
+    """A run resumed twice (epochs 2 and 3 repeated), evaluated again and again at a few settings, with a
+    damaged line: the cases where the latest of something must win."""
+    run = make_run(home, run_id, name="long", epochs=4, attacks=("pgd20", "clean"))
+    events, _ = read_events(run / "events.jsonl")
+    epoch = next(e for e in events if e["type"] == "epoch_end" and e["epoch"] == 2)
+    evals = [e for e in events if e["type"] == "eval_result"]
+    more = [{"type": "run_resumed", "epoch": 1}, {**epoch, "epoch": 2, "lr": 0.5}, {**epoch, "epoch": 3, "lr": 0.6}]
+    for i in range(40):
+        for e in evals:
+            more.append({**e, "avg_robust": i / 100, "epoch": 4 + i % 3})
+            more.append({**e, "avg_robust": i / 50, "setting": {**e["setting"], "n_per_class": 5, "subset_seed": 0}})
+    more.append({"type": "run_finished", "status": "stopped"})
+    _append(run / "events.jsonl", more)
+    with open(run / "events.jsonl", "a") as fh:
+        fh.write("not json\n")
+    _append(run / "events.jsonl", [{"type": "run_resumed", "epoch": 3}, {"type": "run_finished",
+                                                                        "status": "completed"}])
+    return run
+
+
+def test_the_digest_answers_as_the_whole_stream_does(tmp_path):
+    run = _long_run(tmp_path)
+    events, warnings = read_events(run / "events.jsonl")
+    view = RunView.load(run)
+    by_epoch = {e["epoch"]: e for e in events if e["type"] == "epoch_end"}
+    assert view.epochs == [by_epoch[k] for k in sorted(by_epoch)] and view.epochs[1]["lr"] == 0.5
+    assert view.finished == events[-1] and view.status() == "completed"
+    assert view.started == events[0]
+    config = events[0]["config"]
+    assert view.results() == headline_results(events, config)
+    assert {k: e["avg_robust"] for k, e in view.results().items()} == {
+        ("test", c, a): 0.39 for c in ("last", "best") for a in ("pgd20", "clean")}
+    latest_subset = {(e["checkpoint"], e["attack"]): e["avg_robust"] for e in events
+                     if e["type"] == "eval_result" and e["setting"].get("n_per_class")}
+    assert {(e["checkpoint"], e["attack"]): e["avg_robust"] for e, _ in view.other_results()} == latest_subset
+    assert view.warnings == warnings and len(warnings) == 1
+    # bounded by the run, not its stream: one result per identity however often it was measured
+    assert len(view.eval_results()) == 8 and sum(e["type"] == "eval_result" for e in events) > 300
+
+
+def test_a_cached_digest_reads_only_what_was_appended_and_a_replaced_stream_is_folded_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(digest_module, "CACHE_MIN_BYTES", 0)
+    run = _long_run(tmp_path)
+    folded = []
+    real = digest_module._fold_line
+    monkeypatch.setattr(digest_module, "_fold_line", lambda d, line, *a: (folded.append(line), real(d, line, *a)))
+    first = read_digest(run)
+    lines = len((run / "events.jsonl").read_bytes().splitlines())
+    assert len(folded) == lines and cache_path(run).exists()
+    folded.clear()
+    assert read_digest(run).to_json() == first.to_json() and folded == []  # nothing new: nothing parsed
+    _append(run / "events.jsonl", [{"type": "run_resumed", "epoch": 4}])
+    assert read_digest(run).finished is None and len(folded) == 1  # only the appended line
+    # replaced by a shorter stream of the same start, then by one of the same length: folded from the start
+    text = (run / "events.jsonl").read_text().splitlines()
+    (run / "events.jsonl").write_text("\n".join(text[:3]) + "\n")
+    again = read_digest(run)
+    assert again.finished is None and sorted(again.epochs) == [1, 2] and again.evals == {}
+    same_length = "\n".join(text[:2] + [text[2].replace('"lr": 0.1', '"lr": 0.9')]) + "\n"
+    assert len(same_length) == len("\n".join(text[:3]) + "\n")
+    (run / "events.jsonl").write_text(same_length)
+    assert read_digest(run).epochs[2]["lr"] == 0.9
+    # deleting the run deletes its cached digest
+    from fairtui.store import RunIndex
+
+    RunIndex(tmp_path).remove(run.name)
+    assert not cache_path(run).exists()
+
+
+def test_a_fold_stops_when_cancelled_and_a_line_being_written_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(digest_module, "CACHE_MIN_BYTES", 0)
+    monkeypatch.setattr(digest_module, "CHUNK", 256)
+    run = _long_run(tmp_path)
+    calls = []
+    partial = read_digest(run, cancelled=lambda: calls.append(1) or len(calls) > 40)
+    assert 0 < partial.lines < len((run / "events.jsonl").read_bytes().splitlines())
+    assert not cache_path(run).exists()  # a cancelled fold is not kept
+    with open(run / "events.jsonl", "a") as fh:
+        fh.write('{"type": "run_resumed", "epoch": 9}')  # no newline yet: still being written
+    whole = read_digest(run)
+    assert whole.finished is None  # shown
+    cached = Digest.from_json(json.loads(cache_path(run).read_text())) if cache_path(run).exists() else None
+    assert cached is None or cached.finished is not None  # never cached
+
+
+async def test_q_quits_while_the_run_screen_still_folds_a_long_stream(tmp_path, monkeypatch):
+    """The run screen folds the stream off the screen's thread: `q` quits while the fold is still at work
+    (here, a fold that waits until the test lets it go)."""
+    from fairtui import runfolder
+    from fairtui.app import make_app
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-slowslow", name="slow", epochs=2)
+    gate, returned = threading.Event(), []
+
+    def slow_digest(run_dir, cancelled=None):
+        gate.wait(120)
+        returned.append(True)
+        return Digest()
+
+    monkeypatch.setattr(runfolder, "read_digest", slow_digest)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   open_run="20260101-000000-slowslow", queue_worker=False)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(0.3)
+            assert "loading" in str(app.screen.query_one("#run-title").render())
+            await pilot.press("q")
+        assert returned == []  # the app quit while the fold still ran
+    finally:
+        gate.set()
