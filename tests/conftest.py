@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# A limit that only a hang reaches. Tests wait for subprocesses and screens this long at most: on a
+# 2-core machine under a load of 20 a step is ten times slower than idle, and no test may fail for that.
+HANG_S = 600.0
 
 TINY = """
 name = "tiny"
@@ -74,7 +77,7 @@ def make_run_dir(tmp_path: Path, profile_path: Path, name: str = "run", override
     return run_dir
 
 
-def run_engine(run_dir: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_engine(run_dir: Path, timeout: float = HANG_S) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "engine", "train", str(run_dir)], env=engine_env(),
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
@@ -93,7 +96,7 @@ def events_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 
 
-def fairtui_cmd(*args: str, home: Path, timeout: float = 240, env_extra: dict | None = None):
+def fairtui_cmd(*args: str, home: Path, timeout: float = HANG_S, env_extra: dict | None = None):
     env = engine_env()
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-c", "from fairtui.cli import main; main()", *args, "--home", str(home)],

@@ -120,8 +120,6 @@ def import_model(
     import json
     import os
     import shutil
-    import subprocess
-    import sys
     from pathlib import Path
 
     from engine.config import ARCHS, NUM_CLASSES, profile_from_table

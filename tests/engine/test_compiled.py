@@ -91,7 +91,7 @@ def test_compiled_run_trains_like_the_eager_one(tmp_path, tiny_profile):
     runs = {}
     for mode in ("off", "on"):
         run_dir = make_run_dir(tmp_path, tiny_profile(), name=mode, overrides=(*cfa, f'train.compile="{mode}"'))
-        proc = run_engine(run_dir, timeout=540)
+        proc = run_engine(run_dir)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[mode] = events_of(run_dir)
         ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)

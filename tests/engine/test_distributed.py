@@ -22,7 +22,7 @@ import torch
 from engine.attacks import noise
 from engine.distributed import Group, fingerprint
 from engine.events import read_events
-from tests.conftest import ROOT, engine_env, make_run_dir
+from tests.conftest import HANG_S, ROOT, engine_env, make_run_dir
 
 
 def train(run_dir: Path, nproc: int, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -154,7 +154,7 @@ def test_collectives_on_two_gloo_processes(tmp_path):
                               text=True, env={**engine_env(), "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
                                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
              for r in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    outs = [p.communicate(timeout=HANG_S) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     for stdout, _ in outs:
         res = json.loads(stdout.strip().splitlines()[-1])
@@ -237,7 +237,7 @@ def test_a_stopped_or_killed_group_ends_cleanly_and_resumes_to_completion(tmp_pa
     proc = start(run_dir, 2)
     wait_for_epoch(run_dir, 2, proc)
     os.kill(json.loads((run_dir / "engine.json").read_text())["pid"], signal.SIGTERM)
-    assert proc.wait(timeout=60) == 130
+    assert proc.wait(timeout=HANG_S) == 130
     assert events_of(run_dir, "run_finished")[-1]["status"] == "stopped"
     # a rank killed: the run fails within the grace, names the rank, keeps the checkpoint
     proc = start(run_dir, 2)
@@ -245,7 +245,7 @@ def test_a_stopped_or_killed_group_ends_cleanly_and_resumes_to_completion(tmp_pa
     info = json.loads((run_dir / "engine.json").read_text())
     killed = time.time()
     os.kill(info["ranks"][1]["pid"], signal.SIGKILL)
-    assert proc.wait(timeout=60) == 1
+    assert proc.wait(timeout=HANG_S) == 1
     assert time.time() - killed < 30
     finished = events_of(run_dir, "run_finished")[-1]
     assert finished["status"] == "failed"

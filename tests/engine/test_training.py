@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT, engine_env, events_of, make_run_dir, run_engine, train_tiny
+from tests.conftest import HANG_S, ROOT, engine_env, events_of, make_run_dir, run_engine, train_tiny
 
 BASE_KEYS = {"v", "seq", "t", "run_id", "type"}
 
@@ -144,7 +144,7 @@ def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(lambda: 1 in epoch_ends(run_dir))
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
+    assert proc.wait(timeout=HANG_S) == 130
     last = events_of(run_dir)[-1]
     assert last["type"] == "run_finished" and last["status"] == "stopped"
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)

@@ -16,7 +16,7 @@ from fairtui.app.widgets.plot import LinePlot
 from fairtui.gpus import GpuInfo
 from fairtui.runfolder import engine_alive, engine_process
 from fairtui.synthetic import make_run
-from tests.conftest import ROOT, TINY
+from tests.conftest import HANG_S, ROOT, TINY
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FAKE_GPUS = [GpuInfo(0, "Fake GPU", 1024.0, 81920.0, 3.0)]
@@ -36,7 +36,7 @@ def profiles(tmp_path):
     return folder
 
 
-async def wait_until(pilot, predicate, timeout: float = 180.0) -> None:
+async def wait_until(pilot, predicate, timeout: float = HANG_S) -> None:
     end = time.time() + timeout
     while time.time() < end:
         if predicate():
@@ -171,7 +171,7 @@ async def test_quit_while_training_then_reattach(tmp_path, profiles):
     run_dir = next((home / "runs").iterdir())
     try:
         events = run_dir / "events.jsonl"
-        end = time.time() + 120
+        end = time.time() + HANG_S
         while time.time() < end and not (events.exists() and '"epoch_end"' in events.read_text()):
             await asyncio.sleep(0.2)
         assert json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])["config"]["train"]["epochs"] == 400
@@ -186,7 +186,7 @@ async def test_quit_while_training_then_reattach(tmp_path, profiles):
             seen = len(app2.screen.state.epochs)
             await wait_until(pilot, lambda: len(app2.screen.state.epochs) > seen)  # still streaming
             await pilot.press("s")  # stop from the run screen
-            await wait_until(pilot, lambda: app2.screen.state.status == "stopped", timeout=60)
+            await wait_until(pilot, lambda: app2.screen.state.status == "stopped", timeout=HANG_S)
     finally:
         info = engine_process(run_dir)
         if info and engine_alive(run_dir):
@@ -206,7 +206,7 @@ async def test_launch_a_sweep_from_the_dialog_and_group_it(tmp_path, profiles):
         await pilot.press("g")
         names = [app.screen.query_one("DataTable").get_row_at(i)[1] for i in range(4)]
         assert names == sorted(names) and names[0].startswith("tiny-eps=0.1-s0")
-        await wait_until(pilot, lambda: all(d.get("status") == "completed" for d in app.screen.docs), timeout=240)
+        await wait_until(pilot, lambda: all(d.get("status") == "completed" for d in app.screen.docs), timeout=HANG_S)
         tags = {t for d in app.screen.docs for t in d["tags"]}
         assert {"attack.eps=0.1", "attack.eps=0.2"} <= tags
 
@@ -449,7 +449,7 @@ async def test_keys_typed_right_after_ctrl_u_are_kept(tmp_path):
         assert isinstance(field, LineInput) and field.value == "old"
         for key, char in [("ctrl+u", "\x15"), ("a", "a"), ("b", "b"), ("c", "c")]:  # one read, as a terminal sends it
             app.post_message(events.Key(key, char))
-        await wait_until(pilot, lambda: field.value == "abc", timeout=5)
+        await wait_until(pilot, lambda: field.value == "abc", timeout=HANG_S)
         await pilot.press("enter")
         await wait_until(pilot, lambda: json.loads((home / "runs" / "20260101-000000-a9a8a7" / "meta.json")
-                                                   .read_text())["tags"] == ["abc"], timeout=5)
+                                                   .read_text())["tags"] == ["abc"], timeout=HANG_S)

@@ -7,6 +7,7 @@ from fairtui.app import make_app
 from fairtui.app.widgets.plot import LinePlot
 from fairtui.synthetic import make_run
 from tests.fairtui.test_app import FAKE_GPUS, engine_on_path, profiles, wait_until  # noqa: F401 (fixtures)
+from tests.conftest import HANG_S
 
 
 async def test_an_imported_runs_screen_shows_its_evaluations_and_no_training_plot(tmp_path):
@@ -44,12 +45,12 @@ async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_
                    queue_worker=False)
     async with app.run_test(size=(80, 24)) as pilot:
         line = app.screen.query_one("#status-line")
-        await wait_until(pilot, lambda: "waits for cpu" in str(line.render()), timeout=20)
+        await wait_until(pilot, lambda: "waits for cpu" in str(line.render()), timeout=HANG_S)
         assert "waiting waits for cpu: 2 running, 0 queued ahead" in str(line.render())
         await pilot.press("enter")
-        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=20)
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=HANG_S)
         summary = app.screen.query_one("#run-summary")
-        await wait_until(pilot, lambda: "queued: waits for cpu" in str(summary.render()), timeout=20)
+        await wait_until(pilot, lambda: "queued: waits for cpu" in str(summary.render()), timeout=HANG_S)
 
 
 async def test_the_launch_dialog_shows_the_gpus_and_the_profiles_settings_at_80x24(tmp_path, profiles):

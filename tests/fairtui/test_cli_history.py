@@ -8,7 +8,7 @@ import pytest
 
 from engine.config import Profile, TrainConfig
 from fairtui.synthetic import make_run
-from tests.conftest import ROOT, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, fairtui_cmd
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def home(tmp_path):
 
 
 def cli(*args, home):
-    return fairtui_cmd(*args, home=home, timeout=60, env_extra={"COLUMNS": "200"})
+    return fairtui_cmd(*args, home=home, env_extra={"COLUMNS": "200"})
 
 
 def test_ls_json_filters_and_newest_first(home):
@@ -173,7 +173,7 @@ def test_tag_note_and_rm(home):
     assert doc["tags"] == ["paper", "cifar"] and doc["notes"] == "the good one"
     cli("tag", "fair", "cifar", "--remove", home=home)
     assert json.loads((home / "runs" / "20260101-000001-bbbbbb" / "meta.json").read_text())["tags"] == ["paper"]
-    declined = fairtui_cmd("rm", "fair", home=home, timeout=60)  # no --yes, no input: nothing is deleted
+    declined = fairtui_cmd("rm", "fair", home=home)  # no --yes, no input: nothing is deleted
     assert declined.returncode != 0 and (home / "runs" / "20260101-000001-bbbbbb").exists()
     assert cli("rm", "fair", "--yes", home=home).returncode == 0
     assert not (home / "runs" / "20260101-000001-bbbbbb").exists()
@@ -188,7 +188,7 @@ def test_stop_a_real_run(tmp_path, tiny_profile):
     assert started.returncode == 0, started.stderr
     run_id = json.loads(started.stdout)["run_id"]
     events = home / "runs" / run_id / "events.jsonl"
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     while time.time() < deadline and (not events.exists() or '"epoch_end"' not in events.read_text()):
         time.sleep(0.1)
     assert json.loads(cli("ls", "--json", home=home).stdout)[0]["status"] == "running"
@@ -206,7 +206,7 @@ def test_home_before_the_command(home):
     from tests.conftest import ROOT, engine_env
 
     out = subprocess.run([sys.executable, "-m", "fairtui.cli", "--home", str(home), "ls", "--json"],
-                         capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=60)
+                         capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)) == 3
 
@@ -225,7 +225,7 @@ def test_show_prints_the_method_state_as_labelled_tables_at_80_columns(tmp_path,
     is wider than the terminal (tables are split instead)."""
     make_run(tmp_path, "20260101-000000-aaaaaa", name="a-run-with-a-rather-long-name", method=method,
              method_state=state)
-    out = fairtui_cmd("show", "aaaaaa", home=tmp_path, timeout=60, env_extra={"COLUMNS": "80"})
+    out = fairtui_cmd("show", "aaaaaa", home=tmp_path, env_extra={"COLUMNS": "80"})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
@@ -342,8 +342,8 @@ def test_a_stop_in_the_first_moment_of_a_run_is_recorded(tmp_path, tiny_profile)
     finally:
         os.environ.clear()
         os.environ.update(old)
-    status = stop_run(run_dir, wait=True, timeout=180)  # at once: the engine is still importing
-    assert proc.wait(timeout=180) == 130
+    status = stop_run(run_dir, wait=True, timeout=HANG_S)  # at once: the engine is still importing
+    assert proc.wait(timeout=HANG_S) == 130
     assert status == "stopped"
     fin = RunView.load(run_dir).finished
     assert fin and fin["status"] == "stopped"

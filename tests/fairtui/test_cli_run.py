@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, engine_env, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
 
 
 def test_run_json_prints_one_document_and_fills_the_run_folder(tmp_path, tiny_profile):
@@ -70,14 +70,14 @@ def test_ctrl_c_stops_then_resume_completes(tmp_path, tiny_profile):
            "--set", "train.epochs=40", "--set", "data.train_per_class=60", "--home", str(home)]
     proc = subprocess.Popen(cmd, env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     while time.time() < deadline:
         runs = list((home / "runs").glob("*/events.jsonl")) if (home / "runs").exists() else []
         if runs and '"epoch_end"' in runs[0].read_text():
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 130, err
     assert "fairtui resume" in err
     run_id = runs[0].parent.name

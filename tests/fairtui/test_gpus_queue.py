@@ -9,6 +9,7 @@ from fairtui import gpus
 from fairtui.launcher import GpuChoice
 from fairtui.queue import LocalQueue, devices_of
 from fairtui.synthetic import make_run
+from tests.conftest import HANG_S
 
 SMI = """0, NVIDIA A100-SXM4-80GB, 1024, 81920, 37
 1, NVIDIA A100-SXM4-80GB, 0, 81920, [N/A]
@@ -149,7 +150,7 @@ def test_a_run_queued_by_a_command_that_quit_still_trains(tmp_path, tiny_profile
     (run_dir / "meta.json").write_text(json.dumps({"run_id": run_dir.name, "name": "queued"}))
     for _ in range(2):  # two commands queue it at once: still one worker, and one start
         LocalQueue(home, worker=True).submit(run_dir, GpuChoice(cpu=True))
-    deadline = time.time() + 240
+    deadline = time.time() + HANG_S
     events = run_dir / "events.jsonl"
     while time.time() < deadline and '"run_finished"' not in (events.read_text() if events.exists() else ""):
         time.sleep(0.5)

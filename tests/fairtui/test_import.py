@@ -12,7 +12,7 @@ from torch import nn
 from engine.config import DataConfig, ModelConfig
 from engine.data import load_splits
 from engine.models import MODELS
-from tests.conftest import TINY, fairtui_cmd
+from tests.conftest import HANG_S, TINY, fairtui_cmd
 
 
 def trained_small_cnn() -> nn.Module:
@@ -323,7 +323,7 @@ def test_a_state_dict_larger_than_any_model_is_refused_before_it_is_read(tmp_pat
     with open(big, "wb") as fh:  # sparse: 2.5 GB on paper, nothing on disk
         fh.truncate(int(2.5 * 2**30))
     proc = fairtui_cmd("import", "--state-dict", str(big), "--arch", "small_cnn", "--dataset", "digits",
-                       "--no-normalize", home=tmp_path / "home", timeout=60)
+                       "--no-normalize", home=tmp_path / "home")
     assert proc.returncode == 2 and "2.5 GiB" in proc.stderr and "refused before reading it" in proc.stderr
     assert runs_in(tmp_path / "home") == []
 
@@ -336,7 +336,7 @@ def test_a_crafted_pickle_as_init_from_is_refused_before_any_folder_exists(tmp_p
     torch.save({"model": Evil()}, tmp_path / "evil.pt")
     home = tmp_path / "home"
     proc = fairtui_cmd("run", str(tiny_profile()), "--set", 'method.name="frl"', "--set",
-                       f'method.init_from="{tmp_path / "evil.pt"}"', home=home, timeout=120)
+                       f'method.init_from="{tmp_path / "evil.pt"}"', home=home)
     assert proc.returncode == 2, proc.stderr
     assert "method.init_from" in proc.stderr and "refused" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -409,11 +409,11 @@ def test_sigterm_during_the_import_check_kills_the_check_and_removes_the_run(tmp
     proc = subprocess.Popen([sys.executable, "-c", "from fairtui.cli import main; main()", "import", "--torchscript",
                              str(tmp_path / "loop.ts"), "--trust-code", "--dataset", "digits", "--home", str(home)],
                             env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    end = time.time() + 240
+    end = time.time() + HANG_S
     while time.time() < end and not _engine_processes_of(home / "runs"):  # the check has started
         time.sleep(0.05)
     assert _engine_processes_of(home / "runs"), "the check never started"
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 143 and "interrupted; nothing was imported" in err
     assert runs_in(home) == [] and _engine_processes_of(home) == []

@@ -16,7 +16,7 @@ from fairtui.home import EngineRunning
 from fairtui.queue import LocalQueue
 from fairtui.runfolder import RunView
 from fairtui.synthetic import make_run
-from tests.conftest import engine_env
+from tests.conftest import HANG_S, engine_env
 
 # Stands in for `python -m engine train RUN`: records each start, then waits until stopped.
 FAKE_ENGINE = """
@@ -24,7 +24,7 @@ import os, sys, time
 run = sys.argv[2]
 with open(os.path.join(run, "fake-engine.starts"), "a") as fh:
     fh.write(f"{os.getpid()}\\n")
-end = time.time() + 120
+end = time.time() + 1800
 while time.time() < end and not os.path.exists(os.path.join(run, "stop.requested")):
     time.sleep(0.05)
 """
@@ -62,12 +62,12 @@ def fake(tmp_path: Path) -> Path:
 
 def _worker(tmp_path: Path, home: Path, point: str, fake: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(home), point, str(fake)],
-                          capture_output=True, text=True, timeout=300, env=engine_env())
+                          capture_output=True, text=True, timeout=HANG_S, env=engine_env())
 
 
 def _starts(run: Path, at_least: int) -> list[str]:
     path = run / "fake-engine.starts"
-    end = time.time() + 60
+    end = time.time() + HANG_S
     while time.time() < end and (not path.exists() or len(path.read_text().split()) < at_least):
         time.sleep(0.05)
     return path.read_text().split() if path.exists() else []
@@ -75,7 +75,7 @@ def _starts(run: Path, at_least: int) -> list[str]:
 
 def _stop(run: Path) -> None:
     (run / "stop.requested").touch()
-    end = time.time() + 60
+    end = time.time() + HANG_S
     while time.time() < end and engine_lock_held(run):
         time.sleep(0.05)
 

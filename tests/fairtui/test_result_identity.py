@@ -46,10 +46,10 @@ def test_results_written_before_settings_were_recorded_are_judged_by_eps_and_sub
 def evaluated(tmp_path_factory):
     run_dir = train_tiny(tmp_path_factory.mktemp("identity"))
     home = run_dir.parent.parent
-    before = {cmd: fairtui_cmd(*cmd.split(), home=home, timeout=120).stdout
+    before = {cmd: fairtui_cmd(*cmd.split(), home=home).stdout
               for cmd in ("ls --json", "show run --json", "export run --format json")}
     proc = fairtui_cmd("eval", "run", "--attack", "pgd5", "--eps", "0.05", "--n-per-class", "5", "--checkpoint",
-                       "best", "--json", home=home, timeout=240)
+                       "best", "--json", home=home)
     assert proc.returncode == 0, proc.stderr
     return home, before, json.loads(proc.stdout)
 

@@ -15,7 +15,7 @@ import pytest
 from fairtui.runfolder import RunView
 from fairtui.store import RunIndex, document_for
 from fairtui.synthetic import make_run
-from tests.conftest import ROOT
+from tests.conftest import HANG_S, ROOT
 
 
 def _writer(home: str, worker: int, n: int) -> None:
@@ -33,7 +33,7 @@ def test_eight_concurrent_writers_lose_nothing(tmp_path):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=240)
+        p.join(timeout=HANG_S)
         assert p.exitcode == 0
     # what the writers left in the file (read() would reconcile these folderless documents away)
     docs = RunIndex(tmp_path)._read_all()
@@ -226,7 +226,7 @@ def test_a_killed_engine_that_is_not_reaped_yet_is_not_running(tmp_path):
     child.send_signal(signal.SIGKILL)
     import time
 
-    deadline = time.time() + 10
+    deadline = time.time() + HANG_S
     while time.time() < deadline and "Z" not in open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1][:3]:
         time.sleep(0.01)
     assert not engine_alive(tmp_path)  # a zombie: still in /proc, signal 0 still reaches it
@@ -317,7 +317,7 @@ def test_a_deleted_run_folder_leaves_the_index_at_the_next_read(tmp_path):
     assert [d["run_id"] for d in index._read_all()] == ["20260101-000000-aaaaaa"]  # the file too, not only the view
     from tests.conftest import fairtui_cmd
 
-    shown = fairtui_cmd("show", "gone", home=tmp_path, timeout=60)
+    shown = fairtui_cmd("show", "gone", home=tmp_path)
     assert shown.returncode == 2 and "did you mean" not in shown.stderr
 
 

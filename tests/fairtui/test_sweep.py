@@ -8,7 +8,7 @@ import time
 import pytest
 
 from fairtui.sweep import build_spec, expand, split_profile
-from tests.conftest import TINY, fairtui_cmd
+from tests.conftest import HANG_S, TINY, fairtui_cmd
 
 FAST = TINY.replace("train_per_class = 30", "train_per_class = 20").replace("epochs = 2", "epochs = 1")
 
@@ -18,7 +18,7 @@ def test_local_grid_of_2x2_with_2_seeds(tmp_path):
     profile.write_text(FAST)
     home = tmp_path / "home"
     out = fairtui_cmd("sweep", str(profile), "--grid", "attack.eps=0.1,0.2", "--grid", "method.name=pgd_at,trades",
-                      "--seeds", "2", "--per-gpu", "2", "--gpus", "cpu", "--json", home=home, timeout=600)
+                      "--seeds", "2", "--per-gpu", "2", "--gpus", "cpu", "--json", home=home)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert len(doc["runs"]) == 8 and set(doc["statuses"].values()) == {"completed"}
@@ -54,7 +54,7 @@ def test_local_grid_of_2x2_with_2_seeds(tmp_path):
 def test_bad_sweeps_exit_2_saying_what_to_fix(tmp_path, args, message):
     profile = tmp_path / "p.toml"
     profile.write_text(FAST)
-    out = fairtui_cmd("sweep", str(profile), *args, home=tmp_path / "home", timeout=60)
+    out = fairtui_cmd("sweep", str(profile), *args, home=tmp_path / "home")
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert not (tmp_path / "home" / "runs").exists()  # nothing was created
@@ -69,7 +69,7 @@ def test_sweep_table_in_the_profile_and_run_refuses_it(tmp_path):
     assert [c.values for c, _ in children] == [{"method.name": "pgd_at", "seed": 0}, {"method.name": "pgd_at", "seed": 5},
                                                {"method.name": "trades", "seed": 0}, {"method.name": "trades", "seed": 5}]
     assert [p.method.name for _, p in children] == ["pgd_at", "pgd_at", "trades", "trades"]
-    refused = fairtui_cmd("run", str(profile), home=tmp_path / "home", timeout=60)
+    refused = fairtui_cmd("run", str(profile), home=tmp_path / "home")
     assert refused.returncode == 2 and "run it with `fairtui sweep`" in refused.stderr
 
 
@@ -112,7 +112,7 @@ def preempt(job) -> None:
         os.kill(pid, signal.SIGUSR2)
 
 
-def wait(predicate, timeout=300):
+def wait(predicate, timeout=HANG_S):
     end = time.time() + timeout
     while time.time() < end:
         if predicate():
