@@ -11,8 +11,44 @@ from typing import Callable
 from fairtui.runfolder import RunView, engine_alive, engine_process
 
 
-class StopError(RuntimeError):
+class ControlError(RuntimeError):
+    """An action on a run that cannot be done now; the message says why and what to do."""
+
+
+class StopError(ControlError):
     pass
+
+
+def check_deletable(run_dir: Path) -> None:
+    """ControlError if the run trains (its engine alive, or holding engine.lock while it starts)."""
+    from fairtui.launcher import engine_lock_held
+
+    if RunView.load(run_dir).status() == "running" or engine_lock_held(run_dir):
+        raise ControlError(f"run {run_dir.name} is running; `fairtui stop {run_dir.name}` first")
+
+
+def delete_run(run_dir: Path) -> str:
+    """Delete a run, the same from the CLI (`rm`) and the app (`d`): its queue entry is cancelled, a run
+    that trains is refused, a run linked in from elsewhere loses the link and keeps its target, and it
+    leaves the index. Returns what was done, in words."""
+    import shutil
+
+    from fairtui.queue import LocalQueue
+    from fairtui.store import RunIndex
+
+    home, run_id = run_dir.parent.parent, run_dir.name
+    LocalQueue(home).cancel(run_id)  # first: the queue cannot start it while it is being deleted
+    check_deletable(run_dir)
+    if run_dir.is_symlink():
+        run_dir.unlink()
+        RunIndex(home).remove(run_id)
+        return f"removed the link {run_id} (its target was left as it is)"
+    try:
+        shutil.rmtree(run_dir)
+    except OSError as err:
+        raise ControlError(f"run {run_id}: not deleted: {err.strerror or err}") from None
+    RunIndex(home).remove(run_id)
+    return f"deleted {run_id}"
 
 
 def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:

@@ -30,29 +30,22 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN"), home: HomeT = Home,
 
 def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Option(False, "--yes", "-y"),
        home: HomeT = Home) -> None:
-    import shutil
-
+    from fairtui.control import ControlError, check_deletable, delete_run
     from fairtui.runfolder import RunView
-    from fairtui.store import RunIndex
 
     run_dir = resolve_run(home, run_ref)
     view = RunView.load(run_dir)
-    if view.status() == "running":
-        raise fail(f"run {run_dir.name} is running; `fairtui stop {run_dir.name}` first")
+    try:
+        check_deletable(run_dir)  # before asking: a refusal after a yes would waste it
+    except ControlError as err:
+        raise fail(str(err)) from None
     if not yes:
         if not typer.confirm(f"delete run {inert(view.name)} [{run_dir.name}] and its folder {run_dir}?", err=True):
             raise typer.Exit(1)
-    if run_dir.is_symlink():  # a run linked in from elsewhere: the link goes, what it points to stays
-        run_dir.unlink()
-        RunIndex(run_dir.parent.parent).remove(run_dir.name)
-        typer.echo(f"removed the link {run_dir.name} (its target was left as it is)", err=True)
-        return
     try:
-        shutil.rmtree(run_dir)
-    except OSError as err:
-        raise fail(f"run {run_dir.name}: not deleted: {err.strerror or err}") from None
-    RunIndex(run_dir.parent.parent).remove(run_dir.name)
-    typer.echo(f"deleted {run_dir.name}", err=True)
+        typer.echo(delete_run(run_dir), err=True)
+    except ControlError as err:
+        raise fail(str(err)) from None
 
 
 def reindex(home: HomeT = Home) -> None:

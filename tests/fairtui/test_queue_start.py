@@ -116,3 +116,17 @@ def test_a_second_engine_for_a_run_is_refused_while_the_first_lives(tmp_path, fa
         _stop(run)
     assert not engine_lock_held(run)
     assert len(_starts(run, 1)) == 1
+
+
+def test_deleting_a_queued_run_cancels_its_queue_entry_from_the_cli_as_from_the_app(tmp_path):
+    from tests.conftest import fairtui_cmd
+
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-queuedd", name="waiting", status="queued")
+    other = make_run(home, "20260101-000001-queuedd", name="other", status="queued")
+    queue = LocalQueue(home)
+    queue.submit(run, GpuChoice.parse("cpu"))
+    queue.submit(other, GpuChoice.parse("cpu"))
+    deleted = fairtui_cmd("rm", run.name, "--yes", home=home)
+    assert deleted.returncode == 0, deleted.stderr
+    assert not run.exists() and [e["run_id"] for e in queue.entries()] == [other.name]

@@ -391,16 +391,13 @@ class RunsScreen(Screen):
         def apply(yes: bool | None) -> None:
             if not yes:
                 return
-            import shutil
+            from fairtui.control import ControlError, delete_run
 
-            from fairtui.runfolder import RunView
-
-            if RunView.load(self.run_dir(run_id)).status() == "running":
-                self.notify("stop the run first (s)", severity="warning")
+            try:
+                self.notify(delete_run(self.run_dir(run_id)))
+            except ControlError as err:
+                self.notify(f"{err} (s stops it)" if "running" in str(err) else str(err), severity="warning")
                 return
-            self.app.queue.cancel(run_id)
-            shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
-            self.app.index.remove(run_id)
             self.marked.discard(run_id)
             self.load()
 
