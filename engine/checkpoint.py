@@ -14,6 +14,9 @@ import torch
 
 from engine.utils import atomic_torch_save
 
+NAMES_FILE = "names.json"
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable, or not one that fairtui wrote (exit 2; nothing of it ran)."""
 
@@ -85,6 +88,19 @@ class CheckpointStore:
             atomic_torch_save({"epoch": state["epoch"], "model": best_model, "best": best_meta,
                                "profile": state["profile"]}, self.best_path)
         atomic_torch_save(state, self.last_path)
+        self.write_names(state)
+
+    def write_names(self, state: dict[str, Any]) -> None:
+        """``names.json`` beside the checkpoints: the names :meth:`available` gives, for readers that must
+        not load torch or a checkpoint to list them (the app's evaluate dialog, fairtui.runfolder)."""
+        from engine.atomic import atomic_write_json
+
+        atomic_write_json(self.folder / NAMES_FILE, {"names": self._names(state), "epoch": state.get("epoch")})
+
+    def _names(self, state: dict[str, Any]) -> list[str]:
+        names = ["last"] + (["best"] if self.best_path.exists() else [])
+        names += ["ema"] if state.get("ema") is not None else []
+        return names + [n for n, weights in (state.get("averaged") or {}).items() if weights is not None]
 
     def load_last(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
         if not self.last_path.exists():
@@ -94,15 +110,7 @@ class CheckpointStore:
     def available(self) -> list[str]:
         """The checkpoint names this run can be evaluated at."""
         state = self.load_last()
-        if state is None:
-            return []
-        names = ["last"]
-        if self.best_path.exists():
-            names.append("best")
-        if state.get("ema") is not None:
-            names.append("ema")
-        names += [n for n in state.get("averaged", {}) if state["averaged"][n] is not None]
-        return names
+        return [] if state is None else self._names(state)
 
     def weights(self, name: str, device: torch.device | str = "cpu") -> tuple[dict, int]:
         """The model weights of checkpoint ``name`` and the epoch they come from."""

@@ -278,6 +278,7 @@ def _import(run_dir: Path, profile: Profile, request: dict) -> dict:
     atomic_torch_save({"epoch": 0, "model": state["model"], "best": None, "profile": state["profile"]},
                       store.best_path)
     atomic_torch_save(state, store.last_path)
+    store.write_names(state)
     events = EventWriter(run_dir / "events.jsonl", run_dir.name)
     try:
         events.emit("run_started", config=profile.to_table(), num_classes=splits.num_classes,

@@ -204,6 +204,19 @@ class RunView:
         cfg = self.config
         return [(e, differences(e, cfg)) for e in self.eval_results() if not is_headline(e, cfg)]
 
+    def checkpoint_names(self) -> list[str]:
+        """The checkpoints this run can be evaluated at, from ``checkpoints/names.json`` (the engine writes it
+        with each checkpoint): no torch, no checkpoint loaded. For a run from before that file, the
+        checkpoint files there are (an EMA or averaged checkpoint is then found by the engine when named)."""
+        folder = self.run_dir / "checkpoints"
+        try:
+            names = json.loads((folder / "names.json").read_text())["names"]
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                return names
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return [n for n in ("last", "best") if (folder / f"{n}.pt").exists()]
+
     def total_epochs(self) -> int:
         return int(self.config.get("train", {}).get("epochs", 0))
 

@@ -45,14 +45,7 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
     if view.status() in ("running", "queued"):
         screen.notify(f"{view.name} is {view.status()}: evaluate it when it has finished", severity="warning")
         return
-    checkpoints = ["best", "last"]
-    if (run_dir / "checkpoints" / "last.pt").exists():
-        try:
-            from engine.checkpoint import CheckpointStore
-
-            checkpoints = CheckpointStore(run_dir / "checkpoints").available() or checkpoints
-        except Exception:  # noqa: BLE001 - an unreadable checkpoint: the engine says why when asked
-            pass
+    checkpoints = view.checkpoint_names() or ["best", "last"]  # read without torch (checkpoints/names.json)
     order = ["best", "last", "ema", "fawa"]
     checkpoints = sorted(checkpoints, key=lambda c: order.index(c) if c in order else len(order))
 

@@ -136,6 +136,12 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
     for name, weights in sa["averaged"].items():  # FAWA
         for key in weights:
             assert torch.equal(weights[key], sb["averaged"][name][key]), (name, key)
+    # the names a reader lists without torch are the ones the checkpoint has
+    from engine.checkpoint import CheckpointStore
+    from fairtui.runfolder import RunView
+
+    assert RunView.load(killed).checkpoint_names() == CheckpointStore(killed / "checkpoints").available()
+    assert "ema" in RunView.load(killed).checkpoint_names()
 
 
 def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):

@@ -67,3 +67,47 @@ async def test_the_launch_dialog_shows_the_gpus_and_the_profiles_settings_at_80x
         assert "0 Fake GPU 1/80 GiB 3%" in str(gpus.get_option_at_index(0).prompt)
         info = str(app.screen.query_one("#profile-info").render())
         assert "pgd_at on digits / small_cnn, 2 epochs, eps 0.2" in info
+
+
+APP_EVALUATE = """
+import asyncio, json, sys
+from pathlib import Path
+from fairtui.app import make_app
+
+async def main(home):
+    app = make_app(home=Path(home), profiles_dir=Path(home), gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if app.screen.query("DataTable") and app.screen.query_one("DataTable").row_count == 1:
+                break
+        await pilot.press("e")
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if type(app.screen).__name__ == "EvalDialog":
+                break
+        print(json.dumps({"dialog": type(app.screen).__name__, "checkpoints": app.screen.checkpoints,
+                          "torch": "torch" in sys.modules}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_pressing_e_lists_the_checkpoints_without_importing_torch(tmp_path):
+    """The evaluate dialog reads the checkpoint names from checkpoints/names.json: the app process never
+    imports torch (nor loads a checkpoint) to offer them."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, engine_env
+
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-e1e1e1", name="done", epochs=2)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "names.json").write_text(json.dumps({"names": ["last", "best", "ema", "fawa"]}))
+    out = subprocess.run([sys.executable, "-c", APP_EVALUATE, str(home)], capture_output=True, text=True, cwd=ROOT,
+                         env=engine_env(), timeout=HANG_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    shown = json.loads(out.stdout.strip().splitlines()[-1])
+    assert shown == {"dialog": "EvalDialog", "checkpoints": ["best", "last", "ema", "fawa"], "torch": False}
