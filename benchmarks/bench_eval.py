@@ -102,7 +102,7 @@ def pgd_rows(images: int) -> list[tuple[str, float, float]]:
 
     from engine.attacks.suite import AttackSettings, build_attack
     from engine.config import ModelConfig, TrainConfig
-    from engine.data.datasets import TensorData
+    from engine.data.tensors import TensorData
     from engine.evaluate import predict
     from engine.models import build_model
     from engine.utils import make_runtime

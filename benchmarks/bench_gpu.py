@@ -44,7 +44,7 @@ def synthetic_cifar(n_train: int, n_test: int):
     """Random CIFAR-shaped uint8 images with balanced labels, through the engine's own split logic."""
     import torch
 
-    from engine.data.datasets import TensorData
+    from engine.data.tensors import TensorData
 
     g = torch.Generator().manual_seed(0)
 

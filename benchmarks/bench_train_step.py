@@ -36,7 +36,8 @@ CIFAR_BATCHES_PER_EPOCH = 391
 def synthetic_splits(shape, n, k=10):
     import torch
 
-    from engine.data.datasets import Splits, TensorData
+    from engine.data.datasets import Splits
+    from engine.data.tensors import TensorData
 
     g = torch.Generator().manual_seed(0)
     data = TensorData(torch.rand(n, *shape, generator=g), torch.randint(0, k, (n,), generator=g))

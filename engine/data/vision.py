@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.data.datasets import DataError, TensorData
+from engine.data.tensors import DataError, TensorData
 
 Loaded = tuple[TensorData, TensorData, list[str]]
 
