@@ -89,7 +89,7 @@ class PredictionCache:
 
 
 def evaluate_run(run_dir: Path, request: dict) -> int:
-    from engine.run import EXIT_USAGE, setup_logging
+    from engine.process import EXIT_USAGE, setup_logging
 
     setup_logging()
     try:
@@ -106,7 +106,7 @@ def evaluate_run(run_dir: Path, request: dict) -> int:
     except CheckpointError as err:
         print(f"fairtui eval: {err}", file=sys.stderr)
         return EXIT_USAGE
-    from engine.run import StopFlag
+    from engine.process import StopFlag
 
     stop = StopFlag()
     stop.install()
@@ -127,7 +127,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     from engine.evaluate import NonFiniteLogits, per_class_result
     from engine.progress import Progress
     from engine.results import SUBSET_SEED
-    from engine.run import EXIT_OK, EXIT_STOPPED
+    from engine.process import EXIT_OK, EXIT_STOPPED
     from engine.utils import make_runtime
 
     runtime = make_runtime(profile.train)

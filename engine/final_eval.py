@@ -26,7 +26,7 @@ def checkpoints_to_evaluate(trainer: "Trainer") -> list[str]:
 
 
 def final_evaluation(trainer: "Trainer") -> None:
-    from engine.trainer import StopRequested
+    from engine.process import StopRequested
 
     model = copy.deepcopy(trainer.model)
     test = trainer.splits.test

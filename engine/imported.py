@@ -245,7 +245,7 @@ def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: i
 def import_run(run_dir: Path, request: dict) -> int:
     """Import the model of ``request`` into the (new) run folder ``run_dir``."""
     from engine.config import load_profile
-    from engine.run import EXIT_OK, EXIT_USAGE, setup_logging
+    from engine.process import EXIT_OK, EXIT_USAGE, setup_logging
 
     setup_logging()
     profile = load_profile(run_dir / "profile.toml")

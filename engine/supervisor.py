@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.distributed import ENV_SUPERVISED
+from engine.process import (EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, acquire_lock, failure_file,
+                            write_process_file)
 
 log = logging.getLogger("engine")
 
@@ -56,20 +58,6 @@ def _die_with_parent() -> None:
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
-        pass
-
-
-def failure_file(run_dir: Path, rank: int) -> Path:
-    return run_dir / f".rank{rank}.failed"
-
-
-def write_failure(run_dir: Path, rank: int, reason: str, collective: bool) -> None:
-    """A rank's one-line reason for the supervisor; ``collective``: it only saw another rank fail."""
-    from engine.atomic import atomic_write_json
-
-    try:
-        atomic_write_json(failure_file(run_dir, rank), {"rank": rank, "reason": reason, "collective": collective})
-    except OSError:
         pass
 
 
@@ -115,15 +103,12 @@ class Supervisor:
         self.write_process_file(devices)
 
     def write_process_file(self, devices: list[str] | None) -> None:
-        from engine.atomic import atomic_write_json
         from engine.procinfo import process_start_time
 
         ranks = [{"rank": r, "pid": p.pid, "proc_start": process_start_time(p.pid),
                   "gpu": devices[r] if devices else None} for r, p in enumerate(self.procs)]
-        atomic_write_json(self.run_dir / "engine.json", {
-            "pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": "train",
-            "proc_start": process_start_time(os.getpid()), "world_size": self.nproc, "ranks": ranks,
-            "signals": True})  # its handler is installed before the ranks start
+        # signals: its handler is installed before the ranks start
+        write_process_file(self.run_dir, "train", world_size=self.nproc, ranks=ranks)
 
     def forward_signal(self, signum: int, frame: Any) -> None:
         self.stop_requested = True
@@ -156,7 +141,6 @@ class Supervisor:
     def outcome(self, codes: list[int], first_seq: int) -> int:
         """Write ``run_finished`` if rank 0 did not; return the supervisor's exit code."""
         from engine.events import EventWriter, read_events
-        from engine.run import EXIT_FAILED, EXIT_STOPPED
 
         failures = {}
         for rank in range(self.nproc):
@@ -200,7 +184,6 @@ class Supervisor:
 def supervise(run_dir: Path, nproc: int) -> int:
     """Run ``run_dir`` on ``nproc`` ranks; the exit code follows DESIGN.md (0, 1, 2, 130)."""
     from engine.events import EventWriter
-    from engine.run import EXIT_USAGE, acquire_lock
 
     lock = acquire_lock(run_dir)
     if lock is None:

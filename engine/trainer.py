@@ -23,20 +23,13 @@ from engine.data.augment import plan_epoch
 from engine.distributed import Group, convert_sync_bn, has_batchnorm, wrap_ddp
 from engine.evaluate import per_class_result, predict
 from engine.events import EventWriter
+from engine.process import Diverged, StopRequested
 from engine.methods import Method, MethodContext, ValResult, build_method
 from engine.models import build_model
 from engine.progress import Progress
 from engine.utils import Runtime, rng_state, seed_everything, set_rng_state
 
 log = logging.getLogger("engine")
-
-
-class StopRequested(Exception):
-    """SIGINT / SIGTERM arrived: stop at the next batch boundary, keep the last checkpoint."""
-
-
-class Diverged(Exception):
-    """The training loss became NaN or infinite."""
 
 
 def lr_at(epoch: int, profile: Profile) -> float:

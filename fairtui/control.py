@@ -63,7 +63,7 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
     if view.status() != "running" or not engine_alive(run_dir):
         raise StopError(f"run {run_dir.name} is not running (status {view.status()})")
     info = engine_process(run_dir)
-    from engine.run import STOP_MARKER
+    from engine.process import STOP_MARKER
 
     (run_dir / STOP_MARKER).touch()  # the engine polls it with its signal flag: a stop it cannot miss
     if info.get("signals"):

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -193,11 +192,10 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
         if lock is not None:
             lock.close()  # the engine holds its own copy of the locked file
     if train:
-        # Known to be alive from this moment; the engine rewrites the file with the same pid.
-        from engine.procinfo import process_start_time
+        # Known to be alive from this moment; the engine rewrites the file with the same pid (and "signals").
+        from engine.process import write_process_file
 
-        write_json(run_dir / "engine.json", {"pid": proc.pid, "host": socket.gethostname(), "started": time.time(),
-                                             "command": "train", "proc_start": process_start_time(proc.pid)})
+        write_process_file(run_dir, "train", pid=proc.pid, signals=False)
     return proc
 
 

@@ -8,7 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+# One intra-op thread for torch, here and in every engine a test starts (they inherit the environment).
+# On a loaded machine two OpenMP threads spin-wait for each other: at a load of 7 on 2 cores the
+# AutoAttack parity test took 203 s with two threads and 33 s with one (9 s idle either way); idle,
+# the suite's heaviest tests are about 10% slower with one. Set OMP_NUM_THREADS to override.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 ROOT = Path(__file__).resolve().parents[1]
 # A limit that only a hang reaches. Tests wait for subprocesses and screens this long at most: on a

@@ -163,7 +163,7 @@ def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, t
     from engine.config import load_profile
     from engine.events import EventWriter
     from engine.progress import Progress
-    from engine.run import guarded
+    from engine.process import guarded
     from engine.utils import make_runtime
 
     run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=("train.epochs=3",))

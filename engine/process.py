@@ -1,0 +1,201 @@
+"""The engine process's contract, shared by every engine command (train, eval, import) and by nothing
+above them: DESIGN.md's exit codes, the stop flag and its marker file, logging, the run lock,
+``engine.json``, a rank's failure file, and the one rule that turns a command's outcome into a
+`run_finished` event and an exit code.
+
+A leaf of the engine: torch-free at import, and what it imports (lazily, to classify an error) never
+imports it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.procinfo import process_start_time
+from engine.profile_schema import ProfileError
+
+log = logging.getLogger("engine")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
+
+
+STOP_MARKER = "stop.requested"  # `fairtui stop` leaves it: a stop asked before the engine could take a signal
+
+
+class StopRequested(Exception):
+    """SIGINT / SIGTERM arrived: stop at the next batch boundary, keep the last checkpoint."""
+
+
+class Diverged(Exception):
+    """The training loss became NaN or infinite."""
+
+
+class StopFlag:
+    """Set by SIGINT / SIGTERM, or by ``<run>/stop.requested`` (``fairtui stop`` in the first moments of a
+    run, before the engine has its signal handler); the loop polls it between batches."""
+
+    def __init__(self, run_dir: Path | None = None) -> None:
+        self.requested = False
+        self.marker = run_dir / STOP_MARKER if run_dir is not None else None
+
+    def __call__(self) -> bool:
+        if not self.requested and self.marker is not None and self.marker.exists():
+            self.requested = True
+            log.warning("stop requested (%s): stopping after this batch", STOP_MARKER)
+        return self.requested
+
+    def install(self) -> None:
+        def handler(signum: int, frame: Any) -> None:
+            if self.requested:  # a second Ctrl-C: leave now, the last checkpoint is on disk
+                raise KeyboardInterrupt
+            self.requested = True
+            log.warning("%s received: stopping after this batch", signal.Signals(signum).name)
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+
+def setup_logging(rank: int | None = None) -> None:
+    """INFO to stderr (``engine.log``); in a multi-process run every line names its rank, and ranks
+    other than 0 log warnings and errors only (rank 0 tells the run's story once)."""
+    where = f" rank{rank}" if rank is not None else ""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO if not rank else logging.WARNING,
+                        format=f"%(asctime)s{where} %(levelname)s %(message)s", datefmt="%H:%M:%S")
+
+
+def write_process_file(run_dir: Path, command: str, pid: int | None = None, signals: bool = True,
+                       **extra: Any) -> None:
+    """``engine.json``: who is running this folder (for `fairtui stop` and liveness checks). Its one writer:
+    the launcher (``pid``: the engine it just started, ``signals`` False), the engine itself and the
+    supervisor of a multi-process run. ``signals``: the process's handler is installed, so SIGTERM stops
+    it cleanly (before that, `fairtui stop` leaves STOP_MARKER instead of a signal that would kill it)."""
+    from engine.atomic import atomic_write_json
+
+    pid = os.getpid() if pid is None else pid
+    atomic_write_json(run_dir / "engine.json", {"pid": pid, "host": socket.gethostname(), "started": time.time(),
+                                                "command": command, "proc_start": process_start_time(pid),
+                                                **({"signals": True} if signals else {}), **extra})
+
+
+def acquire_lock(run_dir: Path) -> Any:
+    """An exclusive lock on ``<run>/.lock`` for the life of the process; None if another engine holds it."""
+    import fcntl
+
+    fh = open(run_dir / ".lock", "w")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    return fh
+
+
+def guarded(run_dir: Path, events: Any, body: Callable[[], None], group: Any = None) -> int:
+    """Run ``body``; turn its outcome into a `run_finished` event and an exit code.
+
+    In a supervised multi-process run, a rank other than 0 writes no event: a failure goes to
+    ``.rank<r>.failed`` for the supervisor. Rank 0 does the same when a collective operation failed
+    (another rank died first: the supervisor knows which).
+    """
+    if group is not None and group.active and group.supervised:
+        return _guarded_rank(run_dir, events, body, group)
+    return _guarded(run_dir, events, body)
+
+
+def _guarded_rank(run_dir: Path, events: Any, body: Callable[[], None], group: Any) -> int:
+    from engine.distributed import is_collective_error
+
+    def own_body() -> None:
+        try:
+            body()
+        except (StopRequested, KeyboardInterrupt):
+            raise
+        except BaseException as err:
+            collective = is_collective_error(err)
+            reason = _one_line(err)
+            write_failure(run_dir, group.rank, reason, collective)
+            if collective or not group.is_main:
+                log.error("%s", traceback.format_exc() if not collective else reason)
+                raise _Silent(EXIT_FAILED) from None
+            raise
+
+    if not group.is_main:
+        try:
+            own_body()
+        except (StopRequested, KeyboardInterrupt):
+            return EXIT_STOPPED
+        except _Silent as quiet:
+            return quiet.code
+        return EXIT_OK
+    try:
+        return _guarded(run_dir, events, own_body)
+    except _Silent as quiet:
+        return quiet.code
+
+
+class _Silent(BaseException):
+    """A rank's failure that the supervisor reports (no event from this rank)."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _one_line(err: BaseException) -> str:
+    from engine.atomic import DiskFull
+    from engine.checkpoint import CheckpointError
+    from engine.data.tensors import DataError
+
+    if isinstance(err, (ProfileError, CheckpointError, Diverged, DataError, DiskFull)):
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    return f"{type(err).__name__}: {err}".splitlines()[0]
+
+
+def _guarded(run_dir: Path, events: Any, body: Callable[[], None]) -> int:
+    from engine.atomic import DiskFull
+    from engine.checkpoint import CheckpointError
+    from engine.data.tensors import DataError
+
+    try:
+        body()
+    except (StopRequested, KeyboardInterrupt):
+        events.emit("run_finished", status="stopped", error="stopped by a signal; the last checkpoint is kept")
+        return EXIT_STOPPED
+    except (ProfileError, CheckpointError) as err:
+        events.emit("run_finished", status="failed", error=str(err))
+        log.error("%s", err)
+        return EXIT_USAGE
+    except (Diverged, DataError, DiskFull) as err:
+        events.emit("run_finished", status="failed", error=str(err))
+        log.error("%s", err)
+        return EXIT_FAILED
+    except Exception as err:  # the reason goes to the event stream; the traceback to engine.log
+        log.error("%s", traceback.format_exc())
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+        events.emit("run_finished", status="failed", error=reason)
+        return EXIT_FAILED
+    events.emit("run_finished", status="completed")
+    return EXIT_OK
+
+
+def failure_file(run_dir: Path, rank: int) -> Path:
+    """Where rank ``rank`` of a supervised run leaves the reason it failed."""
+    return run_dir / f".rank{rank}.failed"
+
+
+def write_failure(run_dir: Path, rank: int, reason: str, collective: bool) -> None:
+    """A rank's one-line reason for the supervisor; ``collective``: it only saw another rank fail."""
+    from engine.atomic import atomic_write_json
+
+    try:
+        atomic_write_json(failure_file(run_dir, rank), {"rank": rank, "reason": reason, "collective": collective})
+    except OSError:
+        pass

@@ -1,0 +1,75 @@
+"""`python -m engine train RUN`: train a run folder (resuming from its last checkpoint), on one process
+or, with ``--nproc N``, on N under the supervisor."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.config import load_run_profile, profile_warnings
+from engine.events import EventWriter
+from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, guarded, setup_logging,
+                            write_process_file)
+from engine.profile_schema import ProfileError
+
+log = logging.getLogger("engine")
+
+
+def train(run_dir: Path, nproc: int = 1) -> int:
+    from engine.distributed import Group
+
+    group = Group.from_env()
+    setup_logging(group.rank if group.active else None)
+    try:
+        profile = load_run_profile(run_dir)
+    except ProfileError as err:
+        print(err, file=sys.stderr)
+        return EXIT_USAGE
+    if profile.source is not None:
+        print(f"{run_dir}: an imported model does not train (fairtui eval evaluates it)", file=sys.stderr)
+        return EXIT_USAGE
+    for warning in profile_warnings(profile) if not group.active or group.is_main else ():
+        log.warning(warning)
+    if nproc > 1 and not group.active:
+        from engine.supervisor import supervise
+
+        return supervise(run_dir, nproc)
+    # A supervised rank runs under its supervisor's lock and engine.json; under another launcher
+    # (torchrun, srun) rank 0 takes them.
+    owner = group.is_main and not group.supervised
+    lock = acquire_lock(run_dir) if owner else True
+    if lock is None:
+        print(f"{run_dir}: another engine is already running this folder", file=sys.stderr)
+        return EXIT_USAGE
+    stop = StopFlag(run_dir)
+    stop.install()
+    if owner:
+        write_process_file(run_dir, "train")
+    from engine.trainer import NoEvents
+
+    events: Any = EventWriter(run_dir / "events.jsonl", run_dir.name) if group.is_main else NoEvents()
+
+    def body() -> None:
+        from engine.final_eval import final_evaluation
+        from engine.progress import Progress
+        from engine.trainer import Trainer
+        from engine.utils import make_runtime
+
+        runtime = make_runtime(profile.train, group.local_rank, group.world)
+        group.init(runtime.device, profile.train.dist_timeout)
+        log.info("run %s on %s%s", run_dir.name, runtime.describe(),
+                 f" (rank {group.rank} of {group.world}, {group.backend})" if group.active else "")
+        trainer = Trainer(run_dir, profile, runtime, events, Progress(run_dir / "progress.json"), stop, group)
+        trainer.fit()
+        group.close()  # the test evaluation runs on rank 0 alone; the other ranks are done
+        if group.is_main:
+            final_evaluation(trainer)
+
+    try:
+        return guarded(run_dir, events, body, group)
+    finally:
+        events.close()
+        if owner and stop.requested:
+            (run_dir / STOP_MARKER).unlink(missing_ok=True)  # honoured: the next resume starts clean
