@@ -111,7 +111,7 @@ class TrainConfig:
     threads: int = field(0, min=0)  # 0: PyTorch's default (1 with `deterministic`)
     # torch.use_deterministic_algorithms (warn-only where an op has no deterministic kernel), cuDNN
     # deterministic without autotuning, CUBLAS_WORKSPACE_CONFIG, and a fixed CPU thread count: the same
-    # profile and seed then give bit-identical results run after run on one machine (README).
+    # profile and seed then give bit-identical results run after run on one machine (docs/results-and-guarantees.md).
     deterministic: bool = field(False)
     # The mode the model runs in while the *training* attack crafts its examples (evaluation attacks
     # always run in eval mode). "eval": BatchNorm uses its running statistics and the attack leaves

@@ -42,7 +42,7 @@ def provenance() -> dict:
 
 
 def determinism() -> dict:
-    """What decides whether two runs of one profile and seed are bit-identical (README)."""
+    """What decides whether two runs of one profile and seed are bit-identical (docs/results-and-guarantees.md)."""
     import torch
 
     return {

@@ -49,7 +49,7 @@ def assert_same_model(ours, theirs, forwards):
 
 def authors_trades_attack(model, x, eps, step, steps):
     """x + 0.001 N(0, 1), then signed KL steps in eval mode, clamped to the ball and [0, 1] (the CFA and
-    FRL codes). The KL is fairtui's log-space form: its rounding is discussed in the README."""
+    FRL codes). The KL is fairtui's log-space form: its rounding is discussed in docs/profiles-and-methods.md."""
     from engine.attacks.trades import trades_kl
 
     model.eval()
