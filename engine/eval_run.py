@@ -160,13 +160,13 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
             continue
         key = {"checkpoint": req["checkpoint"], "epoch": epoch, "split": req["split"], "attack": attack_name,
                "eps": req["eps"], "n_per_class": req["n_per_class"], "batch_size": req["batch_size"],
-               "settings": dataclasses.asdict(settings)}
+               "settings": dataclasses.asdict(settings), "draws": "per batch, seeded"}  # cf. evaluate.seeded_draws
         cache = PredictionCache(run_dir / "eval_cache", key)
         attack = build_attack(attack_name, model, settings)
         started = time.perf_counter()
         try:
             clean, adv, conf_var = _predict_cached(model, data, attack, runtime, req["batch_size"], cache,
-                                                   progress, stop, attack_name)
+                                                   progress, stop, attack_name, settings.seed)
         except KeyboardInterrupt:
             log.warning("evaluation stopped; finished batches are kept and a rerun continues from them")
             return EXIT_STOPPED
@@ -184,8 +184,8 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     return EXIT_OK
 
 
-def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, stop, attack_name):
-    from engine.evaluate import check_logits, confidence_variance
+def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, stop, attack_name, seed):
+    from engine.evaluate import check_logits, confidence_variance, seeded_draws
 
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
@@ -205,7 +205,8 @@ def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, s
         with torch.no_grad(), runtime.autocast():
             logits = model(x)
         check_logits(logits, f"clean batch {b + 1}")
-        x_adv = attack.perturb(x, y)
+        with seeded_draws(seed, b, runtime.device):
+            x_adv = attack.perturb(x, y)
         with torch.no_grad(), runtime.autocast():
             adv_logits = model(x_adv)
         check_logits(adv_logits, f"adversarial batch {b + 1}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -27,10 +28,27 @@ def confidence_variance(logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits.float(), dim=1).var(dim=1, unbiased=False)
 
 
+@contextlib.contextmanager
+def seeded_draws(seed: int, batch: int, device: torch.device) -> Iterator[None]:
+    """The random draws of an evaluation's attack on batch ``batch`` (PGD's random start, ...), made by the
+    generator seeded from the result's recorded ``seed`` and the batch index, on the CPU and the GPU alike,
+    inside ``fork_rng``: the same checkpoint at the same settings gives the same numbers whatever ran
+    before it in the process (training, other attacks, a resumed evaluation's cached batches), and the
+    caller's random state is left as it was."""
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed * 1_000_003 + batch)
+        yield
+
+
 def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runtime, batch_size: int,
-            progress: ProgressFn | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            progress: ProgressFn | None = None, seed: int | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clean predictions, adversarial predictions and the clean confidence variance of every
-    sample of ``data``: three [N] tensors on the CPU. Results stay on the device until the end."""
+    sample of ``data``: three [N] tensors on the CPU. Results stay on the device until the end.
+    ``seed``: an evaluation's, whose draws are :func:`seeded_draws` per batch (None: validation during
+    training, whose draws continue the training's random stream)."""
     clean, adv, conf_var = [], [], []
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
@@ -43,7 +61,8 @@ def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runt
             check_logits(logits, f"clean batch {b + 1}")
             clean.append(logits.argmax(1))
             conf_var.append(confidence_variance(logits))
-            x_adv = attack.perturb(x, y)
+            with seeded_draws(seed, b, runtime.device) if seed is not None else contextlib.nullcontext():
+                x_adv = attack.perturb(x, y)
             with torch.no_grad(), runtime.autocast():
                 adv_logits = model(x_adv)
             check_logits(adv_logits, f"adversarial batch {b + 1}")

@@ -48,7 +48,7 @@ def final_evaluation(trainer: "Trainer") -> None:
 
             started = time.perf_counter()
             clean, adv, conf_var = predict(model, test, attack, trainer.rt, trainer.profile.data.eval_batch_size,
-                                           progress)
+                                           progress, seed=trainer.attack_settings().seed)
             result = per_class_result(test.y, clean, adv, trainer.k, conf_var)
             setting = trainer.attack_settings().result_setting(attack_name, 0, trainer.profile.data.eval_batch_size)
             trainer.events.emit("eval_result", split="test", checkpoint=checkpoint, epoch=epoch,

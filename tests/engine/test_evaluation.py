@@ -62,10 +62,10 @@ def trained_run(tmp_path_factory):
 
 
 def test_interrupted_evaluation_continues_from_its_finished_batches(trained_run, monkeypatch):
-    from engine import eval_run, run as engine_run
+    from engine import eval_run, process
     from engine.attacks import pgd
 
-    monkeypatch.setattr(engine_run.StopFlag, "install", lambda self: None)
+    monkeypatch.setattr(process.StopFlag, "install", lambda self: None)
     calls = {"n": 0}
     real = pgd.PGD.perturb
 
@@ -75,11 +75,11 @@ def test_interrupted_evaluation_continues_from_its_finished_batches(trained_run,
 
     monkeypatch.setattr(pgd.PGD, "perturb", counting)
     request = {"attacks": ["pgd7"], "checkpoint": "last", "split": "test", "batch_size": 20}
-    monkeypatch.setattr(engine_run.StopFlag, "__call__", lambda self: calls["n"] >= 2)
+    monkeypatch.setattr(process.StopFlag, "__call__", lambda self: calls["n"] >= 2)
     assert eval_run.evaluate_run(trained_run, request) == 130  # stopped after 2 of 5 batches
     assert not [e for e in events_of(trained_run) if e["type"] == "eval_result" and e["attack"] == "pgd7"]
     assert list((trained_run / "eval_cache").glob("last-test-pgd7-*.pt"))
-    monkeypatch.setattr(engine_run.StopFlag, "__call__", lambda self: False)
+    monkeypatch.setattr(process.StopFlag, "__call__", lambda self: False)
     assert eval_run.evaluate_run(trained_run, request) == 0
     assert calls["n"] == 5  # 100 test images / 20: the first 2 batches were not attacked again
     results = [e for e in events_of(trained_run) if e["type"] == "eval_result" and e["attack"] == "pgd7"]
@@ -168,3 +168,42 @@ def test_eval_says_when_it_reuses_a_stored_result(trained_run):
     assert "fgsm @ last: reused the stored result (measured " in again.stderr and "--force recomputes" in again.stderr
     doc = json.loads(fairtui_cmd(*args, "--json", home=home).stdout)
     assert doc["reused"] == ["fgsm"]
+
+
+@pytest.mark.parametrize("attack", ["pgd20", "aa-fast"])
+def test_an_evaluation_gives_the_same_numbers_whatever_ran_before_it(attack):
+    """An evaluation draws its attack's random start from the result's recorded seed and the batch index:
+    the same weights at the same settings give the same per-class numbers after any other random work,
+    and the caller's random state is left as it was."""
+    from engine.attacks.suite import build_attack
+
+    model = small_model()
+    test = load_splits(DataConfig(dataset="digits", test_per_class=4), 0).test
+    settings = AttackSettings(eps=0.12, step=0.03, seed=5)
+    runtime = make_runtime(TrainConfig(device="cpu"))
+
+    def evaluate(global_seed: int, seed: int | None) -> list:
+        torch.manual_seed(global_seed)
+        torch.rand(1000)  # other random work in the process
+        before = torch.get_rng_state()
+        _, adv, _ = predict(model, test, build_attack(attack, model, settings), runtime, batch_size=13, seed=seed)
+        if seed is not None:
+            assert torch.equal(torch.get_rng_state(), before)
+        return adv.tolist()
+
+    assert evaluate(1, seed=5) == evaluate(2, seed=5)
+    if attack == "pgd20":  # the draws matter: unseeded, two global states give two answers
+        assert evaluate(1, seed=None) != evaluate(2, seed=None)
+
+
+def test_fairtui_eval_twice_gives_the_same_per_class_numbers(trained_run):
+    from engine import eval_run
+
+    request = {"attacks": ["pgd7"], "checkpoint": "best", "split": "test", "batch_size": 30, "force": True}
+    torch.manual_seed(1)
+    assert eval_run.evaluate_run(trained_run, request) == 0
+    torch.manual_seed(2)
+    assert eval_run.evaluate_run(trained_run, request) == 0
+    runs = [e for e in events_of(trained_run) if e["type"] == "eval_result" and e["attack"] == "pgd7"
+            and e["checkpoint"] == "best"]
+    assert len(runs) >= 2 and runs[-1]["robust_acc_per_class"] == runs[-2]["robust_acc_per_class"]
