@@ -12,7 +12,7 @@ from textual.screen import Screen
 
 def edit_notes(screen: Screen, run_dir: Path) -> None:
     """Read or write the run's notes in a dialog (meta.json under its lock, as `fairtui note`)."""
-    from fairtui.app.screens.dialogs import NotesDialog
+    from fairtui.app.dialogs import NotesDialog
     from fairtui.runfolder import RunView
     from fairtui.usertext import inert
 
@@ -38,7 +38,7 @@ def edit_notes(screen: Screen, run_dir: Path) -> None:
 
 def evaluate(screen: Screen, run_dir: Path) -> None:
     """Ask what to evaluate, then start the engine as `fairtui eval` does; progress on the run screen."""
-    from fairtui.app.screens.dialogs import EvalDialog
+    from fairtui.app.dialogs import EvalDialog
     from fairtui.runfolder import RunView
 
     view = RunView.load(run_dir)
@@ -68,7 +68,7 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
 
 def export(screen: Screen, run_dirs: list[Path]) -> None:
     """Write the runs' summary table (`fairtui export`) to a file and say where."""
-    from fairtui.app.screens.dialogs import ExportDialog
+    from fairtui.app.dialogs import ExportDialog
 
     default = str(Path.cwd() / f"fairtui-export-{time.strftime('%Y%m%d-%H%M%S')}.md")
 

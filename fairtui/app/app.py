@@ -53,6 +53,6 @@ class FairtuiApp(App):
         self.run_worker(self.queue.tick, thread=True, exclusive=True, group="queue")
 
     def action_help(self) -> None:
-        from fairtui.app.screens.dialogs import HelpScreen
+        from fairtui.app.dialogs import HelpScreen
 
         self.push_screen(HelpScreen())

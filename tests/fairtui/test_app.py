@@ -322,7 +322,7 @@ def test_progress_line_and_its_eta():
 
 
 def test_help_fits_a_76_column_dialog():
-    from fairtui.app.screens.dialogs import HELP_TEXT
+    from fairtui.app.dialogs import HELP_TEXT
 
     assert max(len(line) for line in HELP_TEXT.splitlines()) <= 72
     for key in ("b ", "ctrl+l", "a ", "e ", "x "):

@@ -331,7 +331,7 @@ class RunsScreen(Screen):
         run_id = self.selected_id()
         if not run_id:
             return
-        from fairtui.app.screens.dialogs import TextDialog
+        from fairtui.app.dialogs import TextDialog
 
         doc = next((d for d in self.docs if d["run_id"] == run_id), {})
         tags = list(doc.get("tags") or [])
@@ -386,7 +386,7 @@ class RunsScreen(Screen):
         run_id = self.selected_id()
         if not run_id:
             return
-        from fairtui.app.screens.dialogs import ConfirmDialog
+        from fairtui.app.dialogs import ConfirmDialog
 
         def apply(yes: bool | None) -> None:
             if not yes:
