@@ -82,17 +82,9 @@ class EventWriter:
             self.seq = _last_seq(self._fh) + 1
 
     def _locked(self):
-        import contextlib
-        import fcntl
+        from engine.locks import locked
 
-        @contextlib.contextmanager
-        def locked():
-            fcntl.flock(self._fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(self._fh, fcntl.LOCK_UN)
-        return locked()
+        return locked(self._fh)
 
     def _repair_tail(self) -> None:
         """Drop a half-written last line left by a killed process."""

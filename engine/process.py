@@ -87,15 +87,9 @@ def write_process_file(run_dir: Path, command: str, pid: int | None = None, sign
 
 def acquire_lock(run_dir: Path) -> Any:
     """An exclusive lock on ``<run>/.lock`` for the life of the process; None if another engine holds it."""
-    import fcntl
+    from engine.locks import try_lock
 
-    fh = open(run_dir / ".lock", "w")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.close()
-        return None
-    return fh
+    return try_lock(run_dir / ".lock")
 
 
 def guarded(run_dir: Path, events: Any, body: Callable[[], None], group: Any = None) -> int:

@@ -111,19 +111,16 @@ def change_meta(run_dir: Path, change) -> dict:
     """Read, change and write ``meta.json`` under an exclusive lock on ``<run>/.meta.lock``, so that
     concurrent writers (tag, note, the queue, Slurm) never lose each other's updates."""
     import contextlib
-    import fcntl
 
-    with open(run_dir / ".meta.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            path = run_dir / "meta.json"
-            meta = {"run_id": run_dir.name}
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                meta = json.loads(path.read_text())
-            change(meta)
-            write_meta(run_dir, meta)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    from engine.locks import locked
+
+    with locked(run_dir / ".meta.lock"):
+        path = run_dir / "meta.json"
+        meta = {"run_id": run_dir.name}
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            meta = json.loads(path.read_text())
+        change(meta)
+        write_meta(run_dir, meta)
     return meta
 
 
@@ -140,13 +137,10 @@ def hold_engine_lock(run_dir: Path):
     inherits the open file and so holds the lock for its whole life, whoever started it and whatever
     happens to them: the lock is held from before the engine exists until it exits, with no gap a
     liveness check could fall into (engine.json is written only after the engine started)."""
-    import fcntl
+    from engine.locks import try_lock
 
-    lock = open(run_dir / ENGINE_LOCK, "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
+    lock = try_lock(run_dir / ENGINE_LOCK)
+    if lock is None:
         raise EngineRunning(f"run {run_dir.name}: an engine already trains it (it holds {ENGINE_LOCK}); "
                             "`fairtui stop` it first") from None
     return lock
@@ -154,19 +148,9 @@ def hold_engine_lock(run_dir: Path):
 
 def engine_lock_held(run_dir: Path) -> bool:
     """True while an engine started by :func:`start_engine` (or a start of one) is alive for this run."""
-    import fcntl
+    from engine.locks import is_locked
 
-    try:
-        lock = open(run_dir / ENGINE_LOCK, "a")
-    except OSError:
-        return False
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        return False
+    return is_locked(run_dir / ENGINE_LOCK)
 
 
 def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str] | None = None) -> subprocess.Popen:

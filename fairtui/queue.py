@@ -23,13 +23,13 @@ submit, that exactly one detached worker (``fairtui queue-worker``) runs for the
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from engine.locks import locked, release, try_lock
 from fairtui.home import EngineRunning, ReadOnlyHome
 from fairtui.launcher import GpuChoice, engine_lock_held, start_engine
 from fairtui.runfolder import RunView
@@ -63,18 +63,19 @@ class LocalQueue:
     def _locked(self) -> Iterator[list[dict]]:
         try:
             self.home.mkdir(parents=True, exist_ok=True)
-            lock = open(self.lock_path, "a")
+            lock = locked(self.lock_path)
+            lock.__enter__()
         except OSError as err:
             raise ReadOnlyHome(self.home, err) from None
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
             try:
                 entries = json.loads(self.path.read_text()) if self.path.exists() else []
             except ValueError:
                 entries = []
             yield entries
             self._save(entries)
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        finally:
+            lock.__exit__(None, None, None)
 
     def _save(self, entries: list[dict]) -> None:
         """Write queue.json (under the queue lock): at the end of each change, and inside a tick before
@@ -226,13 +227,7 @@ def _set_gpus(run_dir: Path, label: str) -> None:
 
 def _try_worker_lock(home: Path):
     """The worker lock, held (an open file), or None when a worker holds it."""
-    lock = open(home / WORKER_LOCK, "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        return None
-    return lock
+    return try_lock(home / WORKER_LOCK)
 
 
 def ensure_worker(home: Path, per_gpu: int = 1) -> bool:
@@ -263,6 +258,6 @@ def run_worker(home: Path, per_gpu: int = 1, interval: float = 2.0, start: Calla
             queue.tick(start)
             with queue._locked() as entries:
                 if not entries:
-                    fcntl.flock(lock, fcntl.LOCK_UN)  # under the queue lock: see the module docstring
+                    release(lock)  # under the queue lock: see the module docstring
                     return 0
             time.sleep(interval)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import sys
@@ -26,6 +25,7 @@ from typing import Any, Iterator
 from tinydb import Query, TinyDB
 
 from engine.atomic import atomic_write_text
+from engine.locks import locked
 from tinydb.storages import Storage
 
 from fairtui.home import ReadOnlyHome, list_run_dirs, runs_dir
@@ -177,11 +177,11 @@ class RunIndex:
     def transaction(self, exclusive: bool = True) -> Iterator[TinyDB]:
         try:
             self.home.mkdir(parents=True, exist_ok=True)
-            lock = open(self.lock_path, "a")
+            lock = locked(self.lock_path, exclusive)
+            lock.__enter__()
         except OSError as err:
             raise ReadOnlyHome(self.home, err) from None
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
             db = TinyDB(str(self.path), storage=AtomicJSONStorage)
             try:
                 yield db
@@ -191,25 +191,25 @@ class RunIndex:
                 raise
             finally:
                 db.close()
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        finally:
+            lock.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def _shared(self) -> Iterator[None]:
         """A shared lock for reading; none where the home folder cannot be written (a read-only mount
         of shared results), where no writer can be at work either."""
+        lock = locked(self.lock_path, exclusive=False)
         try:
-            lock = open(self.lock_path, "a") if self.home.is_dir() else None
+            if not self.home.is_dir():
+                raise OSError("no home folder")
+            lock.__enter__()
         except OSError:
-            lock = None
-        if lock is None:
             yield
             return
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_SH)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
 
     def upsert(self, doc: dict) -> None:
         with self.transaction() as db:
