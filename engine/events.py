@@ -23,6 +23,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def parse_event(line: bytes | str) -> dict:
+    """One line of the stream as an event; ValueError (saying why) for anything that is not one."""
+    event = json.loads(line)
+    if not isinstance(event, dict) or "type" not in event:
+        raise ValueError("not an event object")
+    return event
+
+
 def read_events(path: str | Path) -> tuple[list[dict], list[str]]:
     """Read an events file; return the events and one warning per unreadable line."""
     events, warnings = [], []
@@ -35,9 +43,7 @@ def read_events(path: str | Path) -> tuple[list[dict], list[str]]:
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
-            if not isinstance(event, dict) or "type" not in event:
-                raise ValueError("not an event object")
+            event = parse_event(line)
         except ValueError as err:
             warnings.append(f"{path}:{number}: skipped an unreadable event ({err})")
             continue

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from engine.events import parse_event
+
 VERSION = 1
 CHUNK = 4 << 20  # bytes read at a time
 CACHE_MIN_BYTES = 4 << 20
@@ -198,9 +200,7 @@ def _fold_line(digest: Digest, line: bytes, name: Path | str, number: int) -> No
     if not line.strip():
         return
     try:
-        event = json.loads(line)
-        if not isinstance(event, dict) or "type" not in event:
-            raise ValueError("not an event object")
+        event = parse_event(line)
     except ValueError as err:
         digest.warn(name, number, err)
         return
