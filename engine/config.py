@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from engine.method_params import METHOD_PARAMS, MethodParams
 from engine.profile_schema import ProfileError, build, field, to_table, unknown_key_message
+from engine.contract.request import CHECKPOINTS, RequestError, check_attack, check_eps
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,8 +30,6 @@ ARCHS = ("small_cnn", "mlp", "preact_resnet18", "resnet18", "wide_resnet")
 # Architectures of imported models only (`fairtui import`): the network comes from the source.
 IMPORTED_ARCHS = ("torchscript", "robustbench")
 # Attack names for evaluation: fixed names plus pgd<N> / cw<N> / tpgd<N> for any step count.
-ATTACK_NAME = re.compile(r"^(clean|fgsm|aa|aa-fast|(pgd|cw|tpgd)(\d+)?)$")
-CHECKPOINTS = ("last", "best", "ema", "fawa")
 # Classes of each data set whose class count the profile cannot change (gaussian: data.gaussian_classes).
 NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100, "svhn": 10,
                "stl10": 10, "tiny_imagenet": 200}
@@ -178,10 +177,18 @@ TOP_LEVEL = ("name", "seed", "description")
 
 
 def _check_attack_names(names: tuple[str, ...], file: str, key: str) -> None:
-    for name in names:
-        if not ATTACK_NAME.match(name):
-            raise ProfileError(file, key, f"unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, "
-                               "pgd100), cw<N>, tpgd<N>, aa, aa-fast")
+    try:
+        for name in names:
+            check_attack(name)
+    except RequestError as err:
+        raise ProfileError(file, key, str(err)) from None
+
+
+def _check_eps(eps: float, norm: str, file: str, key: str) -> None:
+    try:
+        check_eps(eps, norm)
+    except RequestError as err:
+        raise ProfileError(file, key, f"an {'L-inf ' if norm == 'linf' else ''}eps {err}") from None
 
 
 def _build_method(table: Any, file: str) -> MethodParams:
@@ -222,9 +229,7 @@ def _resolve(p: Profile, file: str) -> Profile:
         if ckpt not in CHECKPOINTS:
             raise ProfileError(file, "eval.checkpoints", f"unknown checkpoint {ckpt!r}; choose from "
                                f"{', '.join(CHECKPOINTS)}")
-    if p.attack.norm == "linf" and p.attack.eps > 1:
-        raise ProfileError(file, "attack.eps", f"an L-inf eps must be in (0, 1] (inputs are in [0, 1]), got "
-                           f"{p.attack.eps}")
+    _check_eps(p.attack.eps, p.attack.norm, file, "attack.eps")
     p = dataclasses.replace(p, train=dataclasses.replace(p.train, milestones=milestone_epochs(p.train)))
     if list(p.train.milestones) != sorted(p.train.milestones):
         raise ProfileError(file, "train.milestones", f"must be increasing, got {list(p.train.milestones)}")
@@ -258,8 +263,7 @@ def _resolve(p: Profile, file: str) -> Profile:
     if p.data.dataset == "gaussian" and p.model.arch != "mlp":
         raise ProfileError(file, "model.arch", "the gaussian data set is a vector: use arch = \"mlp\"")
     ev = dataclasses.replace(p.eval, eps=p.eval.eps or p.attack.eps, step=p.eval.step or p.attack.step)
-    if p.attack.norm == "linf" and ev.eps > 1:
-        raise ProfileError(file, "eval.eps", f"an L-inf eps must be in (0, 1], got {ev.eps}")
+    _check_eps(ev.eps, p.attack.norm, file, "eval.eps")
     return dataclasses.replace(p, eval=ev, train=resolved_train(p))
 
 

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.config import ATTACK_NAME, Profile, load_run_profile
+from engine.config import Profile, load_run_profile
+from engine.contract import EvalRequest, RequestError, check_eps, scaled_step
 from engine.profile_schema import ProfileError
 from engine.events import EventWriter, read_events
 
@@ -32,21 +33,15 @@ class EvalRequestError(ValueError):
 
 
 def check_request(request: dict, profile: Profile) -> dict:
-    attacks = request.get("attacks") or list(profile.eval.attacks)
-    for name in attacks:
-        if not ATTACK_NAME.match(name):
-            raise EvalRequestError(f"unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, pgd100), "
-                                   "cw<N>, tpgd<N>, aa, aa-fast")
-    eps = request.get("eps") or profile.eval.eps
-    if not (0 < eps <= 1) and profile.attack.norm == "linf":
-        raise EvalRequestError(f"eps must be in (0, 1] (inputs are in [0, 1]), got {eps}")
-    split = request.get("split", "test")
-    if split not in ("test", "val"):
-        raise EvalRequestError(f"unknown split {split!r}; choose test or val")
-    return {"attacks": attacks, "eps": float(eps), "split": split,
-            "checkpoint": request.get("checkpoint", "best"), "n_per_class": int(request.get("n_per_class") or 0),
-            "batch_size": int(request.get("batch_size") or profile.data.eval_batch_size),
-            "force": bool(request.get("force"))}
+    """The request (engine.contract.EvalRequest) with the profile's own values filled in."""
+    try:
+        req = EvalRequest.from_json(request)
+        eps = check_eps(req.eps or profile.eval.eps, profile.attack.norm)
+    except RequestError as err:
+        raise EvalRequestError(f"{err.field}: {err}") from None
+    return {"attacks": list(req.attacks) or list(profile.eval.attacks), "eps": eps, "split": req.split,
+            "checkpoint": req.checkpoint, "n_per_class": req.n_per_class,
+            "batch_size": req.batch_size or profile.data.eval_batch_size, "force": req.force}
 
 
 def _same(event: dict, req: dict, attack: str, epoch: int, setting: dict) -> bool:
@@ -147,7 +142,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     model.load_state_dict(weights)
     model.to(runtime.device).eval()
     e = profile.eval
-    settings = AttackSettings(eps=req["eps"], step=e.step * req["eps"] / e.eps, norm=profile.attack.norm,
+    settings = AttackSettings(eps=req["eps"], step=scaled_step(e.step, e.eps, req["eps"]), norm=profile.attack.norm,
                               cw_kappa=e.cw_kappa, tpgd_inv_temperature=e.tpgd_inv_temperature,
                               restarts=e.restarts, seed=profile.seed)
     progress = Progress(run_dir / "progress.json")

@@ -20,6 +20,8 @@ import math
 import re
 from typing import Any
 
+from engine.contract.request import scaled_step
+
 SUBSET_SEED = 0  # `--n-per-class` subsets are drawn with this seed (the same images for every run)
 
 
@@ -62,7 +64,7 @@ def requested_setting(config: dict, attack: str, eps: float | None = None, n_per
     own_eps, own_step = ev.get("eps") or atk.get("eps", 0.0), ev.get("step") or atk.get("step", 0.0)
     eps = eps or own_eps
     return attack_setting(
-        attack, eps=eps, norm=atk.get("norm", "linf"), step=own_step * eps / own_eps if own_eps else own_step,
+        attack, eps=eps, norm=atk.get("norm", "linf"), step=scaled_step(own_step, own_eps, eps),
         restarts=ev.get("restarts", 1), cw_kappa=ev.get("cw_kappa", 50.0),
         tpgd_inv_temperature=ev.get("tpgd_inv_temperature", 5.0), seed=config.get("seed", 0),
         n_per_class=n_per_class, batch_size=batch_size or data.get("eval_batch_size", 256))

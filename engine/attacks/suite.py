@@ -6,15 +6,14 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from engine.attacks.pgd import FGSM, PGD
+from engine.contract.request import parse_attack
 
-DEFAULT_STEPS = {"pgd": 20, "cw": 20, "tpgd": 20}
 
 
 @dataclass(frozen=True)
@@ -70,13 +69,8 @@ ATTACKS: dict[str, Callable] = {
 
 
 def parse_attack_name(name: str) -> tuple[str, int]:
-    """'pgd20' -> ('pgd', 20); 'cw' -> ('cw', 20); 'aa' -> ('aa', 0)."""
-    match = re.fullmatch(r"(pgd|cw|tpgd)(\d+)?", name)
-    if match:
-        return match.group(1), int(match.group(2) or DEFAULT_STEPS[match.group(1)])
-    if name in ATTACKS:
-        return name, 0
-    raise ValueError(f"unknown attack {name!r}; known: clean, fgsm, pgd<N>, cw<N>, tpgd<N>, aa, aa-fast")
+    """'pgd20' -> ('pgd', 20); 'cw' -> ('cw', 20); 'aa' -> ('aa', 0) (engine.contract's grammar)."""
+    return parse_attack(name)
 
 
 def build_attack(name: str, model: torch.nn.Module, settings: AttackSettings):

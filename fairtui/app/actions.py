@@ -63,7 +63,8 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
         screen.notify(f"evaluating {view.name}: {', '.join(request['attacks'])} @ {request['checkpoint']} "
                       "(progress on its run screen; results join its table)")
 
-    screen.app.push_screen(EvalDialog(view.name, checkpoints), start)
+    norm = (view.config.get("attack") or {}).get("norm", "linf")
+    screen.app.push_screen(EvalDialog(view.name, checkpoints, norm), start)
 
 
 def export(screen: Screen, run_dirs: list[Path]) -> None:

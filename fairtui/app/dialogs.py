@@ -110,9 +110,10 @@ class EvalDialog(ModalScreen[dict | None]):
 
     BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+l", "start", "start")]
 
-    def __init__(self, run_name: str, checkpoints: list[str]):
+    def __init__(self, run_name: str, checkpoints: list[str], norm: str | None = None):
+        """``norm``: the run's threat model, which bounds eps (an L-inf eps is at most 1)."""
         super().__init__()
-        self.run_name, self.checkpoints = run_name, checkpoints or ["best", "last"]
+        self.run_name, self.checkpoints, self.norm = run_name, checkpoints or ["best", "last"], norm
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog eval"):
@@ -134,16 +135,13 @@ class EvalDialog(ModalScreen[dict | None]):
         self.action_start()
 
     def action_start(self) -> None:
-        import math
-
-        from engine.config import ATTACK_NAME
+        from engine.contract import EvalRequest, RequestError, check_eps
         from engine.profile_schema import parse_fraction
 
         error = self.query_one("#eval-error", Static)
         attacks = [a.strip() for a in self.query_one("#eval-attacks", Input).value.replace(",", " ").split()]
-        bad = [a for a in attacks if not ATTACK_NAME.match(a)]
-        if not attacks or bad:
-            error.update(f"attacks: unknown {bad[0]!r}" if bad else "attacks: name at least one")
+        if not attacks:
+            error.update("attacks: name at least one")
             return
         n_text = self.query_one("#eval-n", Input).value.strip()
         if n_text and not (n_text.isdigit() and int(n_text) > 0):
@@ -157,12 +155,16 @@ class EvalDialog(ModalScreen[dict | None]):
             except ValueError as err:
                 error.update(f"eps: {err}")
                 return
-            if not (math.isfinite(eps) and 0 < eps <= 1):
-                error.update(f"eps: must be in (0, 1], got {eps_text}")
-                return
-        self.dismiss({"attacks": attacks, "checkpoint": self.query_one("#eval-checkpoint", Select).value,
-                      "split": self.query_one("#eval-split", Select).value, "n_per_class": int(n_text or 0),
-                      "batch_size": 0, "eps": eps, "force": False})
+        try:  # engine.contract's rules, as `fairtui eval` checks them
+            request = EvalRequest(attacks=tuple(attacks), checkpoint=self.query_one("#eval-checkpoint", Select).value,
+                                  split=self.query_one("#eval-split", Select).value, n_per_class=int(n_text or 0),
+                                  eps=eps)
+            if eps is not None:
+                check_eps(eps, self.norm)
+        except RequestError as err:
+            error.update(f"{err.field}: {err}")
+            return
+        self.dismiss(request.to_json())
 
     def action_cancel(self) -> None:
         self.dismiss(None)

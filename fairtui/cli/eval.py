@@ -32,9 +32,8 @@ def evaluate(
     home: HomeT = Home,
 ) -> None:
     import json
-    import math
 
-    from engine.config import ATTACK_NAME, CHECKPOINTS
+    from engine.contract import EvalRequest, RequestError
     from engine.profile_schema import ProfileError, parse_fraction
     from fairtui.home import RunNotFound, find_run, resolve_home
     from fairtui.launcher import GpuChoice
@@ -59,18 +58,13 @@ def evaluate(
     except ValueError as err:
         raise fail(f"--eps: {err}") from None
     names = [a.strip() for item in attack for a in item.split(",") if a.strip()]
-    for name in names:
-        if not ATTACK_NAME.match(name):
-            raise fail(f"--attack: unknown attack {name!r}; known: clean, fgsm, pgd<N> (pgd20, pgd100), cw<N>, "
-                       "tpgd<N>, aa, aa-fast")
-    if eps_value is not None and not (math.isfinite(eps_value) and 0 < eps_value <= 1):
-        raise fail(f"--eps: must be in (0, 1], got {eps}")
-    if split not in ("test", "val"):
-        raise fail(f"--split: must be test or val, got {split!r}")
-    if checkpoint not in CHECKPOINTS:
-        raise fail(f"--checkpoint: unknown checkpoint {checkpoint!r}; choose from {', '.join(CHECKPOINTS)}")
-    request = {"attacks": names, "checkpoint": checkpoint, "split": split, "n_per_class": n_per_class,
-               "batch_size": batch_size, "eps": eps_value, "force": force}
+    try:  # the request's rules are engine.contract's; a run's norm bounds eps further (its engine says so)
+        request = EvalRequest(attacks=tuple(names), checkpoint=checkpoint, split=split, n_per_class=n_per_class,
+                              batch_size=batch_size, eps=eps_value, force=force).to_json()
+    except RequestError as err:
+        option = {"attacks": "attack", "n_per_class": "n-per-class", "batch_size": "batch-size"}.get(err.field,
+                                                                                                   err.field)
+        raise fail(f"--{option}: {err}") from None
     if len(run_dirs) == 1:
         raise typer.Exit(_evaluate_one(run_dirs[0], dict(request), choice, json_out, allow_running))
     import contextlib
