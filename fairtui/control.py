@@ -19,6 +19,57 @@ class StopError(ControlError):
     pass
 
 
+class NothingToDo(ControlError):
+    """The action is done already (a completed run resumed): not an error for the CLI (exit 0)."""
+
+
+def check_resumable(run_dir: Path) -> None:
+    """ControlError unless the run can resume (stopped, failed or lost, with a whole profile): the one rule
+    for `fairtui resume` and the app's `r`."""
+    from engine.config import load_run_profile
+    from engine.profile_schema import ProfileError
+
+    try:
+        load_run_profile(run_dir)  # a folder whose profile is missing or cut short never resumes on defaults
+    except ProfileError as err:
+        raise ControlError(str(err)) from None
+    status = RunView.load(run_dir).status()
+    if status == "running":
+        raise ControlError(f"run {run_dir.name} is still running (see engine.json); stop it first")
+    if status == "completed":
+        raise NothingToDo(f"run {run_dir.name} has completed; nothing to resume")
+    if status == "imported":
+        raise ControlError(f"run {run_dir.name} is an imported model: it does not train (fairtui eval evaluates it)")
+    if status == "queued":
+        raise ControlError(f"run {run_dir.name} is queued already: it starts when its devices free")
+
+
+def queue_resume(run_dir: Path, queue) -> str:
+    """Resume a run through the queue (the app's `r`): on the GPUs it ran on, when they free."""
+    from fairtui.launcher import GpuChoice
+
+    check_resumable(run_dir)
+    queue.submit(run_dir, GpuChoice.parse(RunView.load(run_dir).meta.get("gpus")))
+    return f"run {run_dir.name} queued to resume"
+
+
+def queue_rerun(run_dir: Path, queue) -> Path:
+    """A new run of the same resolved profile, name, tags and GPUs (the app's `R`), queued; its folder.
+    ProfileError if the profile cannot start a run any more."""
+    from engine.config import load_profile
+    from fairtui.launcher import GpuChoice, create_run
+    from fairtui.store import RunIndex
+
+    view = RunView.load(run_dir)
+    home = run_dir.parent.parent
+    gpus = GpuChoice.parse(view.meta.get("gpus"))
+    new_dir = create_run(home, load_profile(run_dir / "profile.toml"), view.meta.get("profile_path") or "",
+                         view.name, view.meta.get("tags", []), gpus)
+    queue.submit(new_dir, gpus)
+    RunIndex(home).register(new_dir)
+    return new_dir
+
+
 def check_deletable(run_dir: Path) -> None:
     """ControlError if the run trains (its engine alive, or holding engine.lock while it starts)."""
     from fairtui.launcher import engine_lock_held

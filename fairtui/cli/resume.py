@@ -22,27 +22,20 @@ def resume(
     from fairtui.follow import follow
     from fairtui.home import RunNotFound, find_run, resolve_home
     from fairtui.launcher import GpuChoice, start_engine
-    from fairtui.runfolder import RunView
 
     try:
         run_dir = find_run(resolve_home(home), run_ref)
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
-    from engine.config import load_run_profile
+    from fairtui.control import ControlError, NothingToDo, check_resumable
 
     try:
-        load_run_profile(run_dir)  # a folder whose profile is missing or cut short never resumes on defaults
-    except ProfileError as err:
+        check_resumable(run_dir)
+    except NothingToDo as done:
+        raise fail(str(done), 0) from None
+    except ControlError as err:
         raise fail(str(err)) from None
-    view = RunView.load(run_dir)
-    status = view.status()
-    if status == "running":
-        raise fail(f"run {run_dir.name} is still running (see engine.json); stop it first")
-    if status == "completed":
-        raise fail(f"run {run_dir.name} has completed; nothing to resume", 0)
-    if status == "imported":
-        raise fail(f"run {run_dir.name} is an imported model: it does not train (fairtui eval evaluates it)")
     proc = start_engine(run_dir, choice)
     typer.echo(f"resuming run {run_dir.name}", err=True)
     if detach:

@@ -130,3 +130,45 @@ def test_deleting_a_queued_run_cancels_its_queue_entry_from_the_cli_as_from_the_
     deleted = fairtui_cmd("rm", run.name, "--yes", home=home)
     assert deleted.returncode == 0, deleted.stderr
     assert not run.exists() and [e["run_id"] for e in queue.entries()] == [other.name]
+
+
+def test_resume_follows_one_rule_from_the_cli_and_the_app(tmp_path):
+    """control.check_resumable: a queued run is not started a second time by `resume`, a completed one
+    has nothing to resume (exit 0), and the app's `r` applies the same rule."""
+    from fairtui.control import ControlError, NothingToDo, queue_resume
+    from tests.conftest import fairtui_cmd
+
+    home = tmp_path / "home"
+    queued = make_run(home, "20260101-000000-rrqueue", name="waiting", status="queued")
+    done = make_run(home, "20260101-000001-rrdone", name="done")
+    queue = LocalQueue(home)
+    queue.submit(queued, GpuChoice.parse("cpu"))
+    again = fairtui_cmd("resume", queued.name, home=home)
+    assert again.returncode == 2 and "queued already" in again.stderr
+    assert [e["run_id"] for e in queue.entries()] == [queued.name] and not (queued / "engine.json").exists()
+    finished = fairtui_cmd("resume", done.name, home=home)
+    assert finished.returncode == 0 and "nothing to resume" in finished.stderr
+    with pytest.raises(NothingToDo):
+        queue_resume(done, queue)
+    with pytest.raises(ControlError, match="queued already"):
+        queue_resume(queued, queue)
+    assert [e["run_id"] for e in queue.entries()] == [queued.name]
+
+
+def test_a_rerun_is_a_new_queued_run_of_the_same_profile_name_tags_and_gpus(tmp_path):
+    from fairtui.control import queue_rerun
+    from fairtui.launcher import change_meta
+
+    home = tmp_path / "home"
+    first = make_run(home, "20260101-000000-rerun1", name="again", tags=("a", "b"))
+    change_meta(first, lambda m: m.update(gpus="cpu"))
+    queue = LocalQueue(home)
+    second = queue_rerun(first, queue)
+    from engine.config import load_profile
+
+    assert second != first
+    assert load_profile(second / "profile.toml").to_table() == load_profile(first / "profile.toml").to_table()
+    meta = json.loads((second / "meta.json").read_text())
+    assert (meta["name"], meta["tags"], meta["gpus"]) == ("again", ["a", "b"], "cpu")
+    assert [(e["run_id"], e["gpus"]) for e in queue.entries()] == [(second.name, "cpu")]
+    assert RunView.load(second).status() == "queued"

@@ -290,41 +290,31 @@ class RunsScreen(Screen):
         run_id = self.selected_id()
         if not run_id:
             return
-        from fairtui.runfolder import RunView
+        from fairtui.control import ControlError, queue_resume
 
-        status = RunView.load(self.run_dir(run_id)).status()
-        if status not in ("stopped", "failed", "lost"):
-            self.notify(f"run {run_id} is {status}; only stopped, failed or lost runs resume", severity="warning")
+        try:
+            said = queue_resume(self.run_dir(run_id), self.app.queue)
+        except ControlError as err:
+            self.notify(str(err), severity="warning")
             return
-        from fairtui.launcher import GpuChoice
-
-        gpus = RunView.load(self.run_dir(run_id)).meta.get("gpus")
-        self.app.queue.submit(self.run_dir(run_id), GpuChoice.parse(gpus))
         self.app.tick_queue()
-        self.notify(f"run {run_id} queued to resume")
+        self.notify(said)
 
     def action_rerun(self) -> None:
         run_id = self.selected_id()
         if not run_id:
             return
-        from engine.config import load_profile
         from engine.profile_schema import ProfileError
-        from fairtui.launcher import GpuChoice, create_run
-        from fairtui.runfolder import RunView
+        from fairtui.control import queue_rerun
 
-        view = RunView.load(self.run_dir(run_id))
-        profile = load_profile(self.run_dir(run_id) / "profile.toml")
-        gpus = GpuChoice.parse(view.meta.get("gpus"))
         try:
-            new_dir = create_run(self.app.home, profile, view.meta.get("profile_path") or "", view.name,
-                                 view.meta.get("tags", []), gpus)
+            new_dir = queue_rerun(self.run_dir(run_id), self.app.queue)
         except ProfileError as err:
             self.notify(str(err), severity="error")
             return
-        self.app.queue.submit(new_dir, gpus)
-        self.app.index.register(new_dir)
         self.app.tick_queue()
-        self.notify(f"rerun of {view.name} queued as {new_dir.name}")
+        name = next((d.get("name") for d in self.docs if d["run_id"] == run_id), None) or run_id
+        self.notify(f"rerun of {name} queued as {new_dir.name}")
         self.load()
 
     def action_tag(self) -> None:
