@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 
 from engine.config import Profile, load_run_profile
 from engine.contract import EvalRequest, RequestError, check_eps, scaled_step
+from engine.process import EXIT_USAGE, report_failure
 from engine.profile_schema import ProfileError
 from engine.events import EventWriter, read_events
 
@@ -84,23 +84,21 @@ class PredictionCache:
 
 
 def evaluate_run(run_dir: Path, request: dict) -> int:
-    from engine.process import EXIT_USAGE, setup_logging
+    from engine.process import setup_logging
 
     setup_logging()
     try:
         profile = load_run_profile(run_dir)  # never evaluated at default settings in place of the run's
         req = check_request(request, profile)
     except (EvalRequestError, ProfileError) as err:
-        print(f"fairtui eval: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return report_failure(run_dir, "eval", str(err), EXIT_USAGE)
     from engine.checkpoint import CheckpointError, CheckpointStore
 
     store = CheckpointStore(run_dir / "checkpoints")
     try:
         weights, epoch = store.weights(req["checkpoint"])
     except CheckpointError as err:
-        print(f"fairtui eval: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return report_failure(run_dir, "eval", str(err), EXIT_USAGE)
     from engine.process import StopFlag
 
     stop = StopFlag()
@@ -137,8 +135,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     try:  # a trained run's architecture, or an imported run's (TorchScript file, RobustBench zoo)
         model = build(profile, splits.input_shape, splits.num_classes, splits.mean, splits.std, run_dir)
     except ImportFailed as err:
-        print(f"fairtui eval: {err}", file=sys.stderr)
-        return 2
+        return report_failure(run_dir, "eval", str(err), EXIT_USAGE)
     model.load_state_dict(weights)
     model.to(runtime.device).eval()
     e = profile.eval
@@ -166,8 +163,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
             log.warning("evaluation stopped; finished batches are kept and a rerun continues from them")
             return EXIT_STOPPED
         except NonFiniteLogits as err:
-            print(f"fairtui eval: {attack_name} @ {req['checkpoint']}: {err}", file=sys.stderr)
-            return 1
+            return report_failure(run_dir, "eval", f"{attack_name} @ {req['checkpoint']}: {err}", 1)
         result = per_class_result(data.y, clean, adv, splits.num_classes, conf_var)
         events.emit("eval_result", split=req["split"], checkpoint=req["checkpoint"], epoch=epoch,
                     attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"], setting=setting,

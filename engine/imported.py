@@ -245,15 +245,14 @@ def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: i
 def import_run(run_dir: Path, request: dict) -> int:
     """Import the model of ``request`` into the (new) run folder ``run_dir``."""
     from engine.config import load_profile
-    from engine.process import EXIT_OK, EXIT_USAGE, setup_logging
+    from engine.process import EXIT_OK, EXIT_USAGE, report_failure, setup_logging
 
     setup_logging()
     profile = load_profile(run_dir / "profile.toml")
     try:
         imported = _import(run_dir, profile, request)
     except ImportFailed as err:
-        print(f"fairtui import: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return report_failure(run_dir, "import", str(err), EXIT_USAGE)
     log.info("imported %s", imported)
     return EXIT_OK
 

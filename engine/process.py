@@ -180,6 +180,37 @@ def _guarded(run_dir: Path, events: Any, body: Callable[[], None]) -> int:
     return EXIT_OK
 
 
+FAILURE_FILE = "command.failed.json"
+
+
+def report_failure(run_dir: Path, command: str, reason: str, code: int) -> int:
+    """A command (eval, import) that fails for a reason a user can act on: the one line on stderr (and
+    so in engine.log) and in ``<run>/command.failed.json`` for the CLI, which reads it there rather than
+    from log text. Returns ``code``, the exit code."""
+    from engine.atomic import atomic_write_json
+
+    print(f"fairtui {command}: {reason}", file=sys.stderr)
+    try:
+        atomic_write_json(run_dir / FAILURE_FILE, {"command": command, "reason": reason, "code": code,
+                                                   "pid": os.getpid(), "t": time.time()})
+    except OSError:
+        pass
+    return code
+
+
+def read_failure(run_dir: Path, command: str, since: float = 0.0) -> str | None:
+    """The reason the latest ``command`` gave for failing, if it was written at ``since`` or later."""
+    import json
+
+    try:
+        doc = json.loads((run_dir / FAILURE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("command") != command or not isinstance(doc.get("t"), (int, float)) or doc["t"] < since:
+        return None
+    return f"fairtui {command}: {doc.get('reason')}"
+
+
 def failure_file(run_dir: Path, rank: int) -> Path:
     """Where rank ``rank`` of a supervised run leaves the reason it failed."""
     return run_dir / f".rank{rank}.failed"

@@ -113,9 +113,10 @@ def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running:
 
     request["attacks"] = request["attacks"] or list(load_profile(run_dir / "profile.toml").eval.attacks)
     code = follow(run_dir, proc, json_out, eval_request=request, since=started)
-    if code in (1, 2):  # the engine's one-line reason (a bad request; non-finite logits)
-        log = (run_dir / "engine.log").read_text().splitlines()
-        reason = next((line for line in reversed(log) if line.startswith("fairtui eval:")), None)
+    if code in (1, 2):  # the engine's one-line reason (a bad request; non-finite logits), as it recorded it
+        from engine.process import read_failure
+
+        reason = read_failure(run_dir, "eval", since=started)
         if reason:
             typer.echo(reason, err=True)
     return code

@@ -209,9 +209,11 @@ def import_model(
     returncode, stdout, stderr = check_in_engine(run_dir, env, check_timeout)
     (run_dir / "engine.log").write_text(stdout + stderr)
     if returncode != 0:
+        from engine.process import read_failure
+
+        reason = read_failure(run_dir, "import")  # the engine's one-line reason, as it recorded it
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing is left half-made
         lines = (stderr or "").strip().splitlines()
-        reason = next((line for line in reversed(lines) if line.startswith("fairtui import:")), None)
         typer.echo(reason or f"fairtui import: failed (exit {returncode}):\n" + "\n".join(lines[-15:]), err=True)
         raise typer.Exit(2 if returncode == 2 else 1)
     from fairtui.store import RunIndex
