@@ -61,21 +61,18 @@ class LocalQueue:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[list[dict]]:
-        try:
-            self.home.mkdir(parents=True, exist_ok=True)
-            lock = locked(self.lock_path)
-            lock.__enter__()
-        except OSError as err:
-            raise ReadOnlyHome(self.home, err) from None
-        try:
+        with contextlib.ExitStack() as stack:
+            try:
+                self.home.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(locked(self.lock_path))
+            except OSError as err:
+                raise ReadOnlyHome(self.home, err) from None
             try:
                 entries = json.loads(self.path.read_text()) if self.path.exists() else []
             except ValueError:
                 entries = []
             yield entries
             self._save(entries)
-        finally:
-            lock.__exit__(None, None, None)
 
     def _save(self, entries: list[dict]) -> None:
         """Write queue.json (under the queue lock): at the end of each change, and inside a tick before

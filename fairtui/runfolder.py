@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.procinfo import process_exited, process_start_time
+from fairtui.digest import CHUNK as DIGEST_CHUNK
 from fairtui.digest import Digest, read_digest
 
 FINAL_STATUSES = ("completed", "failed", "stopped", "imported")
@@ -24,7 +25,7 @@ HEARTBEAT_S = 600.0  # a run on another host with no sign of life for this long 
 class LineTail:
     """Follows a growing file: each call returns the complete lines added since the last."""
 
-    CHUNK = 4 << 20  # at most this much per call: a reader catching up on a long file stays bounded
+    CHUNK = DIGEST_CHUNK  # at most this much per call: a reader catching up on a long file stays bounded
 
     def __init__(self, path: Path, from_end: bool = False, offset: int = 0):
         self.path, self._partial = path, b""

@@ -175,13 +175,12 @@ class RunIndex:
 
     @contextlib.contextmanager
     def transaction(self, exclusive: bool = True) -> Iterator[TinyDB]:
-        try:
-            self.home.mkdir(parents=True, exist_ok=True)
-            lock = locked(self.lock_path, exclusive)
-            lock.__enter__()
-        except OSError as err:
-            raise ReadOnlyHome(self.home, err) from None
-        try:
+        with contextlib.ExitStack() as stack:
+            try:
+                self.home.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(locked(self.lock_path, exclusive))
+            except OSError as err:
+                raise ReadOnlyHome(self.home, err) from None
             db = TinyDB(str(self.path), storage=AtomicJSONStorage)
             try:
                 yield db
@@ -191,25 +190,16 @@ class RunIndex:
                 raise
             finally:
                 db.close()
-        finally:
-            lock.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def _shared(self) -> Iterator[None]:
         """A shared lock for reading; none where the home folder cannot be written (a read-only mount
         of shared results), where no writer can be at work either."""
-        lock = locked(self.lock_path, exclusive=False)
-        try:
-            if not self.home.is_dir():
-                raise OSError("no home folder")
-            lock.__enter__()
-        except OSError:
+        with contextlib.ExitStack() as stack:
+            with contextlib.suppress(OSError):
+                if self.home.is_dir():
+                    stack.enter_context(locked(self.lock_path, exclusive=False))
             yield
-            return
-        try:
-            yield
-        finally:
-            lock.__exit__(None, None, None)
 
     def upsert(self, doc: dict) -> None:
         with self.transaction() as db:
