@@ -59,16 +59,20 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu", need: tuple[
 
 
 class CheckpointStore:
-    def __init__(self, folder: Path):
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+    """A run's checkpoints. ``writer=False`` (the ranks other than 0 of a group): reads them, writes and
+    removes nothing."""
+
+    def __init__(self, folder: Path, writer: bool = True):
+        self.folder, self.writer = folder, writer
+        if writer:
+            folder.mkdir(parents=True, exist_ok=True)
 
     def remove_leftovers(self) -> int:
         """Delete the temporary files of checkpoint writes that a kill interrupted (``.last.pt.*``,
         ``.best.pt.*``: never renamed, so never loaded); the number removed. Only the engine that holds
         the run's lock calls this, so no write of another engine can be in flight."""
         removed = 0
-        for name in ("last.pt", "best.pt"):
+        for name in ("last.pt", "best.pt") if self.writer else ():
             for tmp in self.folder.glob(f".{name}.*"):
                 tmp.unlink(missing_ok=True)
                 removed += 1
@@ -83,6 +87,8 @@ class CheckpointStore:
         return self.folder / "best.pt"
 
     def save(self, state: dict[str, Any], best_model: dict | None = None, best_meta: dict | None = None) -> None:
+        if not self.writer:
+            return
         # best.pt first: if we die between the two writes, last.pt still says the older best.
         if best_model is not None:
             atomic_torch_save({"epoch": state["epoch"], "model": best_model, "best": best_meta,

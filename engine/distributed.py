@@ -41,6 +41,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from engine.attacks.noise import Draws
+
 ENV_SUPERVISED = "FAIRTUI_SUPERVISED"
 
 
@@ -118,6 +120,72 @@ class Group:
         q, r = divmod(n, self.world)
         return [q + (1 if i < r else 0) for i in range(self.world)]
 
+    def draws(self, n: int) -> Draws:
+        """This rank's rows [lo, hi) of a batch of ``n``, and the draws its attacks take: rows of the
+        whole batch's draws in a group, the batch's own draws in one process."""
+        lo, hi = self.shard(n)
+        return Draws(lo, hi, n if self.active else 0)
+
+    def scale_loss(self, loss: torch.Tensor, draws: Draws) -> torch.Tensor:
+        """DDP averages the ranks' gradients; weighting each rank's mean by its share of the batch
+        makes that average the gradient of the global batch mean, shards of any size."""
+        return loss * ((draws.hi - draws.lo) * self.world / draws.n) if self.active else loss
+
+    def usable_batches(self, n: int, batch_size: int, batches: int) -> int:
+        """The batches of an epoch of ``n`` samples every rank can take part in: a last global batch
+        smaller than the group would leave a rank without samples, so it is left out."""
+        if self.active and n - (batches - 1) * batch_size < self.world:
+            return batches - 1
+        return batches
+
+    # -- the model's views and what this rank writes ----------------------------------------------------
+    def prepare_model(self, model: nn.Module, device: torch.device, sync_bn: bool) -> tuple[nn.Module, bool]:
+        """``model`` with its BatchNorm synchronised across ranks when the profile asks for it and there
+        is a group and a BatchNorm (SyncBatchNorm on CUDA, GroupBatchNorm on the CPU); whether it is."""
+        if not (sync_bn and self.active and has_batchnorm(model)):
+            return model, False
+        return convert_sync_bn(model, device), True
+
+    def training_view(self, model: nn.Module, attack_model: nn.Module, device: torch.device) -> nn.Module:
+        """What the loss forwards go through: DDP over ``model`` in a group (its forward prepares the
+        gradient all-reduce), ``attack_model`` (the model, maybe compiled) in one process. Attacks and
+        gradient-free forwards always run ``attack_model``."""
+        if not self.active:
+            return attack_model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def writers(self, events: Any, progress: Any) -> tuple[Any, Any]:
+        """The event stream and the progress file, on rank 0; on the other ranks, writers of nothing
+        (rank 0 alone writes the run folder)."""
+        return (events, progress) if self.is_main else (NoEvents(), NoProgress())
+
+    def payload(self, sync_bn: bool, batch_size: int) -> dict[str, Any]:
+        """What run_started and run_resumed record of the group (nothing for one process)."""
+        if not self.active:
+            return {}
+        return {"distributed": {**self.describe(), "sync_bn": sync_bn, "global_batch_size": batch_size,
+                                "batch_per_rank": self.shard_sizes(batch_size)}}
+
+    def epoch_check(self, weights: dict[str, Any], state: dict[str, Any], what: str, state_name: str,
+                    samples: list[int], sync_bn: bool) -> dict[str, Any] | None:
+        """Check that every rank holds the same ``weights`` and the same class-wise ``state`` after an
+        epoch (RankMismatch otherwise: the run fails rather than report one rank's numbers). What the
+        epoch event records: the group, each rank's samples and state digests (None in one process)."""
+        if not self.active:
+            return None
+        import hashlib
+
+        def digest(prints: list[float]) -> str:
+            return hashlib.sha256(torch.tensor(prints, dtype=torch.float64).numpy().tobytes()).hexdigest()[:16]
+
+        model = self.check_identical(weights, f"the weights after {what}")
+        method = self.check_identical(state, f"the {state_name} state after {what}")
+        return {**self.describe(), "sync_bn": sync_bn, "samples_per_rank": samples,
+                "model_digest_per_rank": [digest(p) for p in model],
+                "method_digest_per_rank": [digest(p) for p in method]}
+
     # -- collectives ----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _collective(self, what: str) -> Iterator[None]:
@@ -177,6 +245,27 @@ class Group:
                 raise RankMismatch(f"{what}: rank {r}'s {bad} differs from rank 0's; the ranks no longer "
                                    "compute the same run")
         return [g.tolist() for g in gathered]
+
+
+class NoEvents:
+    """What ranks other than 0 write to the event stream: nothing."""
+
+    def emit(self, type_: str, **payload: Any) -> dict:
+        return {}
+
+    def emit_lost_epoch_end(self, event: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class NoProgress:
+    def due(self) -> bool:
+        return False
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 def _flatten(value: Any, prefix: str, out: list[tuple[str, torch.Tensor]]) -> None:
@@ -290,19 +379,3 @@ def _convert_cpu(module: nn.Module) -> nn.Module:
 
 def has_batchnorm(model: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-
-
-def wrap_ddp(model: nn.Module, attack_model: nn.Module, device: torch.device) -> nn.Module:
-    """``model`` under DistributedDataParallel for the loss forwards. ``attack_model`` (the same
-    parameters, maybe compiled) is what attacks and gradient-free forwards use: they must not go
-    through DDP, whose forward prepares a gradient all-reduce and broadcasts buffers."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    object.__setattr__(ddp, "attack_model", attack_model)  # not a registered submodule
-    return ddp
-
-
-def attack_view(model: nn.Module) -> nn.Module:
-    """The module attacks and gradient-free forwards call: the model itself, or what DDP wraps."""
-    return getattr(model, "attack_model", model)

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from engine import metrics
+from engine.attacks.noise import WHOLE, Draws
 from engine.data import TensorData
 from engine.utils import Runtime, eval_mode
 
@@ -43,12 +44,13 @@ def seeded_draws(seed: int, batch: int, device: torch.device) -> Iterator[None]:
 
 
 def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runtime, batch_size: int,
-            progress: ProgressFn | None = None, seed: int | None = None
+            progress: ProgressFn | None = None, seed: int | None = None, draws: Draws = WHOLE
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clean predictions, adversarial predictions and the clean confidence variance of every
     sample of ``data``: three [N] tensors on the CPU. Results stay on the device until the end.
     ``seed``: an evaluation's, whose draws are :func:`seeded_draws` per batch (None: validation during
-    training, whose draws continue the training's random stream)."""
+    training, whose draws continue the training's random stream). ``draws``: the attack's, for a
+    rank's rows of one validation batch (``data`` is those rows)."""
     clean, adv, conf_var = [], [], []
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
@@ -62,7 +64,7 @@ def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runt
             clean.append(logits.argmax(1))
             conf_var.append(confidence_variance(logits))
             with seeded_draws(seed, b, runtime.device) if seed is not None else contextlib.nullcontext():
-                x_adv = attack.perturb(x, y)
+                x_adv = attack.perturb(x, y, draws=draws)
             with torch.no_grad(), runtime.autocast():
                 adv_logits = model(x_adv)
             check_logits(adv_logits, f"adversarial batch {b + 1}")

@@ -117,5 +117,12 @@ class EventWriter:
         self.seq += 1
         return event
 
+    def emit_lost_epoch_end(self, event: dict) -> None:
+        """Emit the `epoch_end` of a checkpoint whose event was lost (the engine was killed between
+        the checkpoint and its event), unless the stream has it."""
+        events, _ = read_events(self.path)
+        if max((e["epoch"] for e in events if e.get("type") == "epoch_end"), default=0) < event["epoch"]:
+            self.emit("epoch_end", **event)
+
     def close(self) -> None:
         self._fh.close()

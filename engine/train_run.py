@@ -47,7 +47,7 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     stop.install()
     if owner:
         write_process_file(run_dir, "train")
-    from engine.trainer import NoEvents
+    from engine.distributed import NoEvents
 
     events: Any = EventWriter(run_dir / "events.jsonl", run_dir.name) if group.is_main else NoEvents()
 

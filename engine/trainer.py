@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from engine import metrics
-from engine.attacks import noise
 from engine.attacks.suite import AttackSettings, build_attack
 from engine.averaging import WeightAverage
 from engine.checkpoint import CheckpointStore
 from engine.config import Profile
-from engine.data import Splits, load_splits
+from engine.data import Splits, TensorData, load_splits
 from engine.data.augment import plan_epoch
-from engine.distributed import Group, convert_sync_bn, has_batchnorm, wrap_ddp
-from engine.evaluate import per_class_result, predict
+from engine.distributed import Group
+from engine.epoch_record import EpochStats, run_started_payload, val_summary
+from engine.evaluate import predict
 from engine.events import EventWriter
 from engine.process import Diverged, StopRequested
 from engine.methods import Method, MethodContext, ValResult, build_method
@@ -42,69 +40,42 @@ def lr_at(epoch: int, profile: Profile) -> float:
     return t.lr
 
 
-@dataclass
-class EpochStats:
-    loss_sum: torch.Tensor
-    n: int = 0
-    clean: metrics.ClassCounter | None = None
-    robust: metrics.ClassCounter | None = None
-    samples: list[int] | None = None  # per rank
-
-
-class NoEvents:
-    """What ranks other than 0 write to the event stream: nothing (rank 0 alone writes the run folder)."""
-
-    def emit(self, type_: str, **payload: Any) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
-
-
-class NoProgress:
-    def due(self) -> bool:
-        return False
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
 class Trainer:
+    """One run's training, in one process or as one rank of a group. What differs between the two is
+    decided once, by :class:`Group`: the batch rows this process takes and their attack draws, the loss
+    weight, the reductions, the model the loss runs through (DDP in a group) and what it writes (rank 0
+    alone writes the run folder). The loop itself has no rank branches."""
+
     def __init__(self, run_dir: Path, profile: Profile, runtime: Runtime, events: EventWriter,
                  progress: Progress, stop_flag: Any, group: Group | None = None):
         self.run_dir, self.profile, self.rt = run_dir, profile, runtime
         self.group = group or Group()
-        if not self.group.is_main:
-            events, progress = NoEvents(), NoProgress()  # type: ignore[assignment]
-        self.events, self.progress, self.stop_flag = events, progress, stop_flag
+        self.events, self.progress = self.group.writers(events, progress)
+        self.stop_flag = stop_flag
         seed_everything(profile.seed)  # the same on every rank: the same initial weights and RNG streams
         self.splits: Splits = load_splits(profile.data, profile.seed)
         self.k = self.splits.num_classes
-        self.model = build_model(profile.model, self.splits.input_shape, self.k, self.splits.mean,
-                                 self.splits.std).to(runtime.device)
-        self.sync_bn = profile.train.sync_bn and self.group.active and has_batchnorm(self.model)
-        if self.sync_bn:
-            self.model = convert_sync_bn(self.model, runtime.device)
+        model = build_model(profile.model, self.splits.input_shape, self.k, self.splits.mean,
+                            self.splits.std).to(runtime.device)
+        self.model, self.sync_bn = self.group.prepare_model(model, runtime.device, profile.train.sync_bn)
         if runtime.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         # The splits live where the model does (uint8 images on the GPU on CUDA): no per-batch copy.
         self.train_data = self.splits.train.to(runtime.device)
         self.val_data = self.splits.val.to(runtime.device)
-        # What the hot loop calls: the model, or the model compiled at the batch sizes it will see
-        # (a rank's share of them in a multi-process run).
+        # Two views of the one model: what attacks and gradient-free forwards run (the model, or compiled
+        # at the batch sizes this process sees), and what the loss forwards run (DDP over it in a group).
         sizes = (profile.data.batch_size, profile.data.eval_batch_size)
-        self.step_model = runtime.step_model(self.model, tuple(max(self.group.shard_sizes(b)) for b in sizes))
-        # What the loss forwards go through: DDP in a multi-process run (attacks still call step_model).
-        self.loss_model = wrap_ddp(self.model, self.step_model, runtime.device) if self.group.active \
-            else self.step_model
+        self.attack_model = runtime.step_model(self.model, tuple(max(self.group.shard_sizes(b)) for b in sizes))
+        self.train_model = self.group.training_view(self.model, self.attack_model, runtime.device)
         self.optimizer = self.new_optimizer()
         t = profile.train
         self.method: Method = build_method(MethodContext(self.k, profile, runtime.device, self.val_data,
-                                                         group=self.group))
+                                                         group=self.group, attack_model=self.attack_model))
         self.ema = WeightAverage(t.ema_decay) if t.ema_decay > 0 else None
-        self.store = CheckpointStore(run_dir / "checkpoints")
+        self.store = CheckpointStore(run_dir / "checkpoints", writer=self.group.is_main)
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}
-        self.val_attack = build_attack(profile.eval.val_attack, self.step_model, self.attack_settings())
+        self.val_attack = build_attack(profile.eval.val_attack, self.attack_model, self.attack_settings())
         self.last_val: ValResult | None = None
 
     def new_optimizer(self) -> torch.optim.Optimizer:
@@ -120,16 +91,14 @@ class Trainer:
 
     # -- one epoch ------------------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> EpochStats:
-        data, dev = self.train_data, self.rt.device
+        data, dev, group = self.train_data, self.rt.device, self.group
         # The order and every crop and flip of the epoch, drawn on the CPU and moved once.
         plan = plan_epoch(len(data), self.profile.data.batch_size, tuple(data.x.shape[1:]), self.splits.augment,
                           self.profile.seed, epoch).to(dev)
         stats = EpochStats(torch.zeros((), dtype=torch.float64, device=dev),
                            clean=metrics.ClassCounter(self.k, dev), robust=metrics.ClassCounter(self.k, dev))
-        batches = plan.batches
-        group = self.group
-        if group.active and len(data) - (batches - 1) * plan.batch_size < group.world:
-            batches -= 1  # a last global batch smaller than the group would leave a rank without samples
+        batches = group.usable_batches(len(data), plan.batch_size, plan.batches)
+        if batches < plan.batches:
             log.warning("epoch %d: the last %d samples are left out (fewer than the %d ranks)", epoch,
                         len(data) - batches * plan.batch_size, group.world)
         # Per-batch flags stay on the device and are counted once at the end of the epoch: the loop
@@ -140,20 +109,17 @@ class Trainer:
         self.model.train()
         for b in range(batches):
             self.rt.step_begin()
-            n = min(plan.batch_size, len(data) - b * plan.batch_size)
-            lo, hi = group.shard(n)
-            x, y = plan.batch(b, data.images, data.y, rows=(lo, hi))
+            draws = group.draws(min(plan.batch_size, len(data) - b * plan.batch_size))
+            x, y = plan.batch(b, data.images, data.y, rows=(draws.lo, draws.hi))
             x = self.rt.input_format(x)
-            with self.rt.autocast(), noise.sharded(lo, hi, n) if group.active else contextlib.nullcontext():
-                out = self.method.loss(self.loss_model, x, y)
+            with self.rt.autocast():
+                out = self.method.loss(self.train_model, x, y, draws)
             self.optimizer.zero_grad(set_to_none=True)
-            # DDP averages the ranks' gradients; weighting each rank's mean by its share of the batch
-            # makes that average the gradient of the global batch mean, shards of any size.
-            (out.loss * ((hi - lo) * group.world / n) if group.active else out.loss).backward()
+            group.scale_loss(out.loss, draws).backward()
             self.optimizer.step()
             if out.clean_after_step:
                 with torch.no_grad(), self.rt.autocast():
-                    out.logits_clean = self.step_model(x)
+                    out.logits_clean = self.attack_model(x)
             stats.loss_sum += out.loss.detach() * len(y)
             stats.n += len(y)
             labels.append(y)
@@ -172,12 +138,9 @@ class Trainer:
             stats.clean.add(y_all, torch.cat(clean_hits))
         if robust_hits:
             stats.robust.add(y_all, torch.cat(robust_hits))
-        stats.samples = [stats.n]
-        if group.active:
-            local = torch.tensor([float(stats.n)], dtype=torch.float64)
-            stats.samples = [int(t.item()) for t in group.gather_host(local)]
-            group.sum_(stats.loss_sum, stats.clean.hits, stats.clean.total, stats.robust.hits, stats.robust.total)
-            stats.n = sum(stats.samples)
+        stats.samples = [int(t.item()) for t in group.gather_host(torch.tensor([float(stats.n)], dtype=torch.float64))]
+        group.sum_(stats.loss_sum, stats.clean.hits, stats.clean.total, stats.robust.hits, stats.robust.total)
+        stats.n = sum(stats.samples)
         self._check_finite(stats, epoch)
         return stats
 
@@ -186,54 +149,35 @@ class Trainer:
             raise Diverged(f"the training loss became {float(stats.loss_sum)} in epoch {epoch}")
 
     def validate(self, epoch: int) -> ValResult:
-        def progress(b: int, n: int) -> None:
-            if self.stop_flag():
+        """The validation split under the validation attack, per class: this process's rows of every
+        batch (all of them in one process), the counts of every rank summed. Every rank stops at the
+        same batch."""
+        val, bs = self.val_data, self.profile.data.eval_batch_size
+        clean_c, robust_c = metrics.ClassCounter(self.k), metrics.ClassCounter(self.k)
+        batches = (len(val) + bs - 1) // bs
+        for b, start in enumerate(range(0, len(val), bs)):
+            draws = self.group.draws(min(bs, len(val) - start))
+            part = TensorData(val.x[start + draws.lo:start + draws.hi], val.y[start + draws.lo:start + draws.hi])
+            clean, adv, _ = predict(self.attack_model, part, self.val_attack, self.rt, bs, draws=draws)
+            y = part.y.cpu()
+            clean_c.add(y, clean == y)
+            robust_c.add(y, adv == y)
+            if self.group.any(self.stop_flag()):
                 raise StopRequested()
             if self.progress.due():
-                self.progress.update("val", epoch, b, n)
-
-        val = self.val_data
-        if self.group.active:
-            return self._validate_sharded(epoch)
-        clean, adv, _ = predict(self.step_model, val, self.val_attack, self.rt, self.profile.data.eval_batch_size,
-                                progress)
-        res = per_class_result(val.y.cpu(), clean, adv, self.k)
-        return ValResult(res["clean_acc_per_class"], res["robust_acc_per_class"])
-
-    def _validate_sharded(self, epoch: int) -> ValResult:
-        """This rank's shard of every validation batch; the per-class counts of all ranks summed.
-        A stop request waits for the lockstep check after the pass (the ranks must stop together)."""
-        from engine.data import TensorData
-
-        val, bs = self.val_data, self.profile.data.eval_batch_size
-        y_parts, clean_parts, adv_parts = [], [], []
-        for b, start in enumerate(range(0, len(val), bs)):
-            n = min(bs, len(val) - start)
-            lo, hi = self.group.shard(n)
-            with noise.sharded(lo, hi, n):
-                clean, adv, _ = predict(self.step_model, TensorData(val.x[start + lo:start + hi], val.y[start + lo:start + hi]),
-                                        self.val_attack,
-                                        self.rt, bs)
-            y_parts.append(val.y[start + lo:start + hi].cpu())
-            clean_parts.append(clean)
-            adv_parts.append(adv)
-            if self.progress.due():
-                self.progress.update("val", epoch, b + 1, (len(val) + bs - 1) // bs)
-        y = torch.cat(y_parts)
-        clean_c, robust_c = metrics.ClassCounter(self.k), metrics.ClassCounter(self.k)
-        clean_c.add(y, torch.cat(clean_parts) == y)
-        robust_c.add(y, torch.cat(adv_parts) == y)
+                self.progress.update("val", epoch, b + 1, batches)
         self.group.sum_(clean_c.hits, clean_c.total, robust_c.hits, robust_c.total)
         return ValResult(clean_c.per_class(), robust_c.per_class())
 
     # -- the run --------------------------------------------------------------------------------
     def start_or_resume(self) -> int:
         """Return the first epoch to train; emit run_started or run_resumed."""
-        if self.group.is_main and (removed := self.store.remove_leftovers()):
+        if removed := self.store.remove_leftovers():
             log.info("removed %d temporary checkpoint file(s) left by an interrupted write", removed)
         state = self.store.load_last(self.rt.device)
         if state is None:
-            self.events.emit("run_started", **self.run_started_payload())
+            self.events.emit("run_started", **run_started_payload(self.profile, self.splits, self.rt.describe(),
+                                                                  self._group_payload()))
             self.method.initialize(self.model)
             return 1
         self.model.load_state_dict(state["model"])
@@ -246,35 +190,12 @@ class Trainer:
         set_rng_state(state["rng"])
         epoch = state["epoch"]
         self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), **self._group_payload())
-        if self.group.is_main and self._last_logged_epoch() < epoch:  # killed between the checkpoint and its event
-            self.events.emit("epoch_end", **state["epoch_event"])
+        self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
         log.info("resumed after epoch %d", epoch)
         return epoch + 1
 
-    def _last_logged_epoch(self) -> int:
-        from engine.events import read_events
-
-        events, _ = read_events(self.events.path)
-        ends = [e["epoch"] for e in events if e.get("type") == "epoch_end"]
-        return max(ends, default=0)
-
-    def run_started_payload(self) -> dict[str, Any]:
-        from engine.provenance import provenance
-
-        sizes = self.splits.sizes()
-        for split, counts in sizes.items():
-            log.info("%s split: %d images, per class %s", split, sum(counts), counts)
-        return {"config": self.profile.to_table(), "num_classes": self.k, "class_names": self.splits.class_names,
-                "device": self.rt.describe(), "seed": self.profile.seed, "split_sizes": sizes,
-                "provenance": provenance(), **self._group_payload()}
-
     def _group_payload(self) -> dict[str, Any]:
-        """The process group of a multi-process run (nothing for one process)."""
-        if not self.group.active:
-            return {}
-        return {"distributed": {**self.group.describe(), "sync_bn": self.sync_bn,
-                                "global_batch_size": self.profile.data.batch_size,
-                                "batch_per_rank": self.group.shard_sizes(self.profile.data.batch_size)}}
+        return self.group.payload(self.sync_bn, self.profile.data.batch_size)
 
     def fit(self) -> None:
         first = self.start_or_resume()
@@ -299,10 +220,13 @@ class Trainer:
         if self.ema is not None and epoch >= self.profile.train.ema_start_epoch:
             self.ema.update(self.model)
         val = self.validate(epoch)
-        train_clean, train_robust = stats.clean.per_class(), stats.robust.per_class()
-        self.method.end_epoch(epoch, self.model, train_robust, val)
+        train = stats.summary()
+        self.method.end_epoch(epoch, self.model, train["robust_acc_per_class"], val)
         method_state.update(self.method.measurements())
-        distributed = self._check_ranks(epoch, stats) if self.group.active else None
+        distributed = self.group.epoch_check(
+            {"model": self.model.state_dict(), "ema": self.ema.state if self.ema is not None else None},
+            {"method": self.method.state_dict(), "best": self.best["score"]}, f"epoch {epoch}", self.method.name,
+            stats.samples or [], self.sync_bn)
         score = self.method.selection_score(val)
         is_best = self.method.selectable(epoch) and score > self.best["score"]
         if is_best:
@@ -310,44 +234,16 @@ class Trainer:
         self.last_val = val
         event = {
             "epoch": epoch, "epochs": self.profile.train.epochs, "lr": lr, "time_s": time.time() - started,
-            "train": {"loss": float(stats.loss_sum) / max(stats.n, 1),
-                      "clean_acc": metrics.average(train_clean), "robust_acc": metrics.average(train_robust),
-                      "clean_acc_per_class": train_clean, "robust_acc_per_class": train_robust,
-                      "count_per_class": [int(c) for c in stats.clean.total.tolist()]},
-            "val": {"clean_acc_per_class": val.clean_acc_per_class,
-                    "robust_acc_per_class": val.robust_acc_per_class,
-                    "avg_robust": metrics.average(val.robust_acc_per_class),
-                    "worst_robust": metrics.worst(val.robust_acc_per_class),
-                    "avg_clean": metrics.average(val.clean_acc_per_class)},
-            "method_state": method_state, "best_epoch": self.best["epoch"], "is_best": is_best,
+            "train": train, "val": val_summary(val), "method_state": method_state, "best_epoch": self.best["epoch"], "is_best": is_best,
         }
         if distributed is not None:
             event["distributed"] = distributed
-        if self.group.is_main:
-            self.store.save(self._checkpoint(epoch, event), best_model=self.model.state_dict() if is_best else None,
-                            best_meta=self.best)
+        self.store.save(self._checkpoint(epoch, event), best_model=self.model.state_dict() if is_best else None,
+                        best_meta=self.best)
         self.events.emit("epoch_end", **event)
         log.info("epoch %d/%d  loss %.4f  val clean %.3f  robust %.3f (worst %.3f)  %.1fs", epoch,
                  self.profile.train.epochs, event["train"]["loss"], event["val"]["avg_clean"],
                  event["val"]["avg_robust"], event["val"]["worst_robust"], event["time_s"])
-
-    def _check_ranks(self, epoch: int, stats: EpochStats) -> dict[str, Any]:
-        """Check that every rank holds the same weights and the same class-wise state after ``epoch``
-        (RankMismatch otherwise: the run fails rather than report one rank's numbers). What the
-        epoch event records: the group, each rank's samples, and each rank's state digest."""
-        import hashlib
-
-        def digest(prints: list[float]) -> str:
-            return hashlib.sha256(torch.tensor(prints, dtype=torch.float64).numpy().tobytes()).hexdigest()[:16]
-
-        model = self.group.check_identical({"model": self.model.state_dict(),
-                                            "ema": self.ema.state if self.ema is not None else None},
-                                           f"the weights after epoch {epoch}")
-        method = self.group.check_identical({"method": self.method.state_dict(), "best": self.best["score"]},
-                                            f"the {self.method.name} state after epoch {epoch}")
-        return {**self.group.describe(), "sync_bn": self.sync_bn, "samples_per_rank": stats.samples,
-                "model_digest_per_rank": [digest(p) for p in model],
-                "method_digest_per_rank": [digest(p) for p in method]}
 
     def _checkpoint(self, epoch: int, event: dict) -> dict[str, Any]:
         return {

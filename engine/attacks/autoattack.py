@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -112,7 +112,8 @@ class AutoAttackAdapter:
         self.model, self.settings, self.fast = model, settings, fast
         self.on_progress: Callable[[dict], None] | None = None
 
-    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def perturb(self, x: torch.Tensor, y: torch.Tensor, draws: Any = None) -> torch.Tensor:
+        """``draws`` is not used: AutoAttack draws from its own generator, seeded by ``settings.seed``."""
         saved = rng_state()
         logger = logging.getLogger("auto-attack")
         level, propagate = logger.level, logger.propagate

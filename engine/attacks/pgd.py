@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from engine.attacks import noise
+from engine.attacks.noise import WHOLE, Draws
 from engine.utils import attack_mode
 
 Tensor = torch.Tensor
@@ -63,11 +63,11 @@ def ascent_step(delta: Tensor, grad: Tensor, step: Tensor, norm: str) -> Tensor:
     return delta + step * grad / _l2_norm(grad)
 
 
-def random_start(x: Tensor, eps: Tensor, norm: str) -> Tensor:
+def random_start(x: Tensor, eps: Tensor, norm: str, draws: Draws = WHOLE) -> Tensor:
     if norm == "linf":
-        return (noise.rand_like(x) * 2 - 1) * eps
-    direction = noise.randn_like(x)
-    radius = noise.rand_rows(x).view(-1, *([1] * (x.dim() - 1)))
+        return (draws.rand_like(x) * 2 - 1) * eps
+    direction = draws.randn_like(x)
+    radius = draws.rand_rows(x).view(-1, *([1] * (x.dim() - 1)))
     return direction / _l2_norm(direction) * radius * eps
 
 
@@ -76,7 +76,8 @@ class PGD:
     """Projected gradient descent. ``perturb(x, y, eps=None)`` -> x_adv.
 
     ``eps`` (and ``step``) may be overridden per call with a [B] tensor: the
-    class-wise methods give every sample its own margin.
+    class-wise methods give every sample its own margin. ``draws``: where the random start comes
+    from (a rank's shard of a global batch's draws in a multi-process run).
     """
 
     model: torch.nn.Module
@@ -102,14 +103,14 @@ class PGD:
     model_mode: str = "eval"
 
     def perturb(self, x: Tensor, y: Tensor, eps: float | Tensor | None = None,
-                step: float | Tensor | None = None) -> Tensor:
+                step: float | Tensor | None = None, draws: Draws = WHOLE) -> Tensor:
         eps_b = as_per_sample(self.eps if eps is None else eps, x)
         step_b = as_per_sample(self.step if step is None else step, x)
         loss_fn = attack_loss(self.loss, self.temperature, self.kappa)
         with attack_mode(self.model, self.model_mode):
             best, best_loss = x.detach(), None
             for _ in range(self.restarts):
-                x_adv, loss = self._run(x.detach(), y, eps_b, step_b, loss_fn)
+                x_adv, loss = self._run(x.detach(), y, eps_b, step_b, loss_fn, draws)
                 if best_loss is None:
                     best, best_loss = x_adv, loss
                 else:
@@ -118,8 +119,9 @@ class PGD:
                     best_loss = torch.maximum(loss, best_loss)
         return best
 
-    def _run(self, x: Tensor, y: Tensor, eps: Tensor, step: Tensor, loss_fn) -> tuple[Tensor, Tensor]:
-        delta = random_start(x, eps, self.norm) if self.random_start else torch.zeros_like(x)
+    def _run(self, x: Tensor, y: Tensor, eps: Tensor, step: Tensor, loss_fn, draws: Draws
+             ) -> tuple[Tensor, Tensor]:
+        delta = random_start(x, eps, self.norm, draws) if self.random_start else torch.zeros_like(x)
         delta = (x + delta).clamp(0, 1) - x
         early = self.early_stop_tau is not None
         budget = torch.full_like(y, self.early_stop_tau or 0)
@@ -136,7 +138,7 @@ class PGD:
                 moved = torch.where(active.view(-1, *([1] * (x.dim() - 1))), moved, delta.detach())
                 # A shard of a multi-process batch takes every step (a no-op once all are stopped):
                 # its ranks must run the same number of forwards (SyncBatchNorm in train mode).
-                if not noise.in_shard() and not active.any():
+                if not draws.lockstep and not active.any():
                     delta, stopped = moved, True
                     break
             delta = moved

@@ -1,7 +1,7 @@
 """Evaluation attacks by name: clean, fgsm, pgd<N>, cw<N>, tpgd<N>, aa, aa-fast.
 
 ``build_attack(name, model, settings)`` returns an object with
-``perturb(x, y) -> x_adv``; the registry maps a name's family to its builder.
+``perturb(x, y, draws=WHOLE) -> x_adv``; the registry maps a name's family to its builder.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.pgd import FGSM, PGD
 from engine.contract.request import parse_attack
 
@@ -38,7 +39,7 @@ class AttackSettings:
 
 
 class Clean:
-    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def perturb(self, x: torch.Tensor, y: torch.Tensor, draws: Draws = WHOLE) -> torch.Tensor:
         return x
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.attacks import noise
+from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.pgd import as_per_sample, ascent_step, project
 from engine.utils import attack_mode
 
@@ -44,7 +44,7 @@ class TRADESAttack:
     model_mode: str = "eval"  # "train": keep the loop's train mode (see PGD.model_mode)
 
     def perturb(self, x: torch.Tensor, y: torch.Tensor | None = None, eps: float | torch.Tensor | None = None,
-                step: float | torch.Tensor | None = None) -> torch.Tensor:
+                step: float | torch.Tensor | None = None, draws: Draws = WHOLE) -> torch.Tensor:
         eps_b = as_per_sample(self.eps if eps is None else eps, x)
         step_b = as_per_sample(self.step if step is None else step, x)
         x = x.detach()
@@ -54,7 +54,7 @@ class TRADESAttack:
             # The first gradient is taken at x + 0.001 N(0, 1) as it is, neither clamped to [0, 1] nor
             # projected, as in TRADES and the CFA, FRL and WAT codes: every step's projection then
             # keeps x' in the eps-ball and in [0, 1].
-            delta = 0.001 * noise.randn_like(x)
+            delta = 0.001 * draws.randn_like(x)
             for _ in range(self.steps):
                 delta.requires_grad_(True)
                 kl = trades_kl(self.model(x + delta), p_clean).sum()

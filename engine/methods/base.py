@@ -8,13 +8,13 @@ per-class vectors that the shared losses read: ``eps_per_class`` (margins),
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 
+from engine.attacks.noise import WHOLE, Draws
 from engine.config import AttackConfig, Profile, training_attack_mode
 from engine.method_params import MethodParams
 
@@ -48,6 +48,10 @@ class MethodContext:
     val: Any = None  # engine.data.TensorData
     # This process's place in a multi-process run (engine.distributed.Group); None: one process.
     group: Any = None
+    # The module every attack of the method runs (the trainer's attack view: the model, maybe compiled,
+    # never DDP); the attacks get it when they are built. None: a method used on its own (tests), whose
+    # caller sets it with Method.use_attack_model.
+    attack_model: Any = None
 
     @property
     def attack(self) -> AttackConfig:
@@ -58,21 +62,18 @@ class MethodContext:
         """The mode training attacks run the model in (``train.attack_mode``, resolved)."""
         return training_attack_mode(self.profile)
 
-    def val_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
-        """The validation split in evaluation-sized batches, on the device. x: [B, ...], y: [B]
+    def val_batches(self) -> Iterator[tuple[Tensor, Tensor, Draws]]:
+        """The validation split in evaluation-sized batches, on the device. x: [B, ...], y: [B], and
+        the draws the batch's attack takes.
 
         In a multi-process run, this rank's shard of every batch, with the attacks' random starts
         drawn as for the whole batch: the caller all-reduces what it sums (``group.sum_``)."""
-        from engine.attacks import noise
-
         bs = self.profile.data.eval_batch_size
         for start in range(0, len(self.val), bs):
             n = min(bs, len(self.val) - start)
-            lo, hi = self.group.shard(n) if self.group is not None else (0, n)
-            with noise.sharded(lo, hi, n) if self.group is not None and self.group.active \
-                    else contextlib.nullcontext():
-                yield (self.val.images(slice(start + lo, start + hi)).to(self.device),
-                       self.val.y[start + lo:start + hi].to(self.device))
+            draws = self.group.draws(n) if self.group is not None else Draws(0, n)
+            yield (self.val.images(slice(start + draws.lo, start + draws.hi)).to(self.device),
+                   self.val.y[start + draws.lo:start + draws.hi].to(self.device), draws)
 
 
 def weighted_mean(values: Tensor, weights: Tensor) -> Tensor:
@@ -97,8 +98,21 @@ class Method:
         self.beta_per_class = torch.zeros(k, device=dev)
 
     # -- per batch ------------------------------------------------------------------------------
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
+        """The loss on one batch (this rank's shard of it). ``model``: what the loss forwards run (DDP
+        in a multi-process run); the attacks run ``ctx.attack_model``, and take their random draws
+        from ``draws``."""
         raise NotImplementedError
+
+    def use_attack_model(self, model: torch.nn.Module) -> "Method":
+        """Run every attack of this method (and of the methods it wraps) on ``model``: for a method
+        used outside the trainer, whose context has no attack model."""
+        for value in vars(self).values():
+            if isinstance(value, Method) and value is not self:
+                value.use_attack_model(model)
+            elif hasattr(value, "perturb") and hasattr(value, "model"):
+                value.model = model
+        return self
 
     def step_for(self, eps: Tensor) -> Tensor | float:
         """The attack step for these per-sample margins (the profile's fixed step by default)."""
@@ -161,7 +175,7 @@ class Imported(Method):
 
     name = "imported"
 
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
         raise RuntimeError("an imported model does not train (fairtui import, then fairtui eval)")
 
 

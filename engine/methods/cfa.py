@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from engine import metrics
+from engine.attacks.noise import WHOLE, Draws
 from engine.averaging import WeightAverage
 from engine.method_params import CFAParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult
@@ -57,8 +58,8 @@ class CFA(Method):
         self.fawa_accepted: bool | None = None
         self.val_worst_robust: float | None = None
 
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
-        return self.inner.loss(model, x, y)
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
+        return self.inner.loss(model, x, y, draws)
 
     def end_epoch(self, epoch: int, model: torch.nn.Module, train_robust_acc: list[float | None],
                   val: ValResult) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from engine.attacks.noise import WHOLE, Draws
 from engine.method_params import FRLParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import MethodContext, StepOutput, ValResult
 from engine.methods.standard import PGDAT, TRADES
@@ -183,10 +184,10 @@ class FRL(TRADES):
             return eps.max() / 4  # the authors' code: a quarter of the batch's largest margin (no host sync)
         return self.ctx.attack.step
 
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
         if self.pretraining(self.epoch):
-            return self.pretrain.loss(model, x, y)
-        return super().loss(model, x, y)
+            return self.pretrain.loss(model, x, y, draws)
+        return super().loss(model, x, y, draws)
 
     # -- reporting and state ----------------------------------------------------------------------
     def method_state(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import torch
 
 from engine.attacks.pgd import PGD
 from engine.attacks.trades import TRADESAttack, trades_kl
-from engine.distributed import attack_view
+from engine.attacks.noise import WHOLE, Draws
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample, clean_predictions, \
     weighted_mean
 from engine.method_params import MethodParams
@@ -24,7 +24,7 @@ Tensor = torch.Tensor
 class Natural(Method):
     name = "natural"
 
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
         logits = model(x)
         return StepOutput(ce_per_sample(logits, y).mean(), None, logits.detach())
 
@@ -37,21 +37,20 @@ class PGDAT(Method):
     def __init__(self, params: MethodParams, ctx: MethodContext):
         super().__init__(params, ctx)
         a = ctx.attack
-        self.attack = PGD(None, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore[arg-type]
+        self.attack = PGD(ctx.attack_model, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore[arg-type]
                           random_start=a.random_start, loss=a.loss, temperature=a.temperature,
                           model_mode=ctx.training_attack_mode)
 
-    def adversarial(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    def adversarial(self, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> Tensor:
         eps = self.eps_per_class[y]
-        self.attack.model = attack_view(model)
-        return self.attack.perturb(x, y, eps=eps, step=self.step_for(eps))
+        return self.attack.perturb(x, y, eps=eps, step=self.step_for(eps), draws=draws)
 
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
-        x_adv = self.adversarial(model, x, y)
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
+        x_adv = self.adversarial(x, y, draws)
         # In train mode (the CFA authors' loop) the clean accuracy comes from a train-mode forward
         # after the optimiser step, which the loop runs; in eval mode, from an eval-mode forward here.
         after = self.attack.model_mode == "train"
-        logits_clean = None if after else clean_predictions(attack_view(model), x)
+        logits_clean = None if after else clean_predictions(self.attack.model, x)
         logits_adv = model(x_adv)
         loss = weighted_mean(ce_per_sample(logits_adv, y), self.weight_nat[y])
         return StepOutput(loss, logits_adv.detach(), logits_clean, clean_after_step=after)
@@ -84,7 +83,7 @@ class TRADES(Method):
     def __init__(self, params: MethodParams, ctx: MethodContext):
         super().__init__(params, ctx)
         a = ctx.attack
-        self.attack = TRADESAttack(None, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore
+        self.attack = TRADESAttack(ctx.attack_model, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore
                                    model_mode=ctx.training_attack_mode)
         betas = getattr(params, "beta_per_class", ())
         if betas and len(betas) != ctx.num_classes:
@@ -100,10 +99,9 @@ class TRADES(Method):
         self.kl_target_forward = False
         self.clean_after_step = False
 
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
         eps = self.eps_per_class[y]
-        self.attack.model = attack_view(model)
-        x_adv = self.attack.perturb(x, eps=eps, step=self.step_for(eps))
+        x_adv = self.attack.perturb(x, eps=eps, step=self.step_for(eps), draws=draws)
         logits_clean = model(x)
         logits_adv = model(x_adv)
         target = model(x) if self.kl_target_forward else logits_clean

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attacks.trades import trades_kl
-from engine.distributed import attack_view
+from engine.attacks.noise import WHOLE, Draws
 from engine.method_params import MethodParams, WATParams
 from engine.methods.base import MethodContext, StepOutput, ValResult, ce_per_sample
 from engine.methods.standard import TRADES
@@ -56,15 +56,15 @@ class WAT(TRADES):
         self.val_cost: Tensor | None = None
         self.start_epoch(1, None)
 
-    def trades_terms(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        self.attack.model = attack_view(model)
-        x_adv = self.attack.perturb(x)
+    def trades_terms(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+        x_adv = self.attack.perturb(x, draws=draws)
         logits_clean, logits_adv = model(x), model(x_adv)
         per_sample = ce_per_sample(logits_clean, y) + self.p.beta * trades_kl(logits_adv, logits_clean)
         return per_sample, logits_clean, logits_adv
 
-    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor) -> StepOutput:
-        per_sample, logits_clean, logits_adv = self.trades_terms(model, x, y)
+    def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
+        per_sample, logits_clean, logits_adv = self.trades_terms(model, x, y, draws)
         w = self.batch_weights.to(per_sample.dtype)
         if self.p.loss_form == "code":
             # (1/B) sum_n (w_{y_n} + w_overall) * loss_n with the authors' weights (code_weights)
@@ -81,16 +81,17 @@ class WAT(TRADES):
         self.batch_weights = weights.to(self.ctx.device, torch.float32)  # read by every batch: on the device
 
     @torch.no_grad()
-    def validation_costs(self, model: torch.nn.Module) -> Tensor:
-        """The K + 1 validation TRADES losses (overall first) on TRADES-attacked validation data."""
+    def validation_costs(self) -> Tensor:
+        """The K + 1 validation TRADES losses (overall first) on TRADES-attacked validation data, through
+        the attack model (the trainer's validation runs the same module)."""
         k = self.ctx.num_classes
         sums = torch.zeros(k, dtype=torch.float64)
         counts = torch.zeros(k, dtype=torch.float64)
-        self.attack.model = model
+        model = self.attack.model
         with eval_mode(model):
-            for x, y in self.ctx.val_batches():
+            for x, y, draws in self.ctx.val_batches():
                 with torch.enable_grad():
-                    x_adv = self.attack.perturb(x)
+                    x_adv = self.attack.perturb(x, draws=draws)
                 logits_clean, logits_adv = model(x), model(x_adv)
                 per_sample = F.cross_entropy(logits_clean, y, reduction="none") + \
                     self.p.beta * trades_kl(logits_adv, logits_clean)
@@ -104,7 +105,7 @@ class WAT(TRADES):
 
     def end_epoch(self, epoch: int, model: torch.nn.Module, train_robust_acc: list[float | None],
                   val: ValResult) -> None:
-        self.val_cost = self.validation_costs(model)
+        self.val_cost = self.validation_costs()
         self.cost_sums = self.cost_sums + self.val_cost
         self.hedge = hedge_weights(self.cost_sums, self.p.eta)
 

@@ -31,7 +31,7 @@ def ours_step(method, model, x, y, seed):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model.train()
     torch.manual_seed(seed)
-    out = method.loss(model, x, y)
+    out = method.use_attack_model(model).loss(model, x, y)
     opt.zero_grad()
     out.loss.backward()
     opt.step()

@@ -356,7 +356,7 @@ def test_wat_code_form_is_the_authors_loss_from_the_first_epoch():
     for epoch in (1, 2, 3):
         m.start_epoch(epoch, None)
         torch.manual_seed(epoch)
-        ours = m.loss(model, x, y).loss.detach()
+        ours = m.use_attack_model(model).loss(model, x, y).loss.detach()
         torch.manual_seed(epoch)
         x_adv = m.attack.perturb(x)
         with torch.no_grad():

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.attacks import noise
+from engine.attacks.noise import WHOLE
 from engine.distributed import Group, fingerprint
 from engine.events import read_events
 from tests.conftest import HANG_S, ROOT, engine_env, make_run_dir
@@ -75,15 +75,26 @@ def test_shards_cover_the_batch_once_in_order(n, world):
 def test_sharded_draws_are_the_rows_of_the_whole_batch_draw():
     x = torch.zeros(10, 3, 4, 4)
     torch.manual_seed(5)
-    whole = (noise.rand_like(x), noise.randn_like(x), noise.rand_rows(x))
+    whole = (WHOLE.rand_like(x), WHOLE.randn_like(x), WHOLE.rand_rows(x))
     parts = []
-    for lo, hi in [(0, 6), (6, 10)]:
+    for rank in (0, 1):
+        draws = Group(rank=rank, world=2).draws(10)
+        assert draws.lockstep and (draws.lo, draws.hi) == ((0, 5), (5, 10))[rank]
         torch.manual_seed(5)
-        with noise.sharded(lo, hi, 10):
-            parts.append((noise.rand_like(x[lo:hi]), noise.randn_like(x[lo:hi]), noise.rand_rows(x[lo:hi])))
-        assert not noise.in_shard()
+        rows = x[draws.lo:draws.hi]
+        parts.append((draws.rand_like(rows), draws.randn_like(rows), draws.rand_rows(rows)))
     for i in range(3):
         assert torch.equal(torch.cat([p[i] for p in parts]), whole[i])
+    one = Group().draws(10)  # one process: the batch's own draws, and an attack may stop early
+    assert (one.lo, one.hi, one.lockstep) == (0, 10, False)
+
+
+def test_scale_loss_makes_the_ranks_mean_the_global_batch_mean():
+    # shards of 3 and 2 of a batch of 5: DDP averages (3 * 2 / 5) m0 and (2 * 2 / 5) m1 = the global mean
+    loss = torch.tensor(1.0)
+    weights = [float(Group(rank=r, world=2).scale_loss(loss, Group(rank=r, world=2).draws(5))) for r in (0, 1)]
+    assert weights == pytest.approx([1.2, 0.8]) and sum(weights) / 2 == pytest.approx(1.0)
+    assert Group().scale_loss(loss, Group().draws(5)) is loss
 
 
 def test_fingerprints_tell_equal_state_from_changed_or_permuted_state():

@@ -141,7 +141,7 @@ def test_cfa_ccr_loss_divides_each_sample_by_one_plus_its_beta():
     m = cfa(base="trades", fawa=False)
     m.beta_per_class.copy_(torch.tensor([1.0, 3.0, 0.0]))
     model = FixedLogits([0.0, 0.0, 0.0])
-    out = m.loss(model, torch.rand(2, 1, 2, 2), torch.tensor([0, 1]))
+    out = m.use_attack_model(model).loss(model, torch.rand(2, 1, 2, 2), torch.tensor([0, 1]))
     # KL = 0; CE = ln 3 for both: mean(ln3 / 2, ln3 / 4)
     assert float(out.loss.detach()) == pytest.approx(1.0986123 * 0.375, rel=1e-5)
 
@@ -176,7 +176,7 @@ def test_wat_weights_after_two_epochs(monkeypatch):
     assert m.hedge.tolist() == pytest.approx([1 / 3] * 3)
     costs = iter([torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64),
                   torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64)])
-    monkeypatch.setattr(m, "validation_costs", lambda model: next(costs))
+    monkeypatch.setattr(m, "validation_costs", lambda: next(costs))
     m.end_epoch(1, None, [], VAL)
     m.end_epoch(2, None, [], VAL)
     assert m.cost_sums.tolist() == [2.0, 4.0, 4.0]
@@ -198,7 +198,7 @@ def test_wat_batch_loss_forms(form, expected):
     m.hedge = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
     m.start_epoch(2, None)  # the loop hands the new weights to the batches between epochs
     model = FixedLogits([0.0, 1.0986123])  # p = [1/4, 3/4]: CE(y=0) = ln 4, CE(y=1) = ln 4/3
-    out = m.loss(model, torch.rand(3, 1, 2, 2), torch.tensor([0, 0, 1]))
+    out = m.use_attack_model(model).loss(model, torch.rand(3, 1, 2, 2), torch.tensor([0, 0, 1]))
     # paper: 0.2 * mean(ln4, ln4, ln4/3) + 0.5 * ln4 + 0.3 * ln4/3; code: (1.4 ln4 * 2 + 1.0 ln4/3) / 3
     assert float(out.loss.detach()) == pytest.approx(expected, rel=1e-5)
 

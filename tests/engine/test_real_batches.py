@@ -46,7 +46,7 @@ def make(params):
 
 def step_is_finite(method, model, x, y) -> None:
     model.train()
-    out = method.loss(model, x, y)
+    out = method.use_attack_model(model).loss(model, x, y)
     out.loss.backward()
     assert torch.isfinite(out.loss), out.loss
     for p in model.parameters():

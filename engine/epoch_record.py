@@ -1,0 +1,55 @@
+"""What the training loop records: an epoch's training counts, and the payloads of `run_started` and
+`epoch_end` (DESIGN.md's event stream), built from the loop's numbers by pure functions."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine import metrics
+from engine.methods import ValResult
+
+log = logging.getLogger("engine")
+
+
+@dataclass
+class EpochStats:
+    """One epoch's training: the loss sum and the per-class hits, summed over the ranks."""
+
+    loss_sum: torch.Tensor
+    n: int = 0
+    clean: metrics.ClassCounter | None = None
+    robust: metrics.ClassCounter | None = None
+    samples: list[int] | None = None  # per rank
+
+    def summary(self) -> dict[str, Any]:
+        """The `train` table of an `epoch_end` event."""
+        clean, robust = self.clean.per_class(), self.robust.per_class()
+        return {"loss": float(self.loss_sum) / max(self.n, 1),
+                "clean_acc": metrics.average(clean), "robust_acc": metrics.average(robust),
+                "clean_acc_per_class": clean, "robust_acc_per_class": robust,
+                "count_per_class": [int(c) for c in self.clean.total.tolist()]}
+
+
+def val_summary(val: ValResult) -> dict[str, Any]:
+    """The `val` table of an `epoch_end` event."""
+    return {"clean_acc_per_class": val.clean_acc_per_class, "robust_acc_per_class": val.robust_acc_per_class,
+            "avg_robust": metrics.average(val.robust_acc_per_class),
+            "worst_robust": metrics.worst(val.robust_acc_per_class),
+            "avg_clean": metrics.average(val.clean_acc_per_class)}
+
+
+def run_started_payload(profile: Any, splits: Any, device: str, group_payload: dict[str, Any]) -> dict[str, Any]:
+    """The `run_started` event: the resolved profile, the data's classes and split sizes, the device and
+    the provenance (code version, environment)."""
+    from engine.provenance import provenance
+
+    sizes = splits.sizes()
+    for split, counts in sizes.items():
+        log.info("%s split: %d images, per class %s", split, sum(counts), counts)
+    return {"config": profile.to_table(), "num_classes": splits.num_classes, "class_names": splits.class_names,
+            "device": device, "seed": profile.seed, "split_sizes": sizes, "provenance": provenance(),
+            **group_payload}
