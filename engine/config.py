@@ -238,6 +238,7 @@ def _resolve(p: Profile, file: str) -> Profile:
         raise ProfileError(file, "method.pretrain_epochs", f"{pretrain} pre-training epochs leave no {p.method.name} "
                            f"epoch in train.epochs ({p.train.epochs}): lower it (--set method.pretrain_epochs=N) "
                            "or raise train.epochs")
+    p.method.validate_profile(p, file)
     if not p.eval.attacks:
         raise ProfileError(file, "eval.attacks", "needs at least one attack (else the run ends with no result)")
     if not p.eval.checkpoints:

@@ -28,6 +28,10 @@ class MethodParams:
         """Values of `[train]` keys that this method's form sets where the profile leaves them unset."""
         return {}
 
+    def validate_profile(self, profile: object, file: str) -> None:
+        """Check the parameters against the rest of the resolved profile (``train.epochs``, ...); raise
+        ProfileError naming the key."""
+
 
 @dataclass(frozen=True)
 class NaturalParams(MethodParams):
@@ -219,6 +223,77 @@ class WATParams(MethodParams):
     loss_form: str = field("paper", choices=("paper", "code"))
 
 
+# DAFA's values that differ between the paper (README Algorithms 1-2) and the authors' code
+# (rucy74/DAFA @ c60ba83; METHODS-DAFA-FAAL.md). A key given explicitly in the profile wins.
+DAFA_FORMS: dict[str, dict[str, object]] = {
+    "paper": {"tie_rule": "skip", "pgd_second_step": False},
+    # utils.py l.50-51: the else branch takes ties; losses.py l.113-114: PGD-AT's second, unweighted move.
+    "code": {"tie_rule": "subtract", "pgd_second_step": True},
+}
+
+
+@dataclass(frozen=True)
+class DAFAParams(MethodParams):
+    """Distance-Aware Fair Adversarial training (Lee et al., ICLR 2024) on TRADES or PGD-AT.
+
+    Class weights W from the warm-up's class-mean adversarial softmax matrix, computed once after
+    epoch `warmup_epochs` (tau): margin W_y eps, step W_y alpha, W_y on the natural CE."""
+
+    name: ClassVar[str] = "dafa"
+    form: str = field("paper", choices=("paper", "code"))
+    base: str = field("trades", choices=("trades", "pgd_at"))
+    dafa_lambda: float = field(1.0, min=0.0)  # the code: 1.0 on CIFAR-10, 1.5 on CIFAR-100 and STL-10
+    warmup_epochs: int = field(70, min=1)  # tau; the code's --dafa_warmup 70 (the paper's value unknown)
+    beta: float = field(6.0, min=0.0)  # TRADES
+    tie_rule: Optional[str] = field(None, choices=("skip", "subtract"))
+    # "legacy_code": the subtract term of the code before commit 74657cd (-p_i(j) p_j(j)); which of the
+    # two produced the paper's table is unknown.
+    weight_formula: str = field("paper", choices=("paper", "legacy_code"))
+    pgd_second_step: Optional[bool] = field(None)  # PGD-AT base only
+    # No clamp in the paper or the code: a weight <= 0 fails the run unless this floor is set.
+    weight_floor: Optional[float] = field(None, gt=0.0)
+
+    def resolved(self) -> "DAFAParams":
+        values = dict(DAFA_FORMS[self.form])
+        out = dataclasses.replace(self, **_unset(self, values))
+        return dataclasses.replace(out, pgd_second_step=bool(out.pgd_second_step) and self.base == "pgd_at")
+
+    def validate_profile(self, profile, file: str) -> None:
+        epochs = profile.train.epochs
+        if self.warmup_epochs >= epochs:
+            raise ProfileError(file, "method.warmup_epochs", f"a warm-up of {self.warmup_epochs} epochs leaves no "
+                               f"DAFA epoch in train.epochs ({epochs}): lower it or raise train.epochs")
+
+
+@dataclass(frozen=True)
+class FAALParams(MethodParams):
+    """Fairness-Aware Adversarial Learning (Zhang et al., CVPR 2024): a fine-tune of a robust model whose
+    per-batch loss weights come from the worst class distribution in a KL ball around uniform."""
+
+    name: ClassVar[str] = "faal"
+    base: str = field("at", choices=("at", "trades"))  # every released run fine-tunes with AT
+    radius: float = field(0.5, min=0.0)  # r: the README and run scripts (the argparse default is 1)
+    beta: float = field(6.0, min=0.0)  # TRADES (hard-coded 6 in the code)
+    # "code": c_k = n_k l_k, the sum of the class's margins (FAAL.py l.58); "class_mean": c_k = l_k.
+    class_scores: str = field("code", choices=("code", "class_mean"))
+    bisection_steps: int = field(64, min=8, max=200)
+    # The fine-tune (ft_prn.py): lr finetune_lr in its first half, x finetune_gamma after; a new SGD.
+    finetune_lr: float = field(0.01, gt=0.0)
+    finetune_gamma: float = field(0.1, gt=0.0, max=1.0)
+    # "avg_worst" (the engine's rule, the code's both_best) or "worst" (the run scripts' worst_best).
+    select: str = field("avg_worst", choices=("avg_worst", "worst"))
+    # Where the robust model comes from: an earlier run or an imported model (id, name, folder or .pt),
+    # or pre-training in this run for `pretrain_epochs` with `pretrain_method`.
+    init_from: str = field("")
+    pretrain_epochs: int = field(0, min=0)
+    pretrain_method: str = field("pgd_at", choices=("pgd_at", "trades"))
+    pretrain_beta: float = field(6.0, min=0.0)
+
+    def validate(self, file: str) -> None:
+        if self.init_from and self.pretrain_epochs:
+            raise ProfileError(file, "method.init_from", "give either init_from or pretrain_epochs, not both")
+
+
 @dataclass(frozen=True)
 class ImportedParams(MethodParams):
     """A model fairtui did not train (`fairtui import`): evaluated, listed and compared, never trained."""
@@ -228,9 +303,9 @@ class ImportedParams(MethodParams):
 
 METHOD_PARAMS: dict[str, type[MethodParams]] = {
     cls.name: cls for cls in (NaturalParams, PGDATParams, FATParams, TRADESParams, FRLParams, CFAParams,
-                          WATParams, ImportedParams)
+                          WATParams, DAFAParams, FAALParams, ImportedParams)
 }
 
 
-__all__ = ["CFAParams", "CFA_TRAIN_FORMS", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
+__all__ = ["CFAParams", "CFA_TRAIN_FORMS", "DAFAParams", "FAALParams", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
            "ProfileError", "TRADESParams", "WATParams"]

@@ -71,7 +71,8 @@ class Trainer:
         self.optimizer = self.new_optimizer()
         t = profile.train
         self.method: Method = build_method(MethodContext(self.k, profile, runtime.device, self.val_data,
-                                                         group=self.group, attack_model=self.attack_model))
+                                                         group=self.group, attack_model=self.attack_model,
+                                                         class_names=self.splits.class_names))
         self.ema = WeightAverage(t.ema_decay) if t.ema_decay > 0 else None
         self.store = CheckpointStore(run_dir / "checkpoints", writer=self.group.is_main)
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}

@@ -5,7 +5,8 @@
 
 For each seed it trains, with `fairtui run` on `profiles/cifar10-short-<method>.toml`:
 PGD-AT, TRADES, FRL (Reweight+Remargin, fine-tuned from this table's PGD-AT run through
-`method.init_from`), CFA on AT and on TRADES, WAT, and Tian et al.'s class-wise-beta TRADES.
+`method.init_from`), CFA on AT and on TRADES, WAT, Tian et al.'s class-wise-beta TRADES, and DAFA on
+TRADES.
 Each run is evaluated by its profile with PGD-20 on the full test set (the run's headline number),
 then with `fairtui eval --attack aa --n-per-class N` on a class-balanced test subset (an exploratory
 result, labelled as such; CFA's FAWA weights too). The script is idempotent: a finished run is
@@ -26,9 +27,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ["at", "trades", "frl", "cfa-at", "cfa-trades", "wat", "tian"]
+METHODS = ["at", "trades", "frl", "cfa-at", "cfa-trades", "wat", "tian", "dafa"]
 LABELS = {"at": "PGD-AT", "trades": "TRADES", "frl": "FRL (RW+RM, from PGD-AT)", "cfa-at": "CFA on AT",
-          "cfa-trades": "CFA on TRADES", "wat": "WAT", "tian": "Tian et al. (TRADES, class-wise beta)"}
+          "cfa-trades": "CFA on TRADES", "wat": "WAT", "tian": "Tian et al. (TRADES, class-wise beta)",
+          "dafa": "DAFA on TRADES"}
 TAG = "cifar10-short"
 RESUMABLE = {"stopped", "failed", "lost"}
 

@@ -23,12 +23,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ["digits-at", "digits-trades", "digits-frl", "digits-frl-rw", "digits-frl-rm", "digits-cfa-at",
-            "digits-cfa-trades", "digits-cfa-fat", "digits-wat", "digits-tian"]
+            "digits-cfa-trades", "digits-cfa-fat", "digits-wat", "digits-tian", "digits-dafa", "digits-faal"]
+# Fine-tunes of another row's run of the same seed (trained first: list it before them).
+FINE_TUNES = {"digits-faal": "digits-at"}
 
 
 def run(profile: str, seed: int, home: Path) -> dict:
     cmd = [sys.executable, "-m", "fairtui.cli", "run", str(ROOT / "profiles" / f"{profile}.toml"), "--set",
            f"seed={seed}", "--name", f"{profile}-s{seed}", "--tag", "digits-table", "--json", "--home", str(home)]
+    if profile in FINE_TUNES:  # the run of this seed it fine-tunes, by name (the latest of that name)
+        cmd += ["--set", f"method.init_from={FINE_TUNES[profile]}-s{seed}"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"{profile} seed {seed} failed:\n{out.stderr[-2000:]}")

@@ -52,6 +52,8 @@ class MethodContext:
     # never DDP); the attacks get it when they are built. None: a method used on its own (tests), whose
     # caller sets it with Method.use_attack_model.
     attack_model: Any = None
+    # The data set's class names, for messages that name a class (None: by index).
+    class_names: Any = None
 
     @property
     def attack(self) -> AttackConfig:

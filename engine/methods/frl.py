@@ -81,6 +81,22 @@ def resolve_init_checkpoint(ref: str) -> Path:
                        "resolved by `fairtui run`), a run folder or a .pt file")
 
 
+def load_initial_weights(model: torch.nn.Module, ref: str, device: torch.device) -> None:
+    """The fine-tuned methods' (FRL, FAAL) starting weights: ``init_from``'s checkpoint into ``model``. A
+    checkpoint of another architecture is a ProfileError naming the key, not a traceback."""
+    from engine.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        state = load_checkpoint(resolve_init_checkpoint(ref), device)
+        model.load_state_dict(state["model"])
+    except CheckpointError as err:
+        raise ProfileError("profile", "method.init_from", str(err)) from None
+    except RuntimeError as err:  # load_state_dict: missing, unexpected or mis-shaped weights
+        first = str(err).strip().splitlines()[0][:200]
+        raise ProfileError("profile", "method.init_from", f"{ref}: its weights do not fit this profile's model "
+                           f"({first}); the profile's [model] must be the checkpoint's architecture") from None
+
+
 class FRL(TRADES):
     name = "frl"
     needs_initial_val = True
@@ -133,13 +149,7 @@ class FRL(TRADES):
 
     def initialize(self, model: torch.nn.Module) -> None:
         if self.p.init_from:
-            from engine.checkpoint import CheckpointError, load_checkpoint
-
-            try:
-                state = load_checkpoint(resolve_init_checkpoint(self.p.init_from), self.ctx.device)
-            except CheckpointError as err:
-                raise ProfileError("profile", "method.init_from", str(err)) from None
-            model.load_state_dict(state["model"])
+            load_initial_weights(model, self.p.init_from, self.ctx.device)
 
     # -- the multiplier updates ---------------------------------------------------------------------
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:

@@ -8,8 +8,8 @@ import torch
 
 from engine.config import AttackConfig, DataConfig, Profile
 from engine.data import TensorData
-from engine.method_params import (CFAParams, FATParams, FRLParams, NaturalParams, PGDATParams, TRADESParams,
-                                  WATParams)
+from engine.method_params import (CFAParams, DAFAParams, FAALParams, FATParams, FRLParams, NaturalParams,
+                                  PGDATParams, TRADESParams, WATParams)
 from engine.methods import build_method
 from engine.methods.base import MethodContext, ValResult
 from engine.models import SmallCNN
@@ -30,6 +30,10 @@ SETTINGS = {
     "cfa-trades": CFAParams(base="trades", calibration_start_epoch=2, fawa_start_epoch=1).resolved(),
     "cfa-fat": CFAParams(base="fat", fat_tau=3, calibration_start_epoch=2, fawa_start_epoch=1).resolved(),
     "wat": WATParams(),
+    "dafa-trades": DAFAParams(warmup_epochs=1, weight_floor=0.05),  # P from epoch 1: class 3 has no row
+    "dafa-pgd-at-code": DAFAParams(base="pgd_at", form="code", warmup_epochs=2, weight_floor=0.05),
+    "faal-at": FAALParams(),
+    "faal-trades-class-mean": FAALParams(base="trades", class_scores="class_mean"),
     "wat-code-form": WATParams(loss_form="code"),
 }
 
