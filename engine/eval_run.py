@@ -41,7 +41,8 @@ def check_request(request: dict, profile: Profile) -> dict:
         raise EvalRequestError(f"{err.field}: {err}") from None
     return {"attacks": list(req.attacks) or list(profile.eval.attacks), "eps": eps, "split": req.split,
             "checkpoint": req.checkpoint, "n_per_class": req.n_per_class,
-            "batch_size": req.batch_size or profile.data.eval_batch_size, "force": req.force}
+            "batch_size": req.batch_size or profile.data.eval_batch_size, "force": req.force,
+            "seed": profile.seed if req.seed is None else req.seed}
 
 
 def _same(event: dict, req: dict, attack: str, epoch: int, setting: dict) -> bool:
@@ -141,7 +142,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     e = profile.eval
     settings = AttackSettings(eps=req["eps"], step=scaled_step(e.step, e.eps, req["eps"]), norm=profile.attack.norm,
                               cw_kappa=e.cw_kappa, tpgd_inv_temperature=e.tpgd_inv_temperature,
-                              restarts=e.restarts, seed=profile.seed)
+                              restarts=e.restarts, seed=req["seed"])
     progress = Progress(run_dir / "progress.json")
     existing, _ = read_events(run_dir / "events.jsonl")
     for attack_name in req["attacks"]:

@@ -57,7 +57,7 @@ def profile_setting(config: dict, attack: str) -> dict[str, Any]:
 
 
 def requested_setting(config: dict, attack: str, eps: float | None = None, n_per_class: int = 0,
-                      batch_size: int = 0) -> dict[str, Any]:
+                      batch_size: int = 0, seed: int | None = None) -> dict[str, Any]:
     """The setting `fairtui eval` gives ``attack`` for these options (None / 0: the profile's own).
     Another eps scales the step with it, as the engine does."""
     ev, atk, data = config.get("eval", {}), config.get("attack", {}), config.get("data", {})
@@ -66,8 +66,8 @@ def requested_setting(config: dict, attack: str, eps: float | None = None, n_per
     return attack_setting(
         attack, eps=eps, norm=atk.get("norm", "linf"), step=scaled_step(own_step, own_eps, eps),
         restarts=ev.get("restarts", 1), cw_kappa=ev.get("cw_kappa", 50.0),
-        tpgd_inv_temperature=ev.get("tpgd_inv_temperature", 5.0), seed=config.get("seed", 0),
-        n_per_class=n_per_class, batch_size=batch_size or data.get("eval_batch_size", 256))
+        tpgd_inv_temperature=ev.get("tpgd_inv_temperature", 5.0),
+        seed=config.get("seed", 0) if seed is None else seed, n_per_class=n_per_class, batch_size=batch_size or data.get("eval_batch_size", 256))
 
 
 def _same_value(a: Any, b: Any) -> bool:

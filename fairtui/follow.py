@@ -186,7 +186,8 @@ def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Cons
         if attack in req["attacks"] and e.get("split") == req["split"] and e.get("checkpoint") == req["checkpoint"] \
                 and same_setting(e.get("setting") or {}, requested_setting(cfg, attack, req.get("eps"),
                                                                           req.get("n_per_class", 0),
-                                                                          req.get("batch_size", 0))):
+                                                                          req.get("batch_size", 0),
+                                                                          req.get("seed"))):
             results[(req["split"], req["checkpoint"], attack)] = e
     reused = [key[2] for key, e in results.items() if int(e.get("seq", stored)) < stored]
     if json_out:

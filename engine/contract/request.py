@@ -56,7 +56,9 @@ def scaled_step(own_step: float, own_eps: float, eps: float) -> float:
 
 @dataclass(frozen=True)
 class EvalRequest:
-    """``None`` / 0 mean the profile's own (its attacks, eps and eval batch size; the whole split)."""
+    """``None`` / 0 mean the profile's own (its attacks, eps, eval batch size and seed; the whole split).
+    ``seed`` seeds the attacks' random draws, batch by batch (engine.evaluate.seeded_draws), and is part
+    of the result's identity: the same checkpoint, settings and seed give the same numbers."""
 
     attacks: tuple[str, ...] = field(default_factory=tuple)
     checkpoint: str = "best"
@@ -64,6 +66,7 @@ class EvalRequest:
     n_per_class: int = 0
     batch_size: int = 0
     eps: float | None = None
+    seed: int | None = None
     force: bool = False
 
     def __post_init__(self) -> None:
@@ -81,6 +84,9 @@ class EvalRequest:
                 raise RequestError(name, f"a whole number of at least 0, got {value!r}")
         if self.eps is not None:
             check_eps(self.eps, None)  # the run's norm bounds it further (engine.eval_run)
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                                      or not 0 <= self.seed < 2**63):
+            raise RequestError("seed", f"a whole number from 0 to 2^63 - 1, got {self.seed!r}")
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "EvalRequest":
@@ -94,6 +100,7 @@ class EvalRequest:
         values["n_per_class"] = int(values.get("n_per_class") or 0)
         values["batch_size"] = int(values.get("batch_size") or 0)
         values["eps"] = values.get("eps") or None
+        values["seed"] = values.get("seed")
         values["force"] = bool(values.get("force"))
         return cls(**values)
 

@@ -24,6 +24,8 @@ def evaluate(
     n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="a class-balanced subset of N per class"),
     batch_size: int = typer.Option(0, "--batch-size", min=0, help="default: the profile's eval batch size"),
     eps: Optional[str] = typer.Option(None, "--eps", help="override the eps, e.g. 8/255"),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="the seed of the attacks' random draws "
+                                       "(default: the run's; part of the result's identity)"),
     force: bool = typer.Option(False, "--force", help="recompute results already stored"),
     allow_running: bool = typer.Option(False, "--allow-running",
                                        help="evaluate the last checkpoint of a run that is still training"),
@@ -60,7 +62,7 @@ def evaluate(
     names = [a.strip() for item in attack for a in item.split(",") if a.strip()]
     try:  # the request's rules are engine.contract's; a run's norm bounds eps further (its engine says so)
         request = EvalRequest(attacks=tuple(names), checkpoint=checkpoint, split=split, n_per_class=n_per_class,
-                              batch_size=batch_size, eps=eps_value, force=force).to_json()
+                              batch_size=batch_size, eps=eps_value, seed=seed, force=force).to_json()
     except RequestError as err:
         option = {"attacks": "attack", "n_per_class": "n-per-class", "batch_size": "batch-size"}.get(err.field,
                                                                                                    err.field)

@@ -51,15 +51,18 @@ class _Terminated(Exception):
     """SIGTERM during the check: handled like Ctrl-C."""
 
 
-def check_in_engine(run_dir, env: dict, timeout: float) -> tuple[int, str, str]:
-    """Run `python -m engine import RUN` (read, load and check the model) in its own session and wait at
-    most ``timeout`` seconds. A model that never returns (TorchScript can loop), Ctrl-C or SIGTERM kill
-    the check's whole process group and remove the run folder: nothing is left half-made."""
+def check_in_engine(run_dir, timeout: float) -> int:
+    """Start `python -m engine import RUN` (read, load and check the model, on the CPU) through the launcher
+    like `run` and `eval` (its own session, output in the run's engine.log) and wait at most ``timeout``
+    seconds; its exit code. A model that never returns (TorchScript can loop), Ctrl-C or SIGTERM kill the
+    check's whole process group and remove the run folder: nothing is left half-made."""
     import os
     import shutil
     import signal
     import subprocess
     import sys
+
+    from fairtui.launcher import GpuChoice, start_engine
 
     def terminated(signum, frame):
         raise _Terminated()
@@ -67,10 +70,9 @@ def check_in_engine(run_dir, env: dict, timeout: float) -> tuple[int, str, str]:
     previous = signal.signal(signal.SIGTERM, terminated)
     proc = None
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "engine", "import", str(run_dir)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-        stdout, stderr = proc.communicate(timeout=timeout)
-        return proc.returncode, stdout, stderr
+        proc = start_engine(run_dir, GpuChoice(cpu=True), command=[sys.executable, "-m", "engine", "import",
+                                                                   str(run_dir)])
+        return proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt, _Terminated) as why:
         if proc is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -118,7 +120,6 @@ def import_model(
 ) -> None:
     import hashlib
     import json
-    import os
     import shutil
     from pathlib import Path
 
@@ -204,16 +205,14 @@ def import_model(
                              {"imported": kind, "eps_from": eps_why}, imported=True)
     except ProfileError as err:
         raise fail(str(err)) from None
-    env = dict(os.environ)
-    env.setdefault("CUDA_VISIBLE_DEVICES", "")  # importing reads and checks the model on the CPU
-    returncode, stdout, stderr = check_in_engine(run_dir, env, check_timeout)
-    (run_dir / "engine.log").write_text(stdout + stderr)
+    returncode = check_in_engine(run_dir, check_timeout)
     if returncode != 0:
         from engine.process import read_failure
 
         reason = read_failure(run_dir, "import")  # the engine's one-line reason, as it recorded it
+        log = (run_dir / "engine.log").read_text(errors="replace") if not reason else ""
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing is left half-made
-        lines = (stderr or "").strip().splitlines()
+        lines = log.strip().splitlines()
         typer.echo(reason or f"fairtui import: failed (exit {returncode}):\n" + "\n".join(lines[-15:]), err=True)
         raise typer.Exit(2 if returncode == 2 else 1)
     from fairtui.store import RunIndex

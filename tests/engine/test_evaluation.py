@@ -207,3 +207,31 @@ def test_fairtui_eval_twice_gives_the_same_per_class_numbers(trained_run):
     runs = [e for e in events_of(trained_run) if e["type"] == "eval_result" and e["attack"] == "pgd7"
             and e["checkpoint"] == "best"]
     assert len(runs) >= 2 and runs[-1]["robust_acc_per_class"] == runs[-2]["robust_acc_per_class"]
+
+
+def test_the_request_seed_is_the_result_identity_and_its_draws(trained_run):
+    """A request's seed seeds the draws and is recorded: two seeds are two results (neither the headline
+    one); the run's own seed, given or not, is the same result."""
+    from engine import eval_run
+    from engine.results import is_headline, same_setting
+
+    base = {"attacks": ["pgd20"], "checkpoint": "best", "split": "test", "force": True}  # the profile's own
+    config = next(e for e in events_of(trained_run) if e["type"] == "run_started")["config"]
+    for seed in (None, config["seed"], 12345):
+        assert eval_run.evaluate_run(trained_run, {**base, "seed": seed}) == 0
+    own_default, own_given, other = [e for e in events_of(trained_run) if e["type"] == "eval_result"
+                                     and e["attack"] == "pgd20" and e["checkpoint"] == "best"][-3:]
+    assert same_setting(own_default["setting"], own_given["setting"])
+    assert own_default["robust_acc_per_class"] == own_given["robust_acc_per_class"]
+    assert other["setting"]["seed"] == 12345 and not same_setting(other["setting"], own_default["setting"])
+    assert is_headline(own_default, config) and not is_headline(other, config)
+
+
+def test_a_bad_request_seed_is_refused():
+    from engine.contract import EvalRequest, RequestError
+
+    for bad in (-1, 1.5, True, 2**63):
+        with pytest.raises(RequestError, match="a whole number") as err:
+            EvalRequest.from_json({"seed": bad})
+        assert err.value.field == "seed"
+    assert EvalRequest.from_json({"seed": 3}).seed == 3
