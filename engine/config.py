@@ -195,11 +195,17 @@ def _build_method(table: Any, file: str) -> MethodParams:
     if not isinstance(table, dict):
         raise ProfileError(file, "method", "expected a table")
     name = table.get("name", "pgd_at")
-    if name not in METHOD_PARAMS:
-        raise ProfileError(file, "method.name", f"unknown method {name!r}; choose from "
-                           f"{', '.join(METHOD_PARAMS)}")
-    params = build(METHOD_PARAMS[name], {k: v for k, v in table.items() if k != "name"}, file, "method.",
-                   skip=("name",))
+    cls = METHOD_PARAMS.get(name)
+    if cls is None and isinstance(name, str):  # a method from an installed package (engine.plugins)
+        from engine import plugins
+
+        cls = plugins.params_class(name)
+    if cls is None:
+        from engine import plugins
+
+        known = list(METHOD_PARAMS) + sorted(plugins.methods())
+        raise ProfileError(file, "method.name", f"unknown method {name!r}; choose from {', '.join(known)}")
+    params = build(cls, {k: v for k, v in table.items() if k != "name"}, file, "method.", skip=("name",))
     params.validate(file)
     return params.resolved()
 

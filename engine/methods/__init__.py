@@ -15,8 +15,14 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (Natural, PGDAT, FA
 
 
 def build_method(ctx: MethodContext) -> Method:
+    """The method a profile names: built in, or from an installed package (engine.plugins)."""
     params = ctx.profile.method
-    return METHODS[params.name](params, ctx)
+    cls = METHODS.get(params.name)
+    if cls is None:
+        from engine import plugins
+
+        cls = plugins.methods()[params.name]
+    return cls(params, ctx)
 
 
 __all__ = ["METHODS", "Method", "MethodContext", "StepOutput", "ValResult", "build_method"]
