@@ -112,7 +112,8 @@ def method_state_tables(state: dict[str, Any], names: list[str], width: int = 80
     tables as it takes), and its other values as "key: value" lines. A vector of K + 1 values is WAT's
     (overall first): its rows are "overall" and the classes; a K-vector leaves "overall" blank."""
     k = len(names)
-    vectors = {key: v for key, v in state.items() if isinstance(v, list) and len(v) in (k, k + 1)}
+    vectors = {key: v for key, v in state.items() if isinstance(v, list) and len(v) in (k, k + 1)
+               and all(v_ is None or isinstance(v_, (int, float)) for v_ in v)}  # a K x K matrix is a line
     wide = any(len(v) == k + 1 for v in vectors.values())
     rows = (["overall"] if wide else []) + list(names)
     label_width = max(len(r) for r in rows) + 3 if rows else 8

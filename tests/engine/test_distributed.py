@@ -16,6 +16,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -211,6 +212,31 @@ def test_two_ranks_train_the_one_process_run_and_rank_zero_alone_writes(tmp_path
     assert info["world_size"] == 2 and [r["rank"] for r in info["ranks"]] == [0, 1]
     assert not list(two.glob(".rank*"))
     assert all(not k.startswith("module.") for k in weights(two))  # loads into a 1-process run
+
+
+@pytest.mark.parametrize("method", [('method.name="dafa"', 'method.base="pgd_at"', "method.warmup_epochs=1",
+                                     "method.weight_floor=0.05"),
+                                    ('method.name="faal"', "method.pretrain_epochs=1")], ids=["dafa", "faal"])
+def test_two_ranks_train_dafa_and_faal_as_one_process(tmp_path, tiny_profile, method):
+    """DAFA's P and FAAL's class scores are all-reduced: two ranks gather the one-process P and W, and
+    weigh every batch with the one-process p* (the same numbers, to float rounding). DAFA on PGD-AT:
+    TRADES's KL attack flips the sign of near-zero gradients under the shards' different rounding (2% of
+    its pixels, docs/profiles-and-methods.md), which moves a TRADES P by 4e-5 between 1 and 2 ranks."""
+    profile = tiny_profile()
+    one, two = (make_run_dir(tmp_path, profile, name, method) for name in ("one", "two"))
+    assert train(one, 1).returncode == 0
+    res = train(two, 2)
+    assert res.returncode == 0, res.stderr
+    for e1, e2 in zip(events_of(one, "epoch_end"), events_of(two, "epoch_end"), strict=True):
+        assert e2["val"]["robust_acc_per_class"] == e1["val"]["robust_acc_per_class"]
+        assert e2["method_state"].keys() == e1["method_state"].keys()
+        for key, value in e1["method_state"].items():
+            if isinstance(value, list):
+                assert np.allclose(np.array(e2["method_state"][key], dtype=float), np.array(value, dtype=float),
+                                   atol=1e-5), key
+    assert "dafa_weight" in events_of(two, "epoch_end")[-1]["method_state"] or \
+        "faal_weight_mean" in events_of(two, "epoch_end")[-1]["method_state"]
+    assert max_weight_difference(one, two) < 1e-5
 
 
 CFA = ('method.name="cfa"', 'method.base="trades"', "method.fawa_start_epoch=1", "method.fawa_threshold=0")

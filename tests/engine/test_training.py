@@ -89,6 +89,12 @@ METHOD_CASES = {
     # the CFA authors' code: training attacks in BatchNorm train mode, clean accuracy after the step
     "cfa+code": (('method.form="code"', 'method.base="at"', "method.calibration_start_epoch=2"),
                  {"train_robust_acc_per_class", "eps_per_class"}),
+    # DAFA killed inside the warm-up's last epoch (epoch 2: P is gathered in it), then trained with W
+    "dafa": (("method.warmup_epochs=2", "method.weight_floor=0.05"),
+             {"dafa_weight", "eps_per_class", "step_per_class", "weight_nat"}),
+    # FAAL fine-tuning after an in-run pre-training epoch (its p* summary is a measurement of each epoch)
+    "faal": (("method.pretrain_epochs=1",),
+             {"faal_weight_mean", "faal_weight_min", "faal_weight_max", "class_score_mean"}),
     # compiled (inductor on the CPU): per-sample margins through the compiled model, exact resume
     "cfa+compile": (("method.calibration_start_epoch=2", 'train.compile="on"'),
                     {"train_robust_acc_per_class", "eps_per_class"}),
