@@ -78,7 +78,7 @@ def engine_times(profile, epochs: int) -> list[float]:
     import torch
 
     from engine import trainer as trainer_mod
-    from engine.events import EventWriter
+    from engine.contract.events import EventWriter
     from engine.progress import Progress
     from engine.utils import make_runtime
 

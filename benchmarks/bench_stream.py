@@ -31,7 +31,7 @@ RUN_ID = "20270101-000000-longstream"
 
 
 def build(home: Path, mb: float) -> Path:
-    from engine.results import requested_setting
+    from engine.contract.results import requested_setting
     from fairtui.synthetic import make_run
 
     k, epochs = 100, 300

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from engine.method_params import METHOD_PARAMS, MethodParams
-from engine.profile_schema import ProfileError, build, field, to_table, unknown_key_message
+from engine.contract.profile_schema import ProfileError, build, field, to_table, unknown_key_message
 from engine.contract.request import CHECKPOINTS, RequestError, check_attack, check_eps
 
 if sys.version_info >= (3, 11):
@@ -277,7 +277,7 @@ def _resolve(p: Profile, file: str) -> Profile:
 def milestone_epochs(train: TrainConfig) -> tuple[int, ...]:
     """The milestones as epochs: "p%" is ceil(p / 100 * epochs), the first epoch with
     (epoch - 1) / epochs >= p / 100 being the first at the lower lr (exact, in fractions)."""
-    from engine.profile_schema import parse_percent
+    from engine.contract.profile_schema import parse_percent
 
     return tuple(math.ceil(parse_percent(m) / 100 * train.epochs) if isinstance(m, str) else m
                  for m in train.milestones)

@@ -22,8 +22,8 @@ import torch
 from engine.config import Profile, load_run_profile
 from engine.contract import EvalRequest, RequestError, check_eps, scaled_step
 from engine.process import EXIT_USAGE, report_failure
-from engine.profile_schema import ProfileError
-from engine.events import EventWriter, read_events
+from engine.contract.profile_schema import ProfileError
+from engine.contract.events import EventWriter, read_events
 
 log = logging.getLogger("engine")
 
@@ -46,8 +46,8 @@ def check_request(request: dict, profile: Profile) -> dict:
 
 
 def _same(event: dict, req: dict, attack: str, epoch: int, setting: dict) -> bool:
-    """The stored result has this result's whole identity (engine.results): it can be reused."""
-    from engine.results import same_setting
+    """The stored result has this result's whole identity (engine.contract.results): it can be reused."""
+    from engine.contract.results import same_setting
 
     return (event.get("type") == "eval_result" and event.get("split") == req["split"]
             and event.get("checkpoint") == req["checkpoint"] and event.get("attack") == attack
@@ -120,7 +120,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     from engine.data.datasets import stratified_pick
     from engine.evaluate import NonFiniteLogits, per_class_result
     from engine.progress import Progress
-    from engine.results import SUBSET_SEED
+    from engine.contract.results import SUBSET_SEED
     from engine.process import EXIT_OK, EXIT_STOPPED
     from engine.utils import make_runtime
 

@@ -260,7 +260,7 @@ def import_run(run_dir: Path, request: dict) -> int:
 def _import(run_dir: Path, profile: Profile, request: dict) -> dict:
     from engine.checkpoint import CheckpointStore
     from engine.data import load_splits
-    from engine.events import EventWriter
+    from engine.contract.events import EventWriter
     from engine.provenance import provenance
     from engine.utils import atomic_torch_save
 

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from engine.profile_schema import ProfileError, field
+from engine.contract.profile_schema import ProfileError, field
 
 
 @dataclass(frozen=True)

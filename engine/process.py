@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.procinfo import process_start_time
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 
 log = logging.getLogger("engine")
 

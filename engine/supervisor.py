@@ -140,7 +140,7 @@ class Supervisor:
 
     def outcome(self, codes: list[int], first_seq: int) -> int:
         """Write ``run_finished`` if rank 0 did not; return the supervisor's exit code."""
-        from engine.events import EventWriter, read_events
+        from engine.contract.events import EventWriter, read_events
 
         failures = {}
         for rank in range(self.nproc):
@@ -183,7 +183,7 @@ class Supervisor:
 
 def supervise(run_dir: Path, nproc: int) -> int:
     """Run ``run_dir`` on ``nproc`` ranks; the exit code follows DESIGN.md (0, 1, 2, 130)."""
-    from engine.events import EventWriter
+    from engine.contract.events import EventWriter
 
     lock = acquire_lock(run_dir)
     if lock is None:

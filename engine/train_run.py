@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import load_run_profile, profile_warnings
-from engine.events import EventWriter
+from engine.contract.events import EventWriter
 from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, guarded, setup_logging,
                             write_process_file)
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 
 log = logging.getLogger("engine")
 

@@ -20,7 +20,7 @@ from engine.data.augment import plan_epoch
 from engine.distributed import Group
 from engine.epoch_record import EpochStats, run_started_payload, val_summary
 from engine.evaluate import predict
-from engine.events import EventWriter
+from engine.contract.events import EventWriter
 from engine.process import Diverged, StopRequested
 from engine.methods import Method, MethodContext, ValResult, build_method
 from engine.models import build_model

@@ -60,7 +60,7 @@ def pick_result(view: RunView, attack: str | None, checkpoint: str, split: str =
 def subset_results(view: RunView, n_per_class: int) -> dict[tuple[str, str, str], dict]:
     """The latest result per (split, checkpoint, attack) on N images per class, at the profile's settings
     otherwise (eps, step, seed, batching)."""
-    from engine.results import requested_setting, same_setting
+    from engine.contract.results import requested_setting, same_setting
 
     out: dict[tuple[str, str, str], dict] = {}
     for e in view.eval_results():
@@ -73,7 +73,7 @@ def subset_results(view: RunView, n_per_class: int) -> dict[tuple[str, str, str]
 
 def describe(view: RunView) -> str:
     """Every result the run has, with the settings that produced it: "best/pgd20 (eps 0.2, whole split)"."""
-    from engine.results import describe as settings
+    from engine.contract.results import describe as settings
 
     seen = dict.fromkeys(f"{e.get('split')} {e.get('checkpoint')}/{e.get('attack')} ({settings(e)})"
                          for e in view.eval_results())
@@ -82,7 +82,7 @@ def describe(view: RunView) -> str:
 
 def setting_label(result: dict) -> str:
     """What a result is, for a table's title: "pgd20, eps 0.2, whole split"."""
-    from engine.results import describe as settings
+    from engine.contract.results import describe as settings
 
     return f"{result.get('attack')}, {settings(result)}"
 

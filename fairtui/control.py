@@ -27,7 +27,7 @@ def check_resumable(run_dir: Path) -> None:
     """ControlError unless the run can resume (stopped, failed or lost, with a whole profile): the one rule
     for `fairtui resume` and the app's `r`."""
     from engine.config import load_run_profile
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
 
     try:
         load_run_profile(run_dir)  # a folder whose profile is missing or cut short never resumes on defaults

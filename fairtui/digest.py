@@ -5,7 +5,7 @@ hundreds of megabytes. Readers (`ls`, `show`, `tag`, `compare`, the app) need on
 - the first ``run_started`` (the resolved profile, the class names, where an imported model came from);
 - the latest ``epoch_end`` of each epoch (a resume repeats epochs);
 - the ``run_finished`` that closes the latest session (a ``run_started`` or ``run_resumed`` opens one);
-- the latest ``eval_result`` of each identity: split, checkpoint, attack and setting (engine.results).
+- the latest ``eval_result`` of each identity: split, checkpoint, attack and setting (engine.contract.results).
   Every reader takes the latest result of an identity, whatever the checkpoint's epoch was, so an
   earlier one of the same identity is never read again.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.events import parse_event
+from engine.contract.events import parse_event
 
 VERSION = 1
 CHUNK = 4 << 20  # bytes read at a time

@@ -177,7 +177,7 @@ def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Cons
                   stored: int = 0) -> int:
     from fairtui.report import result_rows
 
-    from engine.results import requested_setting, same_setting
+    from engine.contract.results import requested_setting, same_setting
 
     results = {}  # the latest result of each requested attack at exactly the requested setting
     cfg = view.config

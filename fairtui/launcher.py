@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engine.atomic import atomic_write_text
 from engine.config import Profile, check_data_root, dumps_profile
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 from fairtui.home import EngineRunning, new_run_id, runs_dir
 
 
@@ -80,7 +80,7 @@ def create_run(home: Path, profile: Profile, profile_path: str, name: str | None
     checked before training is checked first (ProfileError), so a refused profile leaves nothing.
     Only `fairtui import` (``imported``) makes a run from an imported model's profile."""
     if profile.source is not None and not imported:
-        from engine.profile_schema import ProfileError
+        from engine.contract.profile_schema import ProfileError
 
         raise ProfileError(profile_path or "profile", "source", "this is an imported model's profile: it does "
                            "not train (`fairtui import` makes such runs; `fairtui eval` evaluates them)")

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from engine.results import describe
+from engine.contract.results import describe
 from fairtui.home import short_id
 from fairtui.runfolder import RunView
 from fairtui.usertext import inert

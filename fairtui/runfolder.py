@@ -62,7 +62,7 @@ class EventTail(LineTail):
 
 def headline_results(events: list[dict], config: dict) -> dict[tuple[str, str, str], dict]:
     """The latest headline `eval_result` per (split, checkpoint, attack): the one rule every reader uses."""
-    from engine.results import is_headline
+    from engine.contract.results import is_headline
 
     out = {}
     for e in events:
@@ -195,12 +195,12 @@ class RunView:
 
     def results(self) -> dict[tuple[str, str, str], dict]:
         """The run's numbers: the latest headline `eval_result` (at the profile's own settings on the
-        whole split, engine.results) per (split, checkpoint, attack)."""
+        whole split, engine.contract.results) per (split, checkpoint, attack)."""
         return headline_results(self.eval_results(), self.config)
 
     def other_results(self) -> list[tuple[dict, list[str]]]:
         """Exploratory results (another eps, a subset, another batching...), each with what differs."""
-        from engine.results import differences, is_headline
+        from engine.contract.results import differences, is_headline
 
         cfg = self.config
         return [(e, differences(e, cfg)) for e in self.eval_results() if not is_headline(e, cfg)]

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 
 SHARED_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "fuse.glusterfs", "glusterfs",
                       "panfs", "wekafs", "fuse.sshfs", "cifs", "smb3", "fuse.juicefs"}

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from engine.config import Profile, dumps_profile
-from engine.results import requested_setting
+from engine.contract.results import requested_setting
 
 
 def _per_class(rng: random.Random, k: int, centre: float, spread: float) -> list[float]:

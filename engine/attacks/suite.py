@@ -30,8 +30,8 @@ class AttackSettings:
     seed: int = 0
 
     def result_setting(self, attack: str, n_per_class: int, batch_size: int) -> dict:
-        """The `setting` an `eval_result` of ``attack`` under these settings records (engine.results)."""
-        from engine.results import attack_setting
+        """The `setting` an `eval_result` of ``attack`` under these settings records (engine.contract.results)."""
+        from engine.contract.results import attack_setting
 
         return attack_setting(attack, eps=self.eps, norm=self.norm, step=self.step, restarts=self.restarts,
                               cw_kappa=self.cw_kappa, tpgd_inv_temperature=self.tpgd_inv_temperature,

@@ -1,8 +1,10 @@
-"""What the engine and the app agree on, torch-free: the evaluation request (its attack grammar, the eps
-rule, the step scaling). The CLI, the app's dialog and the engine build and check a request here only.
+"""What the engine and the app agree on, torch-free (import-linter keeps it so):
 
-(The profile schema, the event stream and result identity still live in engine.profile_schema,
-engine.events and engine.results; moving them here is part of issue #25 that is not done.)
+- ``request``: the evaluation request (its attack grammar, the eps rule, the step scaling, the seed); the
+  CLI, the app's dialog and the engine build and check a request here only;
+- ``profile_schema``: the typed profile schema the profiles and every method's parameters are built with;
+- ``events``: the event stream (reading, the single writer's append, schema version);
+- ``results``: a result's identity (its setting) and which results are the run's headline numbers.
 """
 
 from engine.contract.request import (ATTACK_NAME, CHECKPOINTS, KNOWN_ATTACKS, SPLITS, EvalRequest, RequestError,

@@ -35,7 +35,7 @@ from engine.attacks.trades import trades_kl
 from engine.method_params import DAFAParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample, clean_predictions
 from engine.methods.standard import PGDAT, TRADES
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 from engine.utils import attack_mode
 
 Tensor = torch.Tensor

@@ -26,7 +26,7 @@ from engine.attacks.noise import WHOLE, Draws
 from engine.method_params import FRLParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import MethodContext, StepOutput, ValResult
 from engine.methods.standard import PGDAT, TRADES
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 
 Tensor = torch.Tensor
 

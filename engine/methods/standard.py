@@ -16,7 +16,7 @@ from engine.attacks.noise import WHOLE, Draws
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample, clean_predictions, \
     weighted_mean
 from engine.method_params import MethodParams
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 
 Tensor = torch.Tensor
 

@@ -136,7 +136,7 @@ class EvalDialog(ModalScreen[dict | None]):
 
     def action_start(self) -> None:
         from engine.contract import EvalRequest, RequestError, check_eps
-        from engine.profile_schema import parse_fraction
+        from engine.contract.profile_schema import parse_fraction
 
         error = self.query_one("#eval-error", Static)
         attacks = [a.strip() for a in self.query_one("#eval-attacks", Input).value.replace(",", " ").split()]

@@ -36,7 +36,7 @@ def evaluate(
     import json
 
     from engine.contract import EvalRequest, RequestError
-    from engine.profile_schema import ProfileError, parse_fraction
+    from engine.contract.profile_schema import ProfileError, parse_fraction
     from fairtui.home import RunNotFound, find_run, resolve_home
     from fairtui.launcher import GpuChoice
 

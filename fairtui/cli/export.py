@@ -41,7 +41,7 @@ def export(
         dirs += [runs_dir(home_dir) / d["run_id"] for d in RunIndex(home_dir).read()
                  if tag in (d.get("tags") or []) and d.get("status") in ("completed", "imported")]
     if sweep:
-        from engine.profile_schema import ProfileError
+        from engine.contract.profile_schema import ProfileError
         from fairtui.home import resolve_home, runs_dir
         from fairtui.sweep import load_record
 

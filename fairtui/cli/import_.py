@@ -124,7 +124,7 @@ def import_model(
     from pathlib import Path
 
     from engine.config import ARCHS, NUM_CLASSES, profile_from_table
-    from engine.profile_schema import ProfileError, parse_fraction
+    from engine.contract.profile_schema import ProfileError, parse_fraction
     from fairtui.home import resolve_home
     from fairtui.launcher import create_run
 

@@ -47,7 +47,7 @@ def ls(
 
     index = RunIndex(resolve_home(home))
     if sweep:
-        from engine.profile_schema import ProfileError
+        from engine.contract.profile_schema import ProfileError
         from fairtui.cli.options import fail
         from fairtui.sweep import resolve_sweep_id
 

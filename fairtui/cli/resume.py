@@ -18,7 +18,7 @@ def resume(
     detach: bool = Detach,
     home: HomeT = Home,
 ) -> None:
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import RunNotFound, find_run, resolve_home
     from fairtui.launcher import GpuChoice, start_engine

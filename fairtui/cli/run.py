@@ -22,7 +22,7 @@ def run(
     home: HomeT = Home,
 ) -> None:
     from engine.config import load_profile, profile_warnings
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home
     from fairtui.launcher import GpuChoice, create_run, start_engine
@@ -63,7 +63,7 @@ def resolve_init_from(profile, path: str, home):
     import dataclasses
     from pathlib import Path
 
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
     from fairtui.home import RunNotFound, find_run, resolve_home
 
     ref = getattr(profile.method, "init_from", "")
@@ -90,7 +90,7 @@ def resolve_init_from(profile, path: str, home):
 def check_init_checkpoint(checkpoint, path: str) -> None:
     """The weights a run starts from load safely (weights only, nothing run) before its folder exists."""
     from engine.checkpoint import CheckpointError, load_checkpoint
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
 
     try:
         load_checkpoint(checkpoint, need=("model",))

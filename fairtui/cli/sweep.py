@@ -36,7 +36,7 @@ def sweep(
     import json
 
     from engine.config import apply_overrides, profile_warnings
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
     from fairtui.home import resolve_home
     from fairtui.sweep import build_spec, expand, split_profile
     from fairtui.sweep_run import create_children

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from engine.config import dumps_profile, load_profile, parse_override
-from engine.profile_schema import ProfileError, parse_fraction
+from engine.contract.profile_schema import ProfileError, parse_fraction
 from tests.conftest import ROOT, TINY
 
 
@@ -108,7 +108,7 @@ def test_percent_milestones_are_the_cfa_authors_rule(tiny_profile, epochs, expec
                                             ('["50"]', "a percentage like")])
 def test_bad_percent_milestones_name_the_key(tiny_profile, value, problem):
     from engine.config import load_profile
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
 
     with pytest.raises(ProfileError, match=f"train.milestones: item 0: .*{re.escape(problem)}"):
         load_profile(tiny_profile(), [f"train.milestones={value}"])

@@ -31,7 +31,7 @@ def test_the_eps_bound_depends_on_the_norm_and_the_step_scales_with_eps():
     with pytest.raises(RequestError, match=r"\(0, 1\]"):
         check_eps(1.5, "linf")
     assert scaled_step(0.05, 0.2, 0.1) == pytest.approx(0.025)
-    from engine.results import requested_setting
+    from engine.contract.results import requested_setting
 
     config = {"attack": {"eps": 0.2, "step": 0.05, "norm": "linf"}, "eval": {}, "seed": 1}
     assert requested_setting(config, "pgd20", eps=0.1)["step"] == scaled_step(0.05, 0.2, 0.1)

@@ -167,7 +167,7 @@ def test_faal_lr_schedule_and_selection():
 
 def test_profiles_refuse_what_cannot_run():
     from engine.config import profile_from_table
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
 
     with pytest.raises(ProfileError, match="method.warmup_epochs"):
         profile_from_table({"train": {"epochs": 5}, "method": {"name": "dafa", "warmup_epochs": 5}}, "p.toml")
@@ -217,7 +217,7 @@ def test_dafa_gathers_p_in_the_last_warm_up_epoch_and_then_trains_with_w():
 
 def test_dafa_weight_at_or_below_zero_fails_naming_the_class_unless_floored():
     from engine.methods.base import ValResult
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
 
     val = ValResult([0.5] * 3, [0.5] * 3)
     for m in (_dafa(dafa_lambda=3.0), _dafa(dafa_lambda=3.0, weight_floor=0.1)):

@@ -22,7 +22,7 @@ import torch
 
 from engine.attacks.noise import WHOLE
 from engine.distributed import Group, fingerprint
-from engine.events import read_events
+from engine.contract.events import read_events
 from tests.conftest import HANG_S, ROOT, engine_env, make_run_dir
 
 

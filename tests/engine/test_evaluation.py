@@ -213,7 +213,7 @@ def test_the_request_seed_is_the_result_identity_and_its_draws(trained_run):
     """A request's seed seeds the draws and is recorded: two seeds are two results (neither the headline
     one); the run's own seed, given or not, is the same result."""
     from engine import eval_run
-    from engine.results import is_headline, same_setting
+    from engine.contract.results import is_headline, same_setting
 
     base = {"attacks": ["pgd20"], "checkpoint": "best", "split": "test", "force": True}  # the profile's own
     config = next(e for e in events_of(trained_run) if e["type"] == "run_started")["config"]

@@ -53,7 +53,7 @@ def engine(run_dir: Path, site: Path, **kw) -> subprocess.CompletedProcess:
 
 def test_an_installed_method_trains_resumes_and_shows_in_compare(tmp_path, tiny_profile, plugin_path):
     from engine.config import load_profile
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
 
     profile = tiny_profile()
     overrides = ('method.name="irw_at"', "method.momentum=0.25", "train.epochs=3")
@@ -104,7 +104,7 @@ def test_a_broken_or_clashing_plugin_is_reported_in_one_line_and_builtins_work(t
         info.mkdir(parents=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
         (info / "entry_points.txt").write_text("[fairtui.methods]\n" + entries)
-    script = ("import sys\nfrom engine.config import load_profile\nfrom engine.profile_schema import ProfileError\n"
+    script = ("import sys\nfrom engine.config import load_profile\nfrom engine.contract.profile_schema import ProfileError\n"
               f"p = load_profile({str(tiny_profile())!r})\nprint('builtin', p.method.name)\n"
               "try:\n"
               f"    load_profile({str(tiny_profile())!r}, ['method.name=\"broken\"'])\n"

@@ -167,7 +167,7 @@ def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):
 def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, tiny_profile, monkeypatch):
     from engine import trainer as trainer_mod
     from engine.config import load_profile
-    from engine.events import EventWriter
+    from engine.contract.events import EventWriter
     from engine.progress import Progress
     from engine.process import guarded
     from engine.utils import make_runtime
@@ -226,7 +226,7 @@ def test_frl_best_checkpoint_never_comes_from_its_pretraining(tmp_path, tiny_pro
     (neither FRL's paper nor its code selects across pre-training)."""
     from engine import trainer as trainer_mod
     from engine.config import load_profile
-    from engine.events import EventWriter
+    from engine.contract.events import EventWriter
     from engine.methods.frl import FRL
     from engine.progress import Progress
     from engine.utils import make_runtime
@@ -249,7 +249,7 @@ def test_frl_best_checkpoint_never_comes_from_its_pretraining(tmp_path, tiny_pro
 
 def test_frl_pretraining_must_leave_frl_epochs(tiny_profile):
     from engine.config import load_profile
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
 
     with pytest.raises(ProfileError, match="method.pretrain_epochs.*leave no frl epoch in train.epochs \\(3\\)"):
         load_profile(tiny_profile(), ['method.name="frl"', "method.pretrain_epochs=3", "train.epochs=3"])

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from engine.config import load_profile
-from engine.profile_schema import ProfileError
+from engine.contract.profile_schema import ProfileError
 from tests.conftest import TINY, fairtui_cmd
 
 NON_FINITE = ["train.weight_decay", "train.momentum", "data.val_fraction", "train.lr", "attack.eps"]

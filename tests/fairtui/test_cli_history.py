@@ -113,7 +113,7 @@ def test_exports_name_the_attack_and_its_setting_and_say_their_units(tmp_path):
 def subset_result(run_dir, attack: str, n: int, robust: float) -> None:
     """Append what `fairtui eval RUN --attack ATTACK --n-per-class N` writes (a subset result)."""
     from engine.config import load_profile
-    from engine.results import requested_setting
+    from engine.contract.results import requested_setting
 
     config = load_profile(run_dir / "profile.toml").to_table()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 
-from engine.events import read_events
+from engine.contract.events import read_events
 from fairtui import digest as digest_module
 from fairtui.digest import Digest, cache_path, read_digest
 from fairtui.runfolder import RunView, headline_results

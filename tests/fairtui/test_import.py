@@ -44,7 +44,7 @@ def test_state_dict_import_then_per_class_autoattack_equals_pyautoattack(tmp_pat
     # the CPU; that the standard version equals pyautoattack too is tests/engine/test_evaluation.py's.
     from engine.attacks.autoattack import make_autoattack
     from engine.data.datasets import stratified_pick
-    from engine.results import SUBSET_SEED
+    from engine.contract.results import SUBSET_SEED
 
     net = trained_small_cnn()
     torch.save({"state_dict": {"module." + k: v for k, v in net.state_dict().items()}}, tmp_path / "net.pt")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine.results import differences, is_headline, profile_setting, requested_setting
+from engine.contract.results import differences, is_headline, profile_setting, requested_setting
 from tests.conftest import fairtui_cmd, train_tiny
 
 CONFIG = {"seed": 3, "attack": {"eps": 0.2, "step": 0.07, "norm": "linf"},

@@ -74,7 +74,7 @@ def test_sweep_table_in_the_profile_and_run_refuses_it(tmp_path):
 
 
 def test_slurm_launcher_without_submitit_is_a_clear_error(tmp_path, monkeypatch):
-    from engine.profile_schema import ProfileError
+    from engine.contract.profile_schema import ProfileError
     from fairtui.slurm import SlurmSettings, submit_sweep
 
     monkeypatch.setitem(sys.modules, "submitit", None)

@@ -21,7 +21,7 @@ from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.pgd import PGD
 from engine.method_params import MethodParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample
-from engine.profile_schema import field
+from engine.contract.profile_schema import field
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,7 @@ class RunsScreen(Screen):
         run_id = self.selected_id()
         if not run_id:
             return
-        from engine.profile_schema import ProfileError
+        from engine.contract.profile_schema import ProfileError
         from fairtui.control import queue_rerun
 
         try:
