@@ -3,7 +3,7 @@
     python experiments/digits_fairness.py [--seeds 0 1 2 3 4] [--home DIR] [--profiles NAME ...]
 
 Each (profile, seed) is a normal `fairtui run` in DIR (default ./.fairtui-digits), so every number
-can be traced to its run folder. Prints two Markdown tables:
+can be traced to its run folder; a (profile, seed) already completed there is reused, not trained again. Prints two Markdown tables:
 - the mean and a 95% confidence interval over seeds (Student's t, n - 1 degrees of freedom) of the
   average and worst-class test robust accuracy, for the best checkpoint (each method's own selection
   rule) and the last one, plus FAWA's averaged weights where the method has them;
@@ -28,7 +28,20 @@ PROFILES = ["digits-at", "digits-trades", "digits-frl", "digits-frl-rw", "digits
 FINE_TUNES = {"digits-faal": "digits-at"}
 
 
+def finished(name: str, home: Path) -> str | None:
+    """The latest completed run called ``name`` in ``home``, if any: the script then reuses it."""
+    out = subprocess.run([sys.executable, "-m", "fairtui.cli", "ls", "--json", "--status", "completed", "--name", name,
+                          "--home", str(home)], capture_output=True, text=True, cwd=ROOT)
+    runs = [r for r in json.loads(out.stdout or "[]") if r.get("name") == name] if out.returncode == 0 else []
+    return max(runs, key=lambda r: r.get("created", 0))["run_id"] if runs else None
+
+
 def run(profile: str, seed: int, home: Path) -> dict:
+    done = finished(f"{profile}-s{seed}", home)
+    if done:  # already trained and evaluated here: reuse it (the script can be called again)
+        out = subprocess.run([sys.executable, "-m", "fairtui.cli", "show", done, "--json", "--home", str(home)],
+                             capture_output=True, text=True, cwd=ROOT, check=True)
+        return json.loads(out.stdout)
     cmd = [sys.executable, "-m", "fairtui.cli", "run", str(ROOT / "profiles" / f"{profile}.toml"), "--set",
            f"seed={seed}", "--name", f"{profile}-s{seed}", "--tag", "digits-table", "--json", "--home", str(home)]
     if profile in FINE_TUNES:  # the run of this seed it fine-tunes, by name (the latest of that name)
