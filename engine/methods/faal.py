@@ -119,7 +119,6 @@ class FAAL(Method):
         self.kp_max = torch.full((k,), -math.inf, dtype=torch.float64, device=dev)
         self.c_sum = torch.zeros(k, dtype=torch.float64, device=dev)
         self.batches = torch.zeros((), dtype=torch.float64, device=dev)
-        self.last_p = torch.full((k,), 1.0 / k, dtype=torch.float64, device=dev)
 
     # -- schedule -------------------------------------------------------------------------------------
     def pretraining(self, epoch: int) -> bool:
@@ -167,7 +166,6 @@ class FAAL(Method):
             torch.maximum(self.kp_max, kp, out=self.kp_max)
             self.c_sum += c
             self.batches += 1
-            self.last_p = p
         return StepOutput(loss, logits_adv.detach(), logits_clean.detach())
 
     # -- between epochs -------------------------------------------------------------------------------
