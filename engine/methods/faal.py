@@ -31,7 +31,7 @@ from engine.attacks.trades import trades_kl
 from engine.method_params import FAALParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample
 from engine.methods.frl import load_initial_weights
-from engine.methods.standard import PGDAT, TRADES
+from engine.methods.standard import PGDAT, TRADES, pretraining_method
 
 Tensor = torch.Tensor
 
@@ -107,10 +107,7 @@ class FAAL(Method):
         self.p: FAALParams = params
         self.base: Method = PGDAT(PGDATParams(), ctx) if params.base == "at" else \
             TRADES(TRADESParams(beta=params.beta), ctx)
-        self.pretrain: Method | None = None
-        if params.pretrain_epochs:
-            self.pretrain = PGDAT(PGDATParams(), ctx) if params.pretrain_method == "pgd_at" else \
-                TRADES(TRADESParams(beta=params.pretrain_beta), ctx)
+        self.pretrain = pretraining_method(params, ctx)
         k, dev = ctx.num_classes, ctx.device
         self.epoch = 0
         # The epoch's p* summary, on the device (no host sync per batch): sums, min and max of K p*, sum of c.

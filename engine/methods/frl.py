@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from engine.attacks.noise import WHOLE, Draws
-from engine.method_params import FRLParams, MethodParams, PGDATParams, TRADESParams
+from engine.method_params import FRLParams, MethodParams
 from engine.methods.base import MethodContext, StepOutput, ValResult
-from engine.methods.standard import PGDAT, TRADES
+from engine.methods.standard import TRADES, pretraining_method
 from engine.contract.profile_schema import ProfileError
 
 Tensor = torch.Tensor
@@ -114,10 +114,7 @@ class FRL(TRADES):
         self.epoch = 0
         # the authors' train_model: clean, adversarial and clean again in train mode (the KL's target)
         self.kl_target_forward = self.p.form == "code"
-        self.pretrain = None
-        if params.pretrain_epochs:
-            self.pretrain = (PGDAT(PGDATParams(), ctx) if params.pretrain_method == "pgd_at"
-                             else TRADES(TRADESParams(beta=params.pretrain_beta), ctx))
+        self.pretrain = pretraining_method(params, ctx)
 
     # -- schedule ---------------------------------------------------------------------------------
     def pretraining(self, epoch: int) -> bool:

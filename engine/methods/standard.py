@@ -15,7 +15,7 @@ from engine.attacks.trades import TRADESAttack, trades_kl
 from engine.attacks.noise import WHOLE, Draws
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample, clean_predictions, \
     weighted_mean
-from engine.method_params import MethodParams
+from engine.method_params import MethodParams, PGDATParams, TRADESParams
 from engine.contract.profile_schema import ProfileError
 
 Tensor = torch.Tensor
@@ -118,3 +118,13 @@ class TRADES(Method):
         if getattr(self.params, "beta_per_class", ()):
             return {"beta_per_class": self.beta_per_class.tolist()}
         return {}
+
+
+def pretraining_method(params: MethodParams, ctx: MethodContext) -> Method | None:
+    """The in-run pre-training of a fine-tuning method (FRL, FAAL): ``pretrain_method`` (PGD-AT, or TRADES
+    at ``pretrain_beta``) for ``pretrain_epochs``; None without pre-training."""
+    if not getattr(params, "pretrain_epochs", 0):
+        return None
+    if params.pretrain_method == "pgd_at":
+        return PGDAT(PGDATParams(), ctx)
+    return TRADES(TRADESParams(beta=params.pretrain_beta), ctx)
