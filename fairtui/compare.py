@@ -187,12 +187,22 @@ class ExportRow:
         return statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
 
 
-def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0) -> list[ExportRow]:
+def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
+    """The runs grouped by profile up to seed and name, each group with its label ("at (seeds 0, 1, 2)")."""
     groups: dict[str, list[RunView]] = {}
     for v in views:
         groups.setdefault(group_key(v), []).append(v)
-    rows = []
+    out = []
     for members in groups.values():
+        label = members[0].config.get("name") or members[0].name
+        seeds = sorted(v.config.get("seed") for v in members)
+        out.append((f"{label} (seeds {', '.join(map(str, seeds))})" if len(members) > 1 else label, members))
+    return out
+
+
+def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0) -> list[ExportRow]:
+    rows = []
+    for label, members in seed_groups(views):
         values: dict[str, list[float]] = {k: [] for k in EXPORT_METRICS}
         settings = []
         for v in members:
@@ -201,8 +211,5 @@ def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per
             s = summarise(result)
             for k in EXPORT_METRICS:
                 values[k].append(s[k])
-        label = members[0].config.get("name") or members[0].name
-        seeds = sorted(v.config.get("seed") for v in members)
-        rows.append(ExportRow(f"{label} (seeds {', '.join(map(str, seeds))})" if len(members) > 1 else label,
-                              [v.run_id for v in members], values, "; ".join(dict.fromkeys(settings))))
+        rows.append(ExportRow(label, [v.run_id for v in members], values, "; ".join(dict.fromkeys(settings))))
     return rows

@@ -96,8 +96,8 @@ class OutputError(ValueError):
     """Where an export may not be written: the message says why, in one line."""
 
 
-def write_output(target: Path, text: str, home: Path, force: bool = False) -> Path:
-    """Write an export to ``target``, never inside the fairtui home (a run's own files live there), never
+def write_output(target: Path, text: str | bytes, home: Path, force: bool = False) -> Path:
+    """Write an export (text, or a figure's bytes) to ``target``, never inside the fairtui home (a run's own files live there), never
     over an existing file unless ``force``, atomically (a failed write leaves the old file whole)."""
     import os
 
@@ -115,7 +115,7 @@ def write_output(target: Path, text: str, home: Path, force: bool = False) -> Pa
         raise OutputError(f"-o {target}: exists; --force overwrites it")
     tmp = resolved.with_name(f".{resolved.name}.fairtui-tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text)
         os.replace(tmp, resolved)
     except OSError as err:
         tmp.unlink(missing_ok=True)

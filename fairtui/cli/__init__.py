@@ -16,6 +16,7 @@ from fairtui.cli import export as _export
 from fairtui.cli import import_ as _import
 from fairtui.cli import ls as _ls
 from fairtui.cli import manage as _manage
+from fairtui.cli import plot as _plot
 from fairtui.cli import resume as _resume
 from fairtui.cli import run as _run
 from fairtui.cli import show as _show
@@ -32,6 +33,7 @@ app.command("ls", help=_ls.HELP)(_ls.ls)
 app.command("show", help=_show.HELP)(_show.show)
 app.command("compare", help=_compare.HELP)(_compare.compare)
 app.command("export", help=_export.HELP)(_export.export)
+app.command("plot", help=_plot.HELP)(_plot.plot)
 app.command("stop", help=_manage.STOP_HELP)(_manage.stop)
 app.command("rm", help=_manage.RM_HELP)(_manage.rm)
 app.command("reindex", help=_manage.REINDEX_HELP)(_manage.reindex)

@@ -32,6 +32,32 @@ def export(
 
     if fmt not in ("csv", "md", "latex", "json"):
         raise fail(f"--format must be csv, md, latex or json, got {fmt!r}")
+    dirs = sorted(collect_runs(home, runs, tag, sweep))
+    if not dirs:
+        raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
+    try:
+        rows = export_rows([RunView.load(d) for d in dirs], attack, checkpoint, n_per_class)
+    except CompareError as err:
+        raise fail(str(err)) from None
+    text = render(rows, fmt, checkpoint)
+    if output:
+        from fairtui.export import OutputError, write_output
+        from fairtui.home import resolve_home
+
+        try:
+            written = write_output(output, text, resolve_home(home), force)
+        except OutputError as err:
+            raise fail(str(err)) from None
+        typer.echo(f"wrote {written}", err=True)
+    else:
+        typer.echo(text, nl=False)
+
+
+def collect_runs(home: HomeT, runs: "list[str] | None", tag: "str | None", sweep: "str | None") -> list[Path]:
+    """The run folders named on the command line, tagged ``tag`` (completed or imported) and of ``sweep``
+    (its completed runs; the others are counted on stderr), each once, in the order given."""
+    from fairtui.runfolder import RunView
+
     dirs = [resolve_run(home, r) for r in runs or []]
     if tag:
         from fairtui.home import resolve_home, runs_dir
@@ -55,21 +81,4 @@ def export(
             typer.echo(f"{len(record['runs']) - len(finished)} of {len(record['runs'])} runs of the sweep have not "
                        "completed; exporting the rest", err=True)
         dirs += finished
-    if not dirs:
-        raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
-    try:
-        rows = export_rows([RunView.load(d) for d in sorted(set(dirs))], attack, checkpoint, n_per_class)
-    except CompareError as err:
-        raise fail(str(err)) from None
-    text = render(rows, fmt, checkpoint)
-    if output:
-        from fairtui.export import OutputError, write_output
-        from fairtui.home import resolve_home
-
-        try:
-            written = write_output(output, text, resolve_home(home), force)
-        except OutputError as err:
-            raise fail(str(err)) from None
-        typer.echo(f"wrote {written}", err=True)
-    else:
-        typer.echo(text, nl=False)
+    return list(dict.fromkeys(dirs))
