@@ -19,6 +19,17 @@ def _per_class(rng: random.Random, k: int, centre: float, spread: float) -> list
     return [round(min(1.0, max(0.0, rng.gauss(centre, spread))), 4) for _ in range(k)]
 
 
+def _confusion(robust: list[float], n: int = 50) -> list[list[int]]:
+    """A robustness confusion matrix of ``n`` images per class with these per-class accuracies: the
+    misclassified images of class i go to class i + 1."""
+    k = len(robust)
+    rows = [[0] * k for _ in range(k)]
+    for i, acc in enumerate(robust):
+        rows[i][i] = round(acc * n)
+        rows[i][(i + 1) % k] += n - rows[i][i]
+    return rows
+
+
 def make_run(home: Path, run_id: str, name: str = "synthetic", method: str = "cfa", epochs: int = 5, k: int = 10,
              seed: int = 0, status: str = "completed", profile: Profile | None = None, tags: tuple = (),
              robust_centre: float = 0.5, attacks: tuple[str, ...] = ("pgd20",), t0: float | None = None,
@@ -58,7 +69,8 @@ def make_run(home: Path, run_id: str, name: str = "synthetic", method: str = "cf
                                "n_per_class": 0, "setting": requested_setting(table, attack),
                                "clean_acc_per_class": clean, "robust_acc_per_class": robust,
                                "avg_clean": sum(clean) / k, "avg_robust": sum(robust) / k,
-                               "worst_robust": min(robust), "cv": 0.0, "mcd": max(robust) - min(robust)})
+                               "worst_robust": min(robust), "cv": 0.0, "mcd": max(robust) - min(robust),
+                               "confusion_matrix": _confusion(robust)})
     if status in ("completed", "failed", "stopped"):
         events.append({"type": "run_finished", "status": status,
                        **({"error": "synthetic failure"} if status == "failed" else {})})
