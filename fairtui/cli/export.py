@@ -9,12 +9,14 @@ import typer
 
 from fairtui.cli.options import Home, HomeT, fail, resolve_run
 
-HELP = "Export runs as a paper table; runs differing only in seed are grouped as mean ± std."
+HELP = ("Export runs as a paper table (runs differing only in seed are grouped as mean ± std), or as "
+        "TensorBoard event files (--format tensorboard -o DIR).")
 
 
 def export(
     runs: List[str] = typer.Argument(None, metavar="RUN..."),
-    fmt: str = typer.Option("md", "--format", help="csv, md, latex or json"),
+    fmt: str = typer.Option("md", "--format", help="csv, md, latex, json, or tensorboard (-o DIR: a folder "
+                            "per run, needs the tensorboard extra)"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write to a file instead of stdout "
                                           "(never inside the home; an existing file only with --force)"),
     force: bool = typer.Option(False, "--force", help="overwrite the -o file if it exists"),
@@ -30,11 +32,23 @@ def export(
     from fairtui.export import render
     from fairtui.runfolder import RunView
 
-    if fmt not in ("csv", "md", "latex", "json"):
-        raise fail(f"--format must be csv, md, latex or json, got {fmt!r}")
+    if fmt not in ("csv", "md", "latex", "json", "tensorboard"):
+        raise fail(f"--format must be csv, md, latex, json or tensorboard, got {fmt!r}")
+    if fmt == "tensorboard" and not output:
+        raise fail("--format tensorboard writes a folder: give it with -o DIR")
     dirs = sorted(collect_runs(home, runs, tag, sweep))
     if not dirs:
         raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
+    if fmt == "tensorboard":
+        from fairtui.home import resolve_home
+        from fairtui.tbexport import TensorBoardError, export as tb_export
+
+        try:
+            written = tb_export([RunView.load(d) for d in dirs], output, resolve_home(home), force)
+        except TensorBoardError as err:
+            raise fail(str(err)) from None
+        typer.echo(f"wrote {len(written)} run(s) under {output} (tensorboard --logdir {output})", err=True)
+        return
     try:
         rows = export_rows([RunView.load(d) for d in dirs], attack, checkpoint, n_per_class)
     except CompareError as err:
