@@ -125,6 +125,13 @@ class TrainConfig:
     # Seconds a collective operation of a multi-process run waits for the other ranks before the
     # run fails (a dead or hung rank never leaves the others waiting for ever).
     dist_timeout: float = field(300.0, gt=0.0)
+    # Dashboards that also get each epoch's numbers, besides the run folder (which stays the record):
+    # "wandb" (Weights & Biases, the extra `fairtui[wandb]`), in `wandb_mode` "offline" by default (synced
+    # later with `wandb sync RUN_DIR/wandb/offline-run-*`). A dashboard never fails or changes a run.
+    log_to: tuple[str, ...] = field((), items_choices=("wandb",))
+    wandb_project: str = field("fairtui", max_len=128)
+    wandb_entity: str = field("", max_len=128)  # "": the account's default entity
+    wandb_mode: str = field("offline", choices=("offline", "online"))
 
 
 @dataclass(frozen=True)

@@ -165,10 +165,14 @@ def compare(views: list[RunView], attack: str | None = None, checkpoint: str = "
 EXPORT_METRICS = ("avg_clean", "avg_robust", "worst_robust", "worst20_robust", "cv", "mcd")
 
 
+# Where a run's numbers are also sent (a dashboard): they do not change the numbers.
+MIRROR_KEYS = ("train.log_to", "train.wandb_project", "train.wandb_entity", "train.wandb_mode")
+
+
 def group_key(view: RunView) -> str:
     """Runs that share a profile up to seed and name form one group."""
     flat = flatten(view.config)
-    for k in ("seed", "name", "description"):
+    for k in ("seed", "name", "description", *MIRROR_KEYS):
         flat.pop(k, None)
     return repr(sorted(flat.items()))
 

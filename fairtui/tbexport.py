@@ -5,28 +5,22 @@ folder stays the source of truth, and nothing here is needed to run.
 It uses only the `tensorboard` package's protocol buffers and event-file writer (the extra
 ``fairtui[tensorboard]``): no TensorFlow, no torch. One folder per run, ``DIR/<name>-<run_id>/``, with:
 
-- every epoch (step = epoch, wall time = the epoch's own): ``val/robust_per_class/<k>_<class>``,
-  ``val/clean_per_class/...``, the validation summary ``val/robust_avg``, ``val/robust_worst``,
-  ``val/robust_worst20``, ``val/robust_cv``, ``val/robust_mcd``, ``val/clean_avg``; ``train/loss``,
-  ``train/clean_acc``, ``train/robust_acc``, ``train/lr``, ``train/epoch_time_s``; the method's class-wise
-  state ``state/<key>/<k>_<class>`` and its single numbers ``state/<key>``;
-- the headline test results (the profile's own settings on the whole split, as every table picks them),
-  at the epoch of their checkpoint: ``test/<checkpoint>/<attack>/robust_per_class/<k>_<class>``, the
-  clean ones, ``avg_robust``, ``worst_robust``, ``worst20_robust``, ``avg_clean``, ``cv``, ``mcd``;
+- every epoch's numbers (step = epoch, wall time = the epoch's own) and, at the epoch of their
+  checkpoint, the headline test results (the profile's own settings on the whole split, as every table
+  picks them), named as :mod:`engine.scalars` names them for every dashboard: per-class validation
+  accuracy, its summary, the loss and lr, the method's class-wise state, ``test/<checkpoint>/<attack>/...``;
 - the resolved profile as hparams (flattened keys) and as text, and each result's settings as text
-  (``settings/<checkpoint>/<attack>``: "pgd20, eps 0.0314, whole split").
+  (``settings/test/<checkpoint>/<attack>``: "pgd20, eps 0.0314, whole split @ best").
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shutil
 from pathlib import Path
 
-from engine import metrics
-from fairtui.compare import flatten, setting_label, summarise
+from engine.scalars import epoch_scalars, result_prefix, result_scalars, safe_name
+from fairtui.compare import flatten, setting_label
 from fairtui.runfolder import RunView
 
 EXTRA = "pip install 'fairtui[tensorboard]'"
@@ -36,75 +30,14 @@ class TensorBoardError(ValueError):
     """An export that cannot be written; the message says why in one line."""
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
-
-
-def class_tags(names: list[str]) -> list[str]:
-    """``03_cat``: the index keeps TensorBoard's order the class order."""
-    width = len(str(max(len(names) - 1, 0)))
-    return [f"{i:0{width}d}_{_safe(n)}" for i, n in enumerate(names)]
-
-
 def run_scalars(view: RunView) -> list[tuple[int, float, dict[str, float]]]:
-    """(step, wall time, {tag: value}) for every epoch and, at the end, the headline test results."""
+    """(step, wall time, {tag: value}) for every epoch and, at the end, the headline test results (at the
+    epoch of their checkpoint)."""
     names = view.class_names()
-    tags = class_tags(names)
-    out = []
-    last_epoch, last_t = 0, 0.0
-    for e in view.epochs:
-        values: dict[str, float] = {}
-        val, train = e.get("val") or {}, e.get("train") or {}
-        for kind in ("robust", "clean"):
-            per_class = val.get(f"{kind}_acc_per_class") or []
-            values.update({f"val/{kind}_per_class/{t}": v for t, v in zip(tags, per_class) if v is not None})
-        robust = val.get("robust_acc_per_class") or []
-        if robust:
-            s = metrics.summary(robust)
-            values.update({f"val/robust_{k}": s[k] for k in ("avg", "worst", "worst20", "cv", "mcd")})
-        if val.get("clean_acc_per_class"):
-            values["val/clean_avg"] = metrics.average(val["clean_acc_per_class"])
-        for key in ("loss", "clean_acc", "robust_acc"):
-            if isinstance(train.get(key), (int, float)):
-                values[f"train/{key}"] = train[key]
-        for key, name in (("lr", "train/lr"), ("time_s", "train/epoch_time_s")):
-            if isinstance(e.get(key), (int, float)):
-                values[name] = e[key]
-        values.update(state_scalars(e.get("method_state") or {}, tags))
-        last_epoch, last_t = e["epoch"], float(e.get("t", 0.0))
-        out.append((e["epoch"], last_t, {k: float(v) for k, v in values.items() if _finite(v)}))
-    for (split, ckpt, attack), r in view.results().items():
-        prefix = f"{split}/{_safe(ckpt)}/{_safe(attack)}"
-        values = {}
-        for kind in ("robust", "clean"):
-            values.update({f"{prefix}/{kind}_per_class/{t}": v
-                           for t, v in zip(tags, r.get(f"{kind}_acc_per_class") or []) if v is not None})
-        if attack == "clean":  # no attack: only the clean numbers mean something
-            values = {k: v for k, v in values.items() if "/clean_per_class/" in k}
-            values[f"{prefix}/avg_clean"] = metrics.average(r["clean_acc_per_class"])
-        else:
-            values.update({f"{prefix}/{k}": v for k, v in summarise(r).items()})
-        step = int(r.get("epoch") or last_epoch)
-        out.append((step, float(r.get("t", last_t)), {k: float(v) for k, v in values.items() if _finite(v)}))
-    return out
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(float(v))
-
-
-def state_scalars(state: dict, tags: list[str]) -> dict[str, float]:
-    """A method_state as scalars: per-class lists (K, or K + 1 with 'overall' first for WAT) and single
-    numbers or flags; matrices (DAFA's P) are not scalars and stay in the run folder."""
-    out: dict[str, float] = {}
-    k = len(tags)
-    for key, value in state.items():
-        if isinstance(value, (int, float)):  # a bool too (CFA's fawa_accepted): 0 or 1
-            out[f"state/{key}"] = float(value)
-        elif isinstance(value, list) and len(value) in (k, k + 1) and \
-                all(v is None or isinstance(v, (int, float)) for v in value):
-            labels = tags if len(value) == k else ["overall"] + tags
-            out.update({f"state/{key}/{t}": v for t, v in zip(labels, value) if v is not None})
+    out = [(e["epoch"], float(e.get("t", 0.0)), epoch_scalars(e, names)) for e in view.epochs]
+    last_epoch, last_t = (out[-1][0], out[-1][1]) if out else (0, 0.0)
+    for r in view.results().values():
+        out.append((int(r.get("epoch") or last_epoch), float(r.get("t", last_t)), result_scalars(r, names)))
     return out
 
 
@@ -141,9 +74,9 @@ def write_run(view: RunView, folder: Path) -> None:
                                                                             start_time_secs=t0)))
         profile = (view.run_dir / "profile.toml").read_text() if (view.run_dir / "profile.toml").exists() else ""
         writer.add_event(Event(wall_time=t0, step=0, summary=text.text_pb("profile", f"```\n{profile}\n```")))
-        for (split, ckpt, attack), r in view.results().items():
+        for r in view.results().values():
             writer.add_event(Event(wall_time=t0, step=0, summary=text.text_pb(
-                f"settings/{split}/{_safe(ckpt)}/{_safe(attack)}", f"{setting_label(r)} @ {ckpt}")))
+                f"settings/{result_prefix(r)}", f"{setting_label(r)} @ {r.get('checkpoint')}")))
         for step, wall, values in scalars:
             summary = Summary(value=[Summary.Value(tag=tag, simple_value=v) for tag, v in sorted(values.items())])
             writer.add_event(Event(wall_time=wall or t0, step=step, summary=summary))
@@ -166,7 +99,7 @@ def export(views: list[RunView], out_dir: Path, home: Path, force: bool = False)
                                "write it elsewhere")
     if resolved.exists() and not resolved.is_dir():
         raise TensorBoardError(f"-o {out_dir}: a file; a TensorBoard export is a folder (a log dir)")
-    targets = [(v, resolved / f"{_safe(v.name)}-{v.run_id}") for v in views]
+    targets = [(v, resolved / f"{safe_name(v.name)}-{v.run_id}") for v in views]
     clash = [t for _, t in targets if t.exists()]
     if clash and not force:
         raise TensorBoardError(f"-o {out_dir}: {clash[0].name} exists there; --force replaces it")

@@ -7,7 +7,7 @@ A field's `metadata` may carry:
 - ``min`` / ``max``: inclusive bounds; ``gt``: exclusive lower bound;
 - ``choices``: the allowed values of a string;
 - ``fraction``: a float that may also be written as ``"8/255"``;
-- ``items_min`` / ``items_max``: bounds for every item of a tuple;
+- ``items_min`` / ``items_max``: bounds for every item of a tuple; ``items_choices``: its allowed values;
 - ``max_len``: the longest string (default MAX_STRING); ``allow_inf``: a float may be +inf;
 - ``percent``: an item of an integer tuple may also be a percentage string, ``"50%"`` (kept as it is
   for the caller to resolve, e.g. milestones as a share of the epochs).
@@ -129,7 +129,7 @@ def coerce(value: Any, tp: Any, meta: dict) -> Any:
                 if meta.get("percent") and isinstance(item, str):
                     items.append(f"{parse_percent(item)}%")
                     continue
-                converted = coerce(item, item_tp, {"fraction": meta.get("fraction")})
+                converted = coerce(item, item_tp, {"fraction": meta.get("fraction"), "choices": meta.get("items_choices")})
                 _check_range(converted, meta, "items_")
             except ValueError as err:
                 raise ValueError(f"item {i}: {err}") from None
