@@ -50,6 +50,10 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     from engine.distributed import NoEvents
 
     events: Any = EventWriter(run_dir / "events.jsonl", run_dir.name) if group.is_main else NoEvents()
+    if group.is_main and profile.train.log_to:
+        from engine.wandb_log import mirrored
+
+        events = mirrored(events, run_dir, profile)
 
     def body() -> None:
         from engine.final_eval import final_evaluation

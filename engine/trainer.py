@@ -190,7 +190,8 @@ class Trainer:
         self.last_val = ValResult(**state["last_val"]) if state.get("last_val") else None
         set_rng_state(state["rng"])
         epoch = state["epoch"]
-        self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), **self._group_payload())
+        self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), class_names=self.splits.class_names,
+                         **self._group_payload())
         self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
         log.info("resumed after epoch %d", epoch)
         return epoch + 1
