@@ -68,7 +68,9 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
 
 
 def export(screen: Screen, run_dirs: list[Path]) -> None:
-    """Write the runs' summary table (`fairtui export`) to a file and say where."""
+    """Write the runs' summary table (`fairtui export`), a figure (`fairtui plot`) or TensorBoard event files
+    (`fairtui export --format tensorboard`) and say where; figures and TensorBoard are drawn off the event
+    loop."""
     from fairtui.app.dialogs import ExportDialog
 
     default = str(Path.cwd() / f"fairtui-export-{time.strftime('%Y%m%d-%H%M%S')}.md")
@@ -77,23 +79,53 @@ def export(screen: Screen, run_dirs: list[Path]) -> None:
         if choice is None:
             return
         fmt, path = choice
+        from fairtui.app.dialogs import export_path
+
+        target = Path(export_path(path, fmt)).expanduser()
+        if fmt.startswith("figure:") or fmt == "tensorboard":
+            screen.notify(f"writing {target.name} ...")
+            screen.run_worker(lambda: _write_in_thread(screen, run_dirs, fmt, target), thread=True,
+                              group="export", exit_on_error=False)
+            return
         from fairtui.compare import CompareError, export_rows
         from fairtui.export import OutputError, render, write_output
         from fairtui.runfolder import RunView
 
         try:
             rows = export_rows([RunView.load(d) for d in run_dirs], None, "best")
-        except CompareError as err:
-            screen.notify(str(err), severity="error")
-            return
-        target = Path(path).expanduser()
-        if fmt != "md" and target.suffix == ".md":
-            target = target.with_suffix({"csv": ".csv", "latex": ".tex", "json": ".json"}[fmt])
-        try:
             written = write_output(target, render(rows, fmt, "best"), screen.app.home)
-        except OutputError as err:
+        except (CompareError, OutputError) as err:
             screen.notify(str(err), severity="error")
             return
         screen.notify(f"exported {len(run_dirs)} run(s) to {written}")
 
     screen.app.push_screen(ExportDialog(len(run_dirs), default), write)
+
+
+def _write_in_thread(screen: Screen, run_dirs: list[Path], fmt: str, target: Path) -> None:
+    from fairtui.export import OutputError, write_output
+    from fairtui.figures import PlotError, figure_format
+    from fairtui.runfolder import RunView
+    from fairtui.tbexport import TensorBoardError
+
+    say = screen.app.call_from_thread
+    try:
+        views = [RunView.load(d) for d in run_dirs]
+        if fmt == "tensorboard":
+            from fairtui.tbexport import export as tb_export
+
+            folders = tb_export(views, target, screen.app.home)
+            say(screen.notify, f"wrote {len(folders)} TensorBoard run folder(s) under {target} "
+                               f"(tensorboard --logdir {target})")
+            return
+        from fairtui.figures.make import PlotRequest, render
+
+        data = render(PlotRequest(fmt.split(":", 1)[1]), views, figure_format(str(target)))
+        written = write_output(target, data, screen.app.home)
+    except (PlotError, OutputError, TensorBoardError) as err:
+        say(screen.notify, str(err), severity="error")
+        return
+    except Exception as err:  # noqa: BLE001: a figure that fails must not take the app with it
+        say(screen.notify, f"could not write {target}: {type(err).__name__}: {err}", severity="error")
+        return
+    say(screen.notify, f"wrote {fmt.split(':', 1)[-1]} figure of {len(run_dirs)} run(s) to {written}")

@@ -18,7 +18,7 @@ Runs screen
   s      stop (a clean stop)        r      resume stopped/failed/lost
   R      rerun the same profile     t      tags (sweep tags are kept)
   a      read or write notes        e      evaluate (attacks, eps)
-  x      export marked runs (file)  d      delete (asks first)
+  x      export: table, figure, TB  d      delete (asks first)
   /      filter as you type         o / O  sort by next column / reverse
   g      group a sweep's children
 Run screen
@@ -170,8 +170,32 @@ class EvalDialog(ModalScreen[dict | None]):
         self.dismiss(None)
 
 
+EXPORTS = [("table: markdown", "md"), ("table: csv", "csv"), ("table: latex", "latex"), ("table: json", "json"),
+           ("figure: per-class bars (classes)", "figure:classes"), ("figure: average vs worst (tradeoff)",
+                                                                   "figure:tradeoff"),
+           ("figure: per-class curves (curves)", "figure:curves"), ("figure: class-wise state (state)", "figure:state"),
+           ("figure: confusion matrix, one run (confusion)", "figure:confusion"),
+           ("TensorBoard log folder", "tensorboard")]
+SUFFIXES = {"md": ".md", "csv": ".csv", "latex": ".tex", "json": ".json", "tensorboard": ""}
+
+
+def export_path(path: str, fmt: str) -> str:
+    """``path`` with the suffix of ``fmt`` when it has another export's suffix (or none): a table's own, a
+    figure's .pdf unless it is .svg or .png already, none for a TensorBoard folder. A suffix of the
+    user's own is left for the writer to judge."""
+    from pathlib import PurePath
+
+    p = PurePath(path)
+    suffix = p.suffix.lower()
+    if suffix not in (*SUFFIXES.values(), ".pdf", ".svg", ".png") or not p.name:
+        return path
+    if fmt.startswith("figure:"):
+        return path if suffix in (".pdf", ".svg", ".png") else str(p.with_suffix(".pdf"))
+    return str(p.with_suffix(SUFFIXES[fmt]))
+
+
 class ExportDialog(ModalScreen[tuple[str, str] | None]):
-    """Export runs as `fairtui export` does: a format and a file."""
+    """Export runs as `fairtui export` and `fairtui plot` do: a table, a figure or a TensorBoard folder."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
@@ -181,14 +205,18 @@ class ExportDialog(ModalScreen[tuple[str, str] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"export {self.count} run(s): average, worst class, worst 20%, CV, MCD")
-            yield Select([("markdown", "md"), ("csv", "csv"), ("latex", "latex"), ("json", "json")], value="md",
-                         allow_blank=False, id="export-format")
+            yield Label(f"export {self.count} run(s): a table (average, worst class, worst 20%, CV, MCD), a figure "
+                        "(.pdf, .svg or .png) or TensorBoard")
+            yield Select(EXPORTS, value="md", allow_blank=False, id="export-format")
             yield LineInput(value=self.default_path, id="export-path")
-            yield Label("enter: write the file   escape: cancel", classes="hint")
+            yield Label("enter: write   escape: cancel", classes="hint")
 
     def on_mount(self) -> None:
         self.query_one("#export-path", Input).focus()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        path = self.query_one("#export-path", Input)
+        path.value = export_path(path.value, str(event.value))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss((self.query_one("#export-format", Select).value, event.value.strip()))

@@ -308,6 +308,43 @@ async def test_notes_tags_export_and_evaluate_from_the_runs_screen(tmp_path, mon
     assert request["attacks"] == ["pgd20", "aa"] and request["n_per_class"] == 5 and request["checkpoint"] == "best"
 
 
+async def test_the_export_dialog_writes_figures_and_tensorboard_off_the_event_loop(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tensorboard")
+    from textual.widgets import Input, Select
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base")
+    make_run(home, "20260101-000001-bbbbbb", name="fair", method="wat")
+    monkeypatch.chdir(tmp_path)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
+        await pilot.press("space", "down", "space")
+        for fmt, found in (("figure:classes", lambda: list(tmp_path.glob("fairtui-export-*.pdf"))),
+                           ("tensorboard", lambda: [p for p in tmp_path.glob("fairtui-export-*") if p.is_dir()])):
+            await pilot.press("x")
+            await pilot.pause()
+            app.screen.query_one("#export-format", Select).value = fmt
+            await pilot.pause()
+            path = app.screen.query_one("#export-path", Input).value
+            assert path.endswith(".pdf") if fmt.startswith("figure") else not Path(path).suffix
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: bool(found()))
+        pdf = list(tmp_path.glob("fairtui-export-*.pdf"))
+        assert len(pdf) == 1 and pdf[0].read_bytes().startswith(b"%PDF")
+        (folder,) = [p for p in tmp_path.glob("fairtui-export-*") if p.is_dir()]
+        assert sorted(p.name.split("-2026")[0] for p in folder.iterdir()) == ["base", "fair"]
+        # a figure that cannot be drawn is a notification, and the app goes on
+        await pilot.press("x")
+        await pilot.pause()
+        app.screen.query_one("#export-format", Select).value = "figure:confusion"
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: any("one result" in str(n.message) for n in app._notifications))
+    assert len(list(tmp_path.glob("fairtui-export-*.pdf"))) == 1
+
+
 def test_progress_line_and_its_eta():
     from fairtui.runstate import progress_line
 
