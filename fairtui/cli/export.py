@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import Home, HomeT, fail, resolve_run
+from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail, resolve_run
 
 HELP = ("Export runs as a paper table (runs differing only in seed are grouped as mean ± std), or as "
         "TensorBoard event files (--format tensorboard -o DIR).")
@@ -19,11 +19,10 @@ def export(
                             "per run, needs the tensorboard extra)"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write to a file instead of stdout "
                                           "(never inside the home; an existing file only with --force)"),
-    force: bool = typer.Option(False, "--force", help="overwrite the -o file if it exists"),
-    attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
-    checkpoint: str = typer.Option("best", "--checkpoint"),
-    n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
-                                    "(fairtui eval --n-per-class N); default: the whole split"),
+    force: bool = Force,
+    attack: Optional[str] = Attack,
+    checkpoint: str = Checkpoint,
+    n_per_class: int = NPerClass,
     tag: Optional[str] = typer.Option(None, "--tag", help="export every run with this tag"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="export a sweep: mean ± std over seeds per grid point"),
     home: HomeT = Home,

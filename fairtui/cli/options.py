@@ -9,6 +9,12 @@ import typer
 Home = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)")
 Json = typer.Option(False, "--json", help="print exactly one JSON document on stdout")
 Gpus = typer.Option(None, "--gpus", help="'cpu' or CUDA device indices like 0,1 (sets CUDA_VISIBLE_DEVICES)")
+# Which results a table or figure shows (export, plot): the headline ones unless these say otherwise
+Attack = typer.Option(None, "--attack", help="default: each run's first robust attack")
+Checkpoint = typer.Option("best", "--checkpoint")
+NPerClass = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
+                         "(fairtui eval --n-per-class N); default: the whole split")
+Force = typer.Option(False, "--force", help="overwrite the -o file if it exists")
 Detach = typer.Option(False, "--detach", help="start the engine and return at once (it keeps training)")
 
 HomeT = Optional[str]

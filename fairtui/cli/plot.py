@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import Home, HomeT, fail
+from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail
 
 HELP = ("Draw a paper figure from runs: classes (per-class bars), curves (per-class accuracy over epochs), "
         "state (a method's class-wise state), confusion (robustness confusion matrix), tradeoff (average vs "
@@ -19,11 +19,10 @@ def plot(
     runs: List[str] = typer.Argument(None, metavar="RUN..."),
     output: Path = typer.Option(..., "-o", "--output", help="the figure file: .pdf, .svg or .png (never inside "
                                 "the home; an existing file only with --force)"),
-    force: bool = typer.Option(False, "--force", help="overwrite the -o file if it exists"),
-    attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
-    checkpoint: str = typer.Option("best", "--checkpoint"),
-    n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
-                                    "(fairtui eval --n-per-class N); default: the whole split"),
+    force: bool = Force,
+    attack: Optional[str] = Attack,
+    checkpoint: str = Checkpoint,
+    n_per_class: int = NPerClass,
     clean: bool = typer.Option(False, "--clean", help="classes: clean bars above the robust ones; "
                                "curves: clean accuracy"),
     key: Optional[str] = typer.Option(None, "--key", help="state: the method_state key (default: the first)"),
