@@ -90,6 +90,12 @@ class Group:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def nodes(self) -> int:
+        """How many machines the group spans: WORLD_SIZE / LOCAL_WORLD_SIZE, as torchrun sets them."""
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world) or self.world)
+        return max(1, self.world // max(1, local))
+
     def init(self, device: torch.device, timeout_s: float) -> None:
         """Join the process group: NCCL on CUDA, gloo on the CPU, both with ``timeout_s`` on every
         collective; host-side flags and float64 sums go through a gloo group either way."""

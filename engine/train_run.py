@@ -32,6 +32,12 @@ def train(run_dir: Path, nproc: int = 1) -> int:
         return EXIT_USAGE
     for warning in profile_warnings(profile) if not group.active or group.is_main else ():
         log.warning(warning)
+    if group.is_main and group.nodes > 1:
+        from engine.storage import local_filesystem
+
+        if fs := local_filesystem(run_dir):
+            log.warning("%s is on %s, which looks local to this machine: a run across %d nodes needs its run folder "
+                        "on storage every node sees (NFS, Lustre...)", run_dir.resolve(), fs, group.nodes)
     if nproc > 1 and not group.active:
         from engine.supervisor import supervise
 

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.contract.profile_schema import ProfileError
+from engine.storage import local_filesystem
 
-SHARED_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "fuse.glusterfs", "glusterfs",
-                      "panfs", "wekafs", "fuse.sshfs", "cifs", "smb3", "fuse.juicefs"}
 
 
 @dataclass
@@ -57,21 +56,9 @@ class SlurmSettings:
         return settings
 
 
-def filesystem_type(path: Path) -> str | None:
-    """The file-system type of ``path`` from /proc/mounts (the longest mount point that contains it)."""
-    try:
-        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
-    except OSError:
-        return None
-    resolved = str(path.resolve())
-    best = max((m for m in mounts if resolved == m[0] or resolved.startswith(m[0].rstrip("/") + "/")),
-               key=lambda m: len(m[0]), default=None)
-    return best[1] if best else None
-
-
 def shared_storage_warning(home: Path) -> str | None:
-    fs = filesystem_type(home)
-    if fs is None or fs in SHARED_FILESYSTEMS:
+    fs = local_filesystem(home)
+    if fs is None:
         return None
     return (f"the home folder {home.resolve()} is on {fs}, which looks local to this machine: the compute nodes "
             "must see the same folder (put --home on shared storage such as NFS or Lustre)")

@@ -85,7 +85,8 @@ def test_slurm_launcher_without_submitit_is_a_clear_error(tmp_path, monkeypatch)
 def test_shared_storage_check():
     from pathlib import Path
 
-    from fairtui.slurm import filesystem_type, shared_storage_warning
+    from engine.storage import filesystem_type
+    from fairtui.slurm import shared_storage_warning
 
     fs = filesystem_type(Path("/"))
     assert fs  # this machine's root file system is found in /proc/mounts
