@@ -96,17 +96,22 @@ class OutputError(ValueError):
     """Where an export may not be written: the message says why, in one line."""
 
 
+def outside_home(target: Path, home: Path) -> Path:
+    """``target`` resolved, unless it lies in the fairtui home (where the runs' own files live)."""
+    resolved, home_dir = target.expanduser().resolve(), home.expanduser().resolve()
+    if resolved == home_dir or home_dir in resolved.parents:
+        raise OutputError(f"-o {target}: inside the fairtui home {home_dir}, where the runs' own files live; "
+                          "write it elsewhere")
+    return resolved
+
+
 def write_output(target: Path, text: str | bytes, home: Path, force: bool = False) -> Path:
     """Write an export (text, or a figure's bytes) to ``target``, never inside the fairtui home (a run's own files live there), never
     over an existing file unless ``force``, atomically (a failed write leaves the old file whole)."""
     import os
 
     target = target.expanduser()
-    resolved = target.resolve()
-    home_dir = home.expanduser().resolve()
-    if resolved == home_dir or home_dir in resolved.parents:
-        raise OutputError(f"-o {target}: inside the fairtui home {home_dir}, where the runs' own files live; "
-                          "write it elsewhere")
+    resolved = outside_home(target, home)
     if resolved.is_dir():
         raise OutputError(f"-o {target}: is a folder; give a file name")
     if not resolved.parent.is_dir():

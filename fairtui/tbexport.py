@@ -21,12 +21,13 @@ from pathlib import Path
 
 from engine.scalars import epoch_scalars, result_prefix, result_scalars, safe_name
 from fairtui.compare import flatten, setting_label
+from fairtui.export import OutputError, outside_home
 from fairtui.runfolder import RunView
 
 EXTRA = "pip install 'fairtui[tensorboard]'"
 
 
-class TensorBoardError(ValueError):
+class TensorBoardError(OutputError):
     """An export that cannot be written; the message says why in one line."""
 
 
@@ -92,11 +93,7 @@ def export(views: list[RunView], out_dir: Path, home: Path, force: bool = False)
         import tensorboard  # noqa: F401
     except ImportError:
         raise TensorBoardError(f"a TensorBoard export needs the tensorboard package: {EXTRA}") from None
-    out_dir = out_dir.expanduser()
-    resolved, home_dir = out_dir.resolve(), home.expanduser().resolve()
-    if resolved == home_dir or home_dir in resolved.parents:
-        raise TensorBoardError(f"-o {out_dir}: inside the fairtui home {home_dir}, where the runs' own files live; "
-                               "write it elsewhere")
+    resolved = outside_home(out_dir, home)
     if resolved.exists() and not resolved.is_dir():
         raise TensorBoardError(f"-o {out_dir}: a file; a TensorBoard export is a folder (a log dir)")
     targets = [(v, resolved / f"{safe_name(v.name)}-{v.run_id}") for v in views]

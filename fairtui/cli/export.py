@@ -40,11 +40,12 @@ def export(
         raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
     if fmt == "tensorboard":
         from fairtui.home import resolve_home
-        from fairtui.tbexport import TensorBoardError, export as tb_export
+        from fairtui.export import OutputError
+        from fairtui.tbexport import export as tb_export
 
         try:
             written = tb_export([RunView.load(d) for d in dirs], output, resolve_home(home), force)
-        except TensorBoardError as err:
+        except OutputError as err:  # TensorBoardError too
             raise fail(str(err)) from None
         typer.echo(f"wrote {len(written)} run(s) under {output} (tensorboard --logdir {output})", err=True)
         return
