@@ -107,7 +107,12 @@ class Group:
         self.control = dist.new_group(backend="gloo", timeout=timeout) if self.backend == "nccl" else None
 
     def close(self) -> None:
+        """Leave the group together: a barrier, then each rank destroys its groups. A rank that tears
+        its groups down while a peer is still inside a collective can leave that peer waiting on the
+        store until the timeout (then torch aborts the process)."""
         if self.active and dist.is_initialized():
+            with contextlib.suppress(Exception):
+                dist.barrier()
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
 

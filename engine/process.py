@@ -9,6 +9,7 @@ imports it back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -17,7 +18,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from engine.procinfo import process_start_time
 from engine.contract.profile_schema import ProfileError
@@ -90,6 +91,18 @@ def acquire_lock(run_dir: Path) -> Any:
     from engine.locks import try_lock
 
     return try_lock(run_dir / ".lock")
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a rank of a multi-process run now, its files closed and its streams flushed. The
+    interpreter's own teardown would destroy what torch.distributed left (gloo threads, store
+    clients), which can wait on a peer that has already gone, up to the group's timeout, and then
+    abort the process: a finished run would end with SIGABRT."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def guarded(run_dir: Path, events: Any, body: Callable[[], None], group: Any = None) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.config import load_run_profile, profile_warnings
 from engine.contract.events import EventWriter
-from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, guarded, setup_logging,
+from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, exit_now, guarded, setup_logging,
                             write_process_file)
 from engine.contract.profile_schema import ProfileError
 
@@ -78,8 +78,11 @@ def train(run_dir: Path, nproc: int = 1) -> int:
             final_evaluation(trainer)
 
     try:
-        return guarded(run_dir, events, body, group)
+        code = guarded(run_dir, events, body, group)
     finally:
         events.close()
         if owner and stop.requested:
             (run_dir / STOP_MARKER).unlink(missing_ok=True)  # honoured: the next resume starts clean
+    if group.active:
+        exit_now(code)
+    return code

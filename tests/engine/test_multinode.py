@@ -51,13 +51,18 @@ def wait_all(procs: list[subprocess.Popen], timeout: float = HANG_S) -> list[int
                 os.killpg(p.pid, signal.SIGKILL)
 
 
+def tails(procs: list[subprocess.Popen]) -> str:
+    """Both nodes' stderr (launcher and rank), for the message of a failed assertion."""
+    return "\n".join(f"--- node {i} (exit {p.poll()}) ---\n{p.stderr.read()[-6000:]}" for i, p in enumerate(procs))
+
+
 def test_two_nodes_train_the_one_node_run_and_rank_zero_alone_writes(tmp_path, tiny_profile):
     profile = tiny_profile()
     one_node, two_nodes = make_run_dir(tmp_path, profile, "one-node"), make_run_dir(tmp_path, profile, "two-nodes")
     assert train(one_node, 2).returncode == 0
     procs = start_nodes(two_nodes)
     codes = wait_all(procs)
-    assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
+    assert codes == [0, 0], tails(procs)
     events = events_of(two_nodes)
     assert [e["seq"] for e in events] == list(range(len(events)))  # one writer
     assert [e["type"] for e in events].count("run_started") == 1
@@ -79,7 +84,7 @@ def test_a_node_whose_rank_dies_fails_the_run_and_it_resumes_on_one_node(tmp_pat
     procs = start_nodes(run_dir)
     end = time.time() + HANG_S
     while not any(e["epoch"] >= 3 for e in events_of(run_dir, "epoch_end")):
-        assert time.time() < end and all(p.poll() is None for p in procs), [p.stderr.read()[-2000:] for p in procs]
+        assert time.time() < end and all(p.poll() is None for p in procs), tails(procs)
         time.sleep(0.05)
     rank0 = json.loads((run_dir / "engine.json").read_text())["pid"]
     out = subprocess.run(["pgrep", "-f", f"engine train {run_dir}$"], capture_output=True, text=True).stdout.split()
