@@ -1,11 +1,12 @@
 """One run on several processes: torch.distributed with DistributedDataParallel (DDP).
 
 A run with N > 1 processes (``fairtui run ... --gpus 0,1``, or ``python -m engine
-train RUN --nproc 2``) is started the way ``torchrun`` starts one: a supervisor
-(:mod:`engine.supervisor`) spawns N ranks of ``python -m engine train RUN`` with
-``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in
-their environment. NCCL on CUDA (one GPU per rank), gloo on the CPU. The ranks
-keep the single-process semantics where they must:
+train RUN --nproc 2``) is started by torch.distributed's own launcher (what ``torchrun``
+runs; :mod:`engine.supervisor` wraps it for the run folder), and a run across nodes by
+``torchrun`` itself: N ranks of ``python -m engine train RUN`` with ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in their
+environment. NCCL on CUDA (one GPU per rank), gloo on the CPU. The ranks keep the
+single-process semantics where they must:
 
 - The global batch is the profile's ``data.batch_size``. Every global batch is
   split into W contiguous shards (:meth:`Group.shard`), so the order and the
@@ -43,7 +44,25 @@ from torch import nn
 
 from engine.attacks.noise import Draws
 
-ENV_SUPERVISED = "FAIRTUI_SUPERVISED"
+ENV_SUPERVISED = "FAIRTUI_SUPERVISED"  # the pid of engine.supervisor, in its ranks' environment
+
+
+def die_with_supervisor() -> None:
+    """In a rank started by engine.supervisor: be killed (SIGKILL) when the supervisor dies (Linux
+    PR_SET_PDEATHSIG), and end now if it already has. A killed supervisor never leaves ranks training
+    unwatched; torch's launcher does not ask for this."""
+    parent = int(os.environ.get(ENV_SUPERVISED, "0") or 0)
+    if not parent:
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(137)
 
 
 class PeerLost(RuntimeError):
@@ -80,7 +99,7 @@ class Group:
         if world <= 1:
             return cls()
         return cls(rank=int(os.environ["RANK"]), world=world, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
-                   supervised=os.environ.get(ENV_SUPERVISED) == "1")
+                   supervised=bool(os.environ.get(ENV_SUPERVISED)))
 
     @property
     def active(self) -> bool:
@@ -115,6 +134,23 @@ class Group:
                 dist.barrier()
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+
+    def processes(self, device: torch.device) -> list[dict[str, Any]]:
+        """Every rank's process (rank, host, pid, its start time, its GPU), gathered on every rank: what
+        engine.json names for liveness and for `fairtui stop`."""
+        import socket
+
+        from engine.procinfo import process_start_time
+
+        visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        gpu = visible[min(self.local_rank, len(visible) - 1)] if device.type == "cuda" and visible else None
+        me = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
+              "proc_start": process_start_time(os.getpid()), "gpu": gpu if gpu is not None else
+              (str(device.index or 0) if device.type == "cuda" else None)}
+        out: list[Any] = [None] * self.world
+        with self._collective("gathering the ranks' processes"):
+            dist.all_gather_object(out, me, group=self.control)
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"world_size": self.world, "backend": self.backend}

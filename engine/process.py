@@ -86,6 +86,19 @@ def write_process_file(run_dir: Path, command: str, pid: int | None = None, sign
                                                 **({"signals": True} if signals else {}), **extra})
 
 
+def add_ranks(run_dir: Path, ranks: list[dict[str, Any]]) -> None:
+    """Name every rank's process in ``engine.json`` (rank 0, once the group has formed)."""
+    import json
+
+    from engine.atomic import atomic_write_json
+
+    try:
+        info = json.loads((run_dir / "engine.json").read_text())
+    except (OSError, ValueError):
+        return
+    atomic_write_json(run_dir / "engine.json", {**info, "world_size": len(ranks), "ranks": ranks})
+
+
 def acquire_lock(run_dir: Path) -> Any:
     """An exclusive lock on ``<run>/.lock`` for the life of the process; None if another engine holds it."""
     from engine.locks import try_lock
@@ -112,9 +125,32 @@ def guarded(run_dir: Path, events: Any, body: Callable[[], None], group: Any = N
     ``.rank<r>.failed`` for the supervisor. Rank 0 does the same when a collective operation failed
     (another rank died first: the supervisor knows which).
     """
-    if group is not None and group.active and group.supervised:
-        return _guarded_rank(run_dir, events, body, group)
+    if group is not None and group.active:
+        body = _told_to_launcher(body)
+        if group.supervised:
+            return _guarded_rank(run_dir, events, body, group)
     return _guarded(run_dir, events, body)
+
+
+def _told_to_launcher(body: Callable[[], None]) -> Callable[[], None]:
+    """``body``, whose own exception (not a peer's failure seen in a collective) is also written where
+    torch's launcher reads it (TORCHELASTIC_ERROR_FILE): torchrun's summary then names it."""
+    from engine.distributed import is_collective_error
+
+    def told() -> None:
+        try:
+            body()
+        except (StopRequested, KeyboardInterrupt):
+            raise
+        except Exception as err:
+            if os.environ.get("TORCHELASTIC_ERROR_FILE") and not is_collective_error(err):
+                with contextlib.suppress(Exception):
+                    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+                    ErrorHandler().record_exception(err)
+            raise
+
+    return told
 
 
 def _guarded_rank(run_dir: Path, events: Any, body: Callable[[], None], group: Any) -> int:

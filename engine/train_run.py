@@ -10,17 +10,19 @@ from typing import Any
 
 from engine.config import load_run_profile, profile_warnings
 from engine.contract.events import EventWriter
-from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, exit_now, guarded, setup_logging,
-                            write_process_file)
+from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, exit_now, guarded,
+                            setup_logging, write_process_file)
 from engine.contract.profile_schema import ProfileError
 
 log = logging.getLogger("engine")
 
 
 def train(run_dir: Path, nproc: int = 1) -> int:
-    from engine.distributed import Group
+    from engine.distributed import Group, die_with_supervisor
 
     group = Group.from_env()
+    if group.supervised:
+        die_with_supervisor()
     setup_logging(group.rank if group.active else None)
     try:
         profile = load_run_profile(run_dir)
@@ -69,6 +71,10 @@ def train(run_dir: Path, nproc: int = 1) -> int:
 
         runtime = make_runtime(profile.train, group.local_rank, group.world)
         group.init(runtime.device, profile.train.dist_timeout)
+        if group.active:
+            ranks = group.processes(runtime.device)
+            if group.is_main:
+                add_ranks(run_dir, ranks)
         log.info("run %s on %s%s", run_dir.name, runtime.describe(),
                  f" (rank {group.rank} of {group.world}, {group.backend})" if group.active else "")
         trainer = Trainer(run_dir, profile, runtime, events, Progress(run_dir / "progress.json"), stop, group)
