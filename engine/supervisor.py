@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -64,10 +65,15 @@ def visible_devices(nproc: int) -> list[str] | None:
     return devices[:nproc]
 
 
-def launch_config(nproc: int, on_gpus: bool) -> Any:
+LAUNCHER_DIR = ".launcher"  # in the run folder: the launcher's error files while it runs, removed after
+
+
+def launch_config(run_dir: Path, nproc: int, on_gpus: bool) -> Any:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
     return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"fairtui-{os.getpid()}",
+                        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / LAUNCHER_DIR)),
                         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
                         max_restarts=0, monitor_interval=MONITOR_S, start_method="spawn",
                         virtual_local_rank=on_gpus, shutdown_timeout=SHUTDOWN_S)
@@ -85,7 +91,7 @@ def launch(run_dir: Path, nproc: int, on_gpus: bool) -> tuple[dict[int, Any], bo
     signal.signal(signal.SIGINT, _terminate_process_handler)
     os.environ[ENV_SUPERVISED] = str(os.getpid())
     try:
-        elastic_launch(launch_config(nproc, on_gpus), sys.executable)("-m", "engine", "train", str(run_dir))
+        elastic_launch(launch_config(run_dir, nproc, on_gpus), sys.executable)("-m", "engine", "train", str(run_dir))
     except ChildFailedError as err:
         return dict(err.failures), False
     except SignalException as err:
@@ -180,5 +186,10 @@ def supervise(run_dir: Path, nproc: int) -> int:
         failure_file(run_dir, rank).unlink(missing_ok=True)
     write_process_file(run_dir, "train", world_size=nproc, devices=devices)
     log.info("run %s: starting %d ranks with torch.distributed's launcher", run_dir.name, nproc)
-    launcher, stopped = launch(run_dir, nproc, devices is not None)
-    return outcome(run_dir, nproc, launcher, stopped, first_seq)
+    try:
+        launcher, stopped = launch(run_dir, nproc, devices is not None)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the ranks are gone; what is left is bookkeeping
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return outcome(run_dir, nproc, launcher, stopped, first_seq)
+    finally:
+        shutil.rmtree(run_dir / LAUNCHER_DIR, ignore_errors=True)

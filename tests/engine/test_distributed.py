@@ -210,7 +210,7 @@ def test_two_ranks_train_the_one_process_run_and_rank_zero_alone_writes(tmp_path
     assert max_weight_difference(one, two) < 1e-5
     info = json.loads((two / "engine.json").read_text())
     assert info["world_size"] == 2 and [r["rank"] for r in info["ranks"]] == [0, 1]
-    assert not list(two.glob(".rank*"))
+    assert not list(two.glob(".rank*")) and not (two / ".launcher").exists()  # the launcher's files are gone
     assert all(not k.startswith("module.") for k in weights(two))  # loads into a 1-process run
 
 
