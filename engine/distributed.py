@@ -126,9 +126,9 @@ class Group:
         self.control = dist.new_group(backend="gloo", timeout=timeout) if self.backend == "nccl" else None
 
     def close(self) -> None:
-        """Leave the group together: a barrier, then each rank destroys its groups. A rank that tears
-        its groups down while a peer is still inside a collective can leave that peer waiting on the
-        store until the timeout (then torch aborts the process)."""
+        """Leave the group together: a barrier, so that no rank tears its groups down while a peer is
+        still in the run's last collective, then each rank destroys its groups (the process itself ends
+        with engine.process.exit_now)."""
         if self.active and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.barrier()
@@ -143,10 +143,11 @@ class Group:
         from engine.procinfo import process_start_time
 
         visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        gpu = visible[min(self.local_rank, len(visible) - 1)] if device.type == "cuda" and visible else None
+        gpu = None
+        if device.type == "cuda":  # one visible GPU under our launcher; all of them under a plain torchrun
+            gpu = visible[min(self.local_rank, len(visible) - 1)] if visible else str(device.index or 0)
         me = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
-              "proc_start": process_start_time(os.getpid()), "gpu": gpu if gpu is not None else
-              (str(device.index or 0) if device.type == "cuda" else None)}
+              "proc_start": process_start_time(os.getpid()), "gpu": gpu}
         out: list[Any] = [None] * self.world
         with self._collective("gathering the ranks' processes"):
             dist.all_gather_object(out, me, group=self.control)
