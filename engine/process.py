@@ -107,10 +107,10 @@ def acquire_lock(run_dir: Path) -> Any:
 
 
 def exit_now(code: int) -> NoReturn:
-    """End a rank of a multi-process run now, its files closed and its streams flushed. The
-    interpreter's own teardown would destroy what torch.distributed left (gloo threads, store
-    clients), which can wait on a peer that has already gone, up to the group's timeout, and then
-    abort the process: a finished run would end with SIGABRT."""
+    """End a rank of a multi-process run now, its files closed and its streams flushed. In the
+    interpreter's own teardown, what torch.distributed leaves behind can abort the process
+    ("terminate called without an active exception", SIGABRT; seen under torchrun on a loaded
+    machine), and the launcher would report a finished run's rank as failed."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

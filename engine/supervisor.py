@@ -148,9 +148,11 @@ def outcome(run_dir: Path, nproc: int, launcher: dict[int, Any], stopped: bool, 
     own = read_failures(run_dir, nproc)
     events, _ = read_events(run_dir / "events.jsonl")
     finished = [e for e in events if e.get("type") == "run_finished" and e.get("seq", -1) >= first_seq]
-    if finished:  # rank 0 accounted for the run
-        status = finished[-1].get("status")
-        return {"completed": EXIT_OK, "stopped": EXIT_STOPPED}.get(status, EXIT_FAILED)
+    if finished:  # rank 0 accounted for the run: its exit code is the run's (after a stop signal the
+        # launcher gives no exit codes, and the status says it)
+        if 0 in launcher:
+            return launcher[0].exitcode
+        return {"completed": EXIT_OK, "stopped": EXIT_STOPPED}.get(finished[-1].get("status"), EXIT_FAILED)
     if not launcher and not stopped:  # every rank exited 0, rank 0 without a word: a bug, never a success
         status, why = "failed", "rank 0 exited without recording how the run ended"
     elif stopped and not own and all(f.exitcode in (-signal.SIGTERM, -signal.SIGKILL, EXIT_STOPPED)
@@ -184,7 +186,7 @@ def supervise(run_dir: Path, nproc: int) -> int:
     writer.close()
     for rank in range(nproc):
         failure_file(run_dir, rank).unlink(missing_ok=True)
-    write_process_file(run_dir, "train", world_size=nproc, devices=devices)
+    write_process_file(run_dir, "train", world_size=nproc)
     log.info("run %s: starting %d ranks with torch.distributed's launcher", run_dir.name, nproc)
     try:
         launcher, stopped = launch(run_dir, nproc, devices is not None)
