@@ -92,6 +92,7 @@ class Group:
     supervised: bool = False
     backend: str = ""
     control: Any = field(default=None, repr=False)  # a gloo group for host-side tensors and flags
+    members: list[dict[str, Any]] | None = field(default=None, repr=False)  # every rank's process (processes())
 
     @classmethod
     def from_env(cls) -> "Group":
@@ -151,6 +152,7 @@ class Group:
         out: list[Any] = [None] * self.world
         with self._collective("gathering the ranks' processes"):
             dist.all_gather_object(out, me, group=self.control)
+        self.members = out
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -55,8 +55,10 @@ class StopFlag:
 
     def install(self) -> None:
         def handler(signum: int, frame: Any) -> None:
-            if self.requested:  # a second Ctrl-C: leave now, the last checkpoint is on disk
-                raise KeyboardInterrupt
+            if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: leave now, the last
+                raise KeyboardInterrupt                     # checkpoint is on disk
+            if self.requested:  # SIGTERM again is the same request: Slurm's scancel reaches a rank
+                return          # directly and again through its launcher
             self.requested = True
             log.warning("%s received: stopping after this batch", signal.Signals(signum).name)
 
@@ -121,14 +123,13 @@ def exit_now(code: int) -> NoReturn:
 def guarded(run_dir: Path, events: Any, body: Callable[[], None], group: Any = None) -> int:
     """Run ``body``; turn its outcome into a `run_finished` event and an exit code.
 
-    In a supervised multi-process run, a rank other than 0 writes no event: a failure goes to
-    ``.rank<r>.failed`` for the supervisor. Rank 0 does the same when a collective operation failed
-    (another rank died first: the supervisor knows which).
+    In a multi-process run, a rank other than 0 writes no event: a failure goes to ``.rank<r>.failed``
+    on the run folder. When a collective operation failed (another rank died first), rank 0 of a
+    supervised run does the same (the supervisor knows which rank died); rank 0 under another
+    launcher (torchrun on several nodes, Slurm) reads its peers' files itself (:func:`peer_failure`).
     """
     if group is not None and group.active:
-        body = _told_to_launcher(body)
-        if group.supervised:
-            return _guarded_rank(run_dir, events, body, group)
+        return _guarded_rank(run_dir, events, _told_to_launcher(body), group)
     return _guarded(run_dir, events, body)
 
 
@@ -164,6 +165,10 @@ def _guarded_rank(run_dir: Path, events: Any, body: Callable[[], None], group: A
         except BaseException as err:
             collective = is_collective_error(err)
             reason = _one_line(err)
+            if group.is_main and not group.supervised:  # rank 0 accounts for the run itself
+                if collective:
+                    raise PeersFailed(peer_failure(run_dir, group.world, group.members, reason)) from err
+                raise
             write_failure(run_dir, group.rank, reason, collective)
             if collective or not group.is_main:
                 log.error("%s", traceback.format_exc() if not collective else reason)
@@ -182,6 +187,10 @@ def _guarded_rank(run_dir: Path, events: Any, body: Callable[[], None], group: A
         return _guarded(run_dir, events, own_body)
     except _Silent as quiet:
         return quiet.code
+
+
+class PeersFailed(Exception):
+    """Rank 0 of a run under torchrun saw a collective fail; its message names the rank that failed."""
 
 
 class _Silent(BaseException):
@@ -216,7 +225,7 @@ def _guarded(run_dir: Path, events: Any, body: Callable[[], None]) -> int:
         events.emit("run_finished", status="failed", error=str(err))
         log.error("%s", err)
         return EXIT_USAGE
-    except (Diverged, DataError, DiskFull) as err:
+    except (Diverged, DataError, DiskFull, PeersFailed) as err:
         events.emit("run_finished", status="failed", error=str(err))
         log.error("%s", err)
         return EXIT_FAILED
@@ -273,3 +282,49 @@ def write_failure(run_dir: Path, rank: int, reason: str, collective: bool) -> No
         atomic_write_json(failure_file(run_dir, rank), {"rank": rank, "reason": reason, "collective": collective})
     except OSError:
         pass
+
+
+PEER_GRACE_S = 10.0  # how long rank 0 waits for its peers' failure files after a collective failed
+
+
+def clear_failures(run_dir: Path) -> None:
+    """Remove the ``.rank<r>.failed`` files of an earlier attempt (rank 0, before the group forms)."""
+    for path in run_dir.glob(".rank*.failed"):
+        path.unlink(missing_ok=True)
+
+
+def peer_failure(run_dir: Path, world: int, members: list[dict[str, Any]] | None, seen: str,
+                 grace_s: float = PEER_GRACE_S) -> str:
+    """Which rank made rank 0's collective fail, for a run whose launcher rank 0 cannot ask (torchrun on
+    several nodes, Slurm): the ranks share the run folder, and every rank that fails leaves its reason
+    there (:func:`write_failure`). Rank 0 waits up to ``grace_s`` for all of them, then names a rank's
+    own error, else the ranks that left nothing (killed, or their node was lost: ``members`` gives
+    their host and pid), else what rank 0 saw (``seen``)."""
+    import json
+
+    found: dict[int, dict] = {}
+    deadline = time.monotonic() + grace_s
+    while True:
+        for rank in range(1, world):
+            if rank not in found:
+                try:
+                    found[rank] = json.loads(failure_file(run_dir, rank).read_text())
+                except (OSError, ValueError):
+                    pass
+        own = [r for r in sorted(found) if not found[r].get("collective")]
+        if own or len(found) == world - 1 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    for rank in found:
+        failure_file(run_dir, rank).unlink(missing_ok=True)
+    if own:
+        return f"rank {own[0]}: {found[own[0]].get('reason')}"
+    silent = [r for r in range(1, world) if r not in found]
+    if not silent:
+        return seen
+    where = {m.get("rank"): m for m in members or [] if isinstance(m, dict)}
+    named = ", ".join(f"rank {r}" + (f" (pid {where[r].get('pid')} on {where[r].get('host')})" if r in where else "")
+                      for r in silent)
+    verb = "was" if len(silent) == 1 else "were"
+    return (f"{named} {verb} lost without recording an error (killed, or a node failed: that node's "
+            f"launcher output says how); rank 0 saw: {seen}")

@@ -10,8 +10,8 @@ from typing import Any
 
 from engine.config import load_run_profile, profile_warnings
 from engine.contract.events import EventWriter
-from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, exit_now, guarded,
-                            setup_logging, write_process_file)
+from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, clear_failures, exit_now,
+                            guarded, setup_logging, write_process_file)
 from engine.contract.profile_schema import ProfileError
 
 log = logging.getLogger("engine")
@@ -55,6 +55,8 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     stop.install()
     if owner:
         write_process_file(run_dir, "train")
+        if group.active:
+            clear_failures(run_dir)  # an earlier attempt's: the ranks' failure files name this one's
     from engine.distributed import NoEvents
 
     events: Any = EventWriter(run_dir / "events.jsonl", run_dir.name) if group.is_main else NoEvents()

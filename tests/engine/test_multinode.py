@@ -95,7 +95,10 @@ def test_a_node_whose_rank_dies_fails_the_run_and_it_resumes_on_one_node(tmp_pat
     codes = wait_all(procs)
     assert all(c != 0 for c in codes)
     finished = events_of(run_dir, "run_finished")[-1]
-    assert finished["status"] == "failed" and finished["error"]
+    assert finished["status"] == "failed"
+    # rank 0 saw only gloo's "connection closed"; the killed rank is named from the run folder
+    assert finished["error"].startswith(f"rank 1 (pid {ranks[0]} on ") and "without recording an error" in finished["error"]
+    assert not list(run_dir.glob(".rank*.failed"))
     last = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["epoch"]
     assert last >= 3
     with pytest.raises(ProcessLookupError):
@@ -108,3 +111,28 @@ def test_a_node_whose_rank_dies_fails_the_run_and_it_resumes_on_one_node(tmp_pat
     assert events_of(run_dir, "run_resumed")[-1]["epoch"] == last
     assert sorted({e["epoch"] for e in events_of(run_dir, "epoch_end")}) == list(range(1, last + 3))
     assert events_of(run_dir, "run_finished")[-1]["status"] == "completed"
+
+
+def test_rank_zero_names_the_peer_that_failed_from_the_run_folder(tmp_path):
+    """What rank 0 under torchrun says when a collective failed: a peer's own error first, else the
+    peers that left nothing (with their pid and host), else what it saw itself."""
+    from engine.process import peer_failure, write_failure
+
+    members = [{"rank": r, "pid": 100 + r, "host": f"node{r}"} for r in range(4)]
+    seen = "PeerLost: all-reduce failed: Connection closed by peer"
+    write_failure(tmp_path, 1, "PeerLost: Connection closed by peer", collective=True)
+    write_failure(tmp_path, 3, "DataError: batch 7 of shard 3 is unreadable", collective=False)
+    assert peer_failure(tmp_path, 4, members, seen, grace_s=5) == "rank 3: DataError: batch 7 of shard 3 is unreadable"
+    assert not list(tmp_path.glob(".rank*.failed"))  # read, then removed
+
+    write_failure(tmp_path, 1, "PeerLost: Connection closed by peer", collective=True)
+    start = time.monotonic()
+    said = peer_failure(tmp_path, 4, members, seen, grace_s=0.3)
+    assert time.monotonic() - start >= 0.3  # it waited for the others
+    assert said.startswith("rank 2 (pid 102 on node2), rank 3 (pid 103 on node3) were lost") and said.endswith(seen)
+
+    for rank in (1, 2, 3):
+        write_failure(tmp_path, rank, "PeerLost: timed out", collective=True)
+    start = time.monotonic()
+    assert peer_failure(tmp_path, 4, members, seen, grace_s=30) == seen
+    assert time.monotonic() - start < 25  # every peer answered: no wait for the grace

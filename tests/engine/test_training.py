@@ -164,6 +164,25 @@ def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):
     assert not list((run_dir / "checkpoints").glob(".*"))  # no temp files left behind
 
 
+def test_a_repeated_sigterm_is_one_stop_request_and_a_second_ctrl_c_leaves_now():
+    """Slurm's scancel reaches a rank directly and again through its launcher: the second SIGTERM must
+    not turn the stop at the next batch (the same batch on every rank) into leaving at once."""
+    from engine.process import StopFlag
+
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        flag = StopFlag()
+        flag.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert flag()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+
+
 def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, tiny_profile, monkeypatch):
     from engine import trainer as trainer_mod
     from engine.config import load_profile
