@@ -156,7 +156,7 @@ class Group:
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"world_size": self.world, "backend": self.backend}
+        return {"world_size": self.world, "nodes": self.nodes, "backend": self.backend}
 
     # -- sharding -----------------------------------------------------------------------------------
     def shard(self, n: int) -> tuple[int, int]:

@@ -1,10 +1,18 @@
-"""The Slurm launcher, through submitit: a sweep becomes one job array with a concurrency cap.
+"""The Slurm launcher, through submitit: a sweep becomes one job array with a concurrency cap, and
+``fairtui run --launcher slurm`` one job.
 
-Each array task runs the engine on its run folder. On preemption or time-out,
-submitit calls :meth:`TrainRun.checkpoint`: the engine is asked to stop
-(SIGTERM: it finishes its batch, keeps its last checkpoint) and the task is
-requeued; the engine then resumes from that checkpoint. The run folders live in
-the home folder, which the nodes must share.
+A run on one node is one task: the engine on the task's GPUs (several: DDP, its ranks started by
+torch's launcher inside the task). A run on N nodes is N tasks, one per node, and each starts the
+engine under ``torchrun`` (:func:`node_command`, the command the README gives for several nodes
+outside Slurm) with a c10d rendezvous on the first node of the allocation (submitit's
+``TorchDistributedEnvironment``: its host, and a port drawn from the job id). Rank 0, wherever it
+lands, writes the run folder, which every node must see.
+
+On preemption or time-out, submitit calls :meth:`TrainRun.checkpoint` in the first task: the engine
+is asked to stop (SIGTERM: every rank finishes the same batch, the last checkpoint is kept) and the
+job is requeued; the engine then resumes from that checkpoint. Slurm's warning signal (SIGUSR2,
+which submitit asks for) reaches every process of the job, so the engine and torchrun are started
+with it ignored: the task alone acts on it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.contract.profile_schema import ProfileError
 from engine.storage import local_filesystem
@@ -28,20 +37,28 @@ from engine.storage import local_filesystem
 class SlurmSettings:
     partition: str | None = None
     time_min: int = 60 * 24
-    gpus_per_task: int = 1
+    gpus_per_node: int = 1
+    nodes: int = 1
     cpus: int = 8
     mem_gb: int | None = None
     parallelism: int = 16
     sbatch: dict[str, str] = field(default_factory=dict)
     cluster: str = "slurm"  # submitit's "local" / "debug" executors run the same code on this machine
 
+    KNOWN = ("partition", "time_min", "gpus_per_node", "gpus_per_task", "nodes", "cpus", "mem_gb", "parallelism",
+             "sbatch", "cluster")
+
     @classmethod
     def from_sources(cls, table: dict, **cli) -> "SlurmSettings":
-        known = {"partition", "time_min", "gpus_per_task", "cpus", "mem_gb", "parallelism", "sbatch", "cluster"}
+        """The profile's ``[sweep.slurm]`` table (``table``), then the command line's options (``cli``).
+        ``gpus_per_task`` is the older name of ``gpus_per_node``: one task runs on each node."""
         for key in table:
-            if key not in known:
-                raise ProfileError("profile", f"sweep.slurm.{key}", f"unknown key (known: {', '.join(sorted(known))})")
+            if key not in cls.KNOWN:
+                raise ProfileError("profile", f"sweep.slurm.{key}", f"unknown key (known: {', '.join(sorted(cls.KNOWN))})")
         values = {k: v for k, v in table.items() if k != "sbatch"}
+        if "gpus_per_task" in values:
+            older = values.pop("gpus_per_task")
+            values.setdefault("gpus_per_node", older)
         sbatch = dict(table.get("sbatch", {}))
         for item in cli.pop("sbatch", []) or []:
             if "=" not in item:
@@ -50,10 +67,21 @@ class SlurmSettings:
             sbatch[key.strip()] = value.strip()
         values.update({k: v for k, v in cli.items() if v is not None})
         settings = cls(**values, sbatch=sbatch)
+        for key in ("nodes", "gpus_per_node", "time_min", "cpus", "parallelism"):
+            value = getattr(settings, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ProfileError("--" + key.replace("_", "-"), str(value), "must be a whole number, 1 or more")
+        if settings.cluster not in ("slurm", "local", "debug"):
+            raise ProfileError("--cluster", settings.cluster, "choose slurm, or local / debug (submitit's "
+                               "executors that run the job's tasks on this machine)")
         if settings.cluster == "slurm" and not settings.partition:
             raise ProfileError("--partition", "partition", "the slurm launcher needs a partition: --partition NAME "
                                "or partition in the profile's [sweep.slurm] table")
         return settings
+
+    def describe(self) -> str:
+        gpus = f"{self.gpus_per_node} GPU{'s' if self.gpus_per_node > 1 else ''}"
+        return f"{self.nodes} nodes x {gpus}" if self.nodes > 1 else gpus
 
 
 def shared_storage_warning(home: Path) -> str | None:
@@ -64,34 +92,76 @@ def shared_storage_warning(home: Path) -> str | None:
             "must see the same folder (put --home on shared storage such as NFS or Lustre)")
 
 
-class TrainRun:
-    """The picklable task of one array element: train (or resume) one run folder."""
+def node_command(run_dir: Path, nproc: int, nodes: int, endpoint: str, rdzv_id: str) -> list[str]:
+    """The engine on one node of an N-node run: torchrun with a c10d rendezvous, the same on every node
+    (the README's command for several nodes; under Slurm each task runs it)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id, "--max-restarts", "0",
+            "-m", "engine", "train", str(run_dir)]
 
-    def __init__(self, run_dir: str, nproc: int = 1):
+
+def rendezvous() -> tuple[str, str]:
+    """Inside a job's task: the c10d rendezvous (HOST:PORT on the allocation's first node, and an id),
+    the same in every task of the job and again after a requeue."""
+    import submitit
+    from submitit.helpers import TorchDistributedEnvironment
+
+    dist = TorchDistributedEnvironment()
+    return f"{dist.master_addr}:{dist.master_port}", f"fairtui-{submitit.JobEnvironment().job_id}"
+
+
+def warning_signal() -> signal.Signals:
+    """The signal submitit asks Slurm to send before a preemption or the time limit (SIGUSR2 unless
+    SUBMITIT_PREEMPT_SIGNAL says otherwise)."""
+    return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), signal.SIGUSR2)
+
+
+def _ignore_slurm_warning() -> None:
+    # in the engine and torchrun (inherited across exec): the signal's default action would kill them
+    signal.signal(warning_signal(), signal.SIG_IGN)
+
+
+class TrainRun:
+    """The picklable task of one job (or array element): train (or resume) one run folder, on ``nodes``
+    nodes (one task each) of ``nproc`` GPUs."""
+
+    def __init__(self, run_dir: str, nproc: int = 1, nodes: int = 1):
         self.run_dir = run_dir
-        # GPUs of the task: more than one trains the run with DDP, one rank per GPU of the allocation
-        # (the engine's supervisor inside the task, as torchrun inside the task would).
+        # GPUs of a node: more than one trains the run with DDP, one rank per GPU of the allocation
         self.nproc = nproc
+        self.nodes = nodes
         self.proc: subprocess.Popen | None = None
 
     def __call__(self) -> int:
-        run_dir = Path(self.run_dir)
-        _record_job(run_dir)
-        (run_dir / "queued").unlink(missing_ok=True)
-        with open(run_dir / "engine.log", "ab") as log:
-            from fairtui.launcher import engine_command
+        from fairtui.launcher import engine_command
 
-            self.proc = subprocess.Popen(engine_command(run_dir, getattr(self, "nproc", 1)), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        run_dir = Path(self.run_dir)
+        nproc, nodes = getattr(self, "nproc", 1), getattr(self, "nodes", 1)
+        task = _task_index() if nodes > 1 else 0
+        if task == 0:
+            _record_job(run_dir, nodes)
+            (run_dir / "queued").unlink(missing_ok=True)
+        if nodes > 1:
+            command = node_command(run_dir, nproc, nodes, *rendezvous())
+        else:
+            command = engine_command(run_dir, nproc)
+        log_path = run_dir / ("engine.log" if task == 0 else f"engine.node{task}.log")  # one writer per file
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_ignore_slurm_warning)
             # Poll rather than wait(): the preemption handler runs on this thread and must be able to
             # reap the engine itself (a nested Popen.wait would deadlock on Popen's wait lock).
             while (code := self.proc.poll()) is None:
                 time.sleep(0.5)
         if code != 0:
-            raise RuntimeError(f"the engine exited with code {code}; see {run_dir / 'engine.log'}")
+            where = f"node task {task}: " if nodes > 1 else ""
+            raise RuntimeError(f"{where}the engine exited with code {code}; see {log_path}")
         return code
 
     def checkpoint(self, *args, **kwargs):
-        """Preempted or timed out: stop the engine cleanly, then requeue this task (it resumes)."""
+        """Preempted or timed out (submitit calls this in the job's first task only): stop the engine
+        cleanly (on several nodes, every rank stops at the same batch: the stop is agreed between the
+        ranks), then requeue the job (it resumes)."""
         import submitit
 
         if self.proc is not None and self.proc.poll() is None:
@@ -101,25 +171,43 @@ class TrainRun:
                 time.sleep(0.2)
             if self.proc.poll() is None:
                 self.proc.kill()
-        return submitit.helpers.DelayedSubmission(TrainRun(self.run_dir, getattr(self, "nproc", 1)))
+        return submitit.helpers.DelayedSubmission(TrainRun(self.run_dir, getattr(self, "nproc", 1),
+                                                           getattr(self, "nodes", 1)))
 
 
-def _record_job(run_dir: Path) -> None:
-    """The array task's job id and node into meta.json, for `ls`, `show` and the app."""
+def _task_index() -> int:
+    """This task's index in the job: its node's, one task running on each node."""
+    try:
+        import submitit
+
+        return submitit.JobEnvironment().global_rank
+    except Exception:  # not inside a submitit job (a direct call)
+        return int(os.environ.get("SLURM_PROCID", "0") or 0)
+
+
+def _record_job(run_dir: Path, nodes: int = 1) -> None:
+    """The job id and node(s) into meta.json, for `ls`, `show` and the app."""
     from fairtui.launcher import change_meta
 
+    hosts = None
     try:
         import submitit
 
         env = submitit.JobEnvironment()
         job_id, node = env.job_id, env.hostname
+        if nodes > 1:
+            hosts = list(env.hostnames)
     except Exception:  # not inside a submitit job (a direct call)
         job_id, node = os.environ.get("SLURM_JOB_ID"), socket.gethostname()
-    change_meta(run_dir, lambda meta: meta.update({"slurm_job_id": job_id, "node": node, "launcher": "slurm"}))
+    update = {"slurm_job_id": job_id, "node": node, "launcher": "slurm"}
+    if nodes > 1:
+        update.update({"nodes": nodes, "slurm_nodes": hosts})
+    change_meta(run_dir, lambda meta: meta.update(update))
 
 
-def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
-    """Submit every child of the sweep as one job array; return the submitit jobs."""
+def _executor(home: Path, name: str, settings: SlurmSettings, array: bool) -> Any:
+    """A submitit executor with the job's resources: ``settings.nodes`` nodes, one task on each (on
+    submitit's local executor, which has one node, the tasks run side by side on this machine)."""
     try:
         import submitit
     except ImportError:
@@ -127,10 +215,15 @@ def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
     warning = shared_storage_warning(home) if settings.cluster == "slurm" else None
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    executor = submitit.AutoExecutor(folder=home / "slurm" / record["sweep_id"], cluster=settings.cluster)
-    params = {"timeout_min": settings.time_min, "gpus_per_node": settings.gpus_per_task,
-              "cpus_per_task": settings.cpus, "slurm_array_parallelism": settings.parallelism,
-              "name": record["sweep_id"]}
+    executor = submitit.AutoExecutor(folder=home / "slurm" / name, cluster=settings.cluster)
+    params: dict[str, Any] = {"timeout_min": settings.time_min, "gpus_per_node": settings.gpus_per_node,
+                              "cpus_per_task": settings.cpus, "name": name}
+    if settings.cluster == "slurm":
+        params.update({"nodes": settings.nodes, "tasks_per_node": 1})
+    else:
+        params["tasks_per_node"] = settings.nodes
+    if array:
+        params["slurm_array_parallelism"] = settings.parallelism
     if settings.partition:
         params["slurm_partition"] = settings.partition
     if settings.mem_gb:
@@ -138,20 +231,56 @@ def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
     if settings.sbatch:
         params["slurm_additional_parameters"] = dict(settings.sbatch)
     executor.update_parameters(**params)
-    runs = [str(home / "runs" / r) for r in record["runs"]]
+    return executor
+
+
+def _submitted(home: Path, run_dir: Path, job: Any, settings: SlurmSettings) -> None:
+    from fairtui.launcher import change_meta
+    from fairtui.store import RunIndex
+
+    update = {"slurm_job_id": str(job.job_id), "launcher": "slurm", "slurm_cluster": settings.cluster}
+    if settings.nodes > 1:
+        update["nodes"] = settings.nodes
+    change_meta(run_dir, lambda meta: meta.update(update))
+    RunIndex(home).register(run_dir)
+
+
+def submit_run(home: Path, run_dir: Path, settings: SlurmSettings) -> Any:
+    """``fairtui run --launcher slurm``: one job for one run folder; return the submitit job."""
+    executor = _executor(home, run_dir.name, settings, array=False)
+    (run_dir / "queued").touch()
+    try:
+        job = executor.submit(TrainRun(str(run_dir), settings.gpus_per_node, settings.nodes))
+    except Exception as err:  # sbatch refused the job: the run folder says so, and nothing waits for it
+        _not_submitted(run_dir, err)
+        raise ProfileError("--launcher", "slurm", f"the job was not submitted: {err}") from None
+    _submitted(home, run_dir, job, settings)
+    return job
+
+
+def _not_submitted(run_dir: Path, err: Exception) -> None:
+    from engine.contract.events import EventWriter
+
+    (run_dir / "queued").unlink(missing_ok=True)
+    writer = EventWriter(run_dir / "events.jsonl", run_dir.name)
+    try:
+        writer.emit("run_finished", status="failed", error=f"not submitted to Slurm: {err}".splitlines()[0])
+    finally:
+        writer.close()
+
+
+def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
+    """Submit every child of the sweep as one job array; return the submitit jobs."""
+    from fairtui.sweep import save_record
+
+    executor = _executor(home, record["sweep_id"], settings, array=True)
+    runs = [home / "runs" / r for r in record["runs"]]
     jobs = []
     with executor.batch():
         for run_dir in runs:
-            jobs.append(executor.submit(TrainRun(run_dir, settings.gpus_per_task)))
-    from fairtui.launcher import change_meta
-    from fairtui.store import RunIndex
-    from fairtui.sweep import save_record
-
-    index = RunIndex(home)
+            jobs.append(executor.submit(TrainRun(str(run_dir), settings.gpus_per_node, settings.nodes)))
     for run_dir, job in zip(runs, jobs):
-        change_meta(Path(run_dir), lambda meta, job=job: meta.update(
-            {"slurm_job_id": str(job.job_id), "launcher": "slurm", "slurm_cluster": settings.cluster}))
-        index.register(Path(run_dir))
+        _submitted(home, run_dir, job, settings)
     record["jobs"] = [str(j.job_id) for j in jobs]
     save_record(home, record)
     return jobs

@@ -19,6 +19,18 @@ Detach = typer.Option(False, "--detach", help="start the engine and return at on
 
 HomeT = Optional[str]
 
+# Slurm (fairtui run and fairtui sweep with --launcher slurm; fairtui.slurm.SlurmSettings)
+Launcher = typer.Option(None, "--launcher", help="local (default) or slurm")
+Nodes = typer.Option(None, "--nodes", help="slurm: nodes for one run (DDP across them, torchrun on each)")
+GpusPerNode = typer.Option(None, "--gpus-per-node", help="slurm: GPUs of each node (one rank each)")
+Partition = typer.Option(None, "--partition", help="slurm: the partition")
+TimeMin = typer.Option(None, "--time", help="slurm: minutes per job (at the limit the run stops cleanly, is requeued and resumes)")
+Cpus = typer.Option(None, "--cpus", help="slurm: CPUs per task (one task per node)")
+MemGb = typer.Option(None, "--mem-gb", help="slurm: memory per node")
+Sbatch = typer.Option([], "--sbatch", help="slurm: extra sbatch option KEY=VALUE (repeatable)")
+Cluster = typer.Option(None, "--cluster", help="slurm (default), or local: submitit runs the job's tasks "
+                       "on this machine, to try a launch before the cluster")
+
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
     typer.echo(f"fairtui: {message}", err=True)

@@ -6,7 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import Detach, Gpus, Home, HomeT, Json, fail
+from fairtui.cli.options import (Cluster, Cpus, Detach, Gpus, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
+                                  Partition, Sbatch, TimeMin, fail)
 
 HELP = "Start a training run from a TOML profile and follow it (Ctrl-C stops it cleanly)."
 
@@ -19,6 +20,15 @@ def run(
     gpus: Optional[str] = Gpus,
     json_out: bool = Json,
     detach: bool = Detach,
+    launcher: Optional[str] = Launcher,
+    nodes: Optional[int] = Nodes,
+    gpus_per_node: Optional[int] = GpusPerNode,
+    partition: Optional[str] = Partition,
+    time_min: Optional[int] = TimeMin,
+    cpus: Optional[int] = Cpus,
+    mem_gb: Optional[int] = MemGb,
+    sbatch: List[str] = Sbatch,
+    cluster: Optional[str] = Cluster,
     home: HomeT = Home,
 ) -> None:
     from engine.config import load_profile, profile_warnings
@@ -33,7 +43,22 @@ def run(
         check_name_and_tags(name, tag)
     except UserTextError as err:
         raise fail(str(err)) from None
+    slurm_options = dict(nodes=nodes, gpus_per_node=gpus_per_node, partition=partition, time_min=time_min, cpus=cpus,
+                         mem_gb=mem_gb, sbatch=sbatch, cluster=cluster)
+    if launcher not in (None, "local", "slurm"):
+        raise fail(f"--launcher {launcher}: choose local or slurm")
+    if launcher != "slurm" and any(v not in (None, []) for v in slurm_options.values()):
+        given = [f"--{k.replace('_', '-')}" for k, v in slurm_options.items() if v not in (None, [])]
+        raise fail(f"{', '.join(given)}: only with --launcher slurm (on one machine, --gpus 0,1 trains one run on "
+                   "several GPUs; several nodes outside Slurm start with torchrun, see docs/gpus.md)")
+    if launcher == "slurm" and gpus is not None:
+        raise fail("--gpus picks this machine's GPUs; with --launcher slurm, ask for --gpus-per-node N")
     try:
+        settings = None
+        if launcher == "slurm":
+            from fairtui.slurm import SlurmSettings
+
+            settings = SlurmSettings.from_sources({}, **slurm_options)
         choice = GpuChoice.from_option(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
@@ -43,6 +68,8 @@ def run(
         run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
     except ProfileError as err:
         raise fail(str(err)) from None
+    if settings is not None:
+        raise typer.Exit(_submit(run_dir, settings, json_out))
     proc = start_engine(run_dir, choice)
     from fairtui.store import RunIndex
 
@@ -55,6 +82,26 @@ def run(
             typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "pid": proc.pid}))
         raise typer.Exit(0)
     raise typer.Exit(follow(run_dir, proc, json_out))
+
+
+def _submit(run_dir, settings, json_out: bool) -> int:
+    """``--launcher slurm``: submit the run as one job and return (the job may wait in the queue for
+    hours; `fairtui ls`, `show` and the app follow it from the run folder)."""
+    from engine.contract.profile_schema import ProfileError
+    from fairtui.slurm import submit_run
+
+    try:
+        job = submit_run(run_dir.parent.parent, run_dir, settings)
+    except ProfileError as err:
+        raise fail(str(err)) from None
+    typer.echo(f"run {run_dir.name} submitted to Slurm as job {job.job_id} ({settings.describe()}) in {run_dir}; "
+               f"follow it with `fairtui show {run_dir.name}` or the app, stop it with `fairtui stop {run_dir.name}`",
+               err=True)
+    if json_out:
+        import json
+
+        typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "slurm_job_id": str(job.job_id)}))
+    return 0
 
 
 def resolve_init_from(profile, path: str, home):

@@ -6,7 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import Detach, Home, HomeT, Json, fail
+from fairtui.cli.options import (Cluster, Cpus, Detach, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
+                                  Partition, Sbatch, TimeMin, fail)
 
 HELP = ("Run the cross product of grids over profile keys and seeds, each child a normal run, on the local "
         "GPU queue or as a Slurm job array.")
@@ -19,16 +20,19 @@ def sweep(
     seed_list: Optional[str] = typer.Option(None, "--seed-list", help="explicit seeds, e.g. 0,1,7"),
     set_: List[str] = typer.Option([], "--set", help="override a profile key for every child"),
     name: Optional[str] = typer.Option(None, "--name", help="base name of the children"),
-    launcher: Optional[str] = typer.Option(None, "--launcher", help="local (default) or slurm"),
+    launcher: Optional[str] = Launcher,
     gpus: Optional[str] = typer.Option(None, "--gpus", help="local: the GPUs to spread over, or cpu"),
     per_gpu: int = typer.Option(1, "--per-gpu", min=1, help="local: runs at once on each GPU"),
-    partition: Optional[str] = typer.Option(None, "--partition", help="slurm: the partition"),
-    time_min: Optional[int] = typer.Option(None, "--time", help="slurm: minutes per child"),
-    gpus_per_task: Optional[int] = typer.Option(None, "--gpus-per-task"),
-    cpus: Optional[int] = typer.Option(None, "--cpus", help="slurm: CPUs per task"),
-    mem_gb: Optional[int] = typer.Option(None, "--mem-gb", help="slurm: memory per task"),
+    nodes: Optional[int] = Nodes,
+    gpus_per_node: Optional[int] = GpusPerNode,
+    gpus_per_task: Optional[int] = typer.Option(None, "--gpus-per-task", hidden=True),  # the older name
+    partition: Optional[str] = Partition,
+    time_min: Optional[int] = TimeMin,
+    cpus: Optional[int] = Cpus,
+    mem_gb: Optional[int] = MemGb,
     parallelism: Optional[int] = typer.Option(None, "--array-parallelism", help="slurm: children at once"),
-    sbatch: List[str] = typer.Option([], "--sbatch", help="slurm: extra sbatch option KEY=VALUE"),
+    sbatch: List[str] = Sbatch,
+    cluster: Optional[str] = Cluster,
     detach: bool = Detach,
     json_out: bool = Json,
     home: HomeT = Home,
@@ -61,9 +65,12 @@ def sweep(
         if spec.launcher == "slurm":
             from fairtui.slurm import SlurmSettings
 
-            slurm_settings = SlurmSettings.from_sources(spec.slurm, partition=partition, time_min=time_min,
-                                                        gpus_per_task=gpus_per_task, cpus=cpus, mem_gb=mem_gb,
-                                                        parallelism=parallelism, sbatch=sbatch)
+            slurm_settings = SlurmSettings.from_sources(
+                spec.slurm, partition=partition, time_min=time_min, nodes=nodes,
+                gpus_per_node=gpus_per_node if gpus_per_node is not None else gpus_per_task, cpus=cpus,
+                mem_gb=mem_gb, parallelism=parallelism, sbatch=sbatch, cluster=cluster)
+        elif any(v is not None for v in (nodes, gpus_per_node, gpus_per_task, cluster)):
+            raise fail("--nodes, --gpus-per-node and --cluster: only with --launcher slurm")
     except ValueError as err:  # ProfileError and bad --seed-list values
         raise fail(str(err)) from None
     record = create_children(home_dir, profile, children, spec, name, spec.launcher)

@@ -191,7 +191,7 @@ def test_two_ranks_train_the_one_process_run_and_rank_zero_alone_writes(tmp_path
     assert [e["type"] for e in events].count("run_started") == 1
     assert [e["epoch"] for e in events_of(two, "epoch_end")] == [1, 2]
     started = events_of(two, "run_started")[0]
-    assert started["distributed"] == {"world_size": 2, "backend": "gloo", "sync_bn": False,
+    assert started["distributed"] == {"world_size": 2, "nodes": 1, "backend": "gloo", "sync_bn": False,
                                       "global_batch_size": 50, "batch_per_rank": [25, 25]}
     for e1, e2 in zip(events_of(one, "epoch_end"), events_of(two, "epoch_end")):
         d = e2["distributed"]

@@ -67,6 +67,7 @@ def test_two_nodes_train_the_one_node_run_and_rank_zero_alone_writes(tmp_path, t
     assert [e["seq"] for e in events] == list(range(len(events)))  # one writer
     assert [e["type"] for e in events].count("run_started") == 1
     assert events_of(two_nodes, "run_started")[0]["distributed"]["world_size"] == 2
+    assert events_of(two_nodes, "run_started")[0]["distributed"]["nodes"] == 2
     for a, b in zip(events_of(one_node, "epoch_end"), events_of(two_nodes, "epoch_end")):
         for part in ("train", "val"):
             assert a[part]["robust_acc_per_class"] == b[part]["robust_acc_per_class"]

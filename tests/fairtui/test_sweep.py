@@ -95,7 +95,8 @@ def test_shared_storage_check():
 
 
 def preempt(job) -> None:
-    """What Slurm does to a preempted job: SIGUSR2 to the task process (below submitit's local controller)."""
+    """What Slurm does to a preempted job: SIGUSR2 to every process of the job's step (the submitit task
+    below the local controller, and the engine it started)."""
     import os
     import signal
     from pathlib import Path
@@ -109,7 +110,9 @@ def preempt(job) -> None:
 
     tasks = [c for c in children(job._process.pid) if b"submitit" in Path(f"/proc/{c}/cmdline").read_bytes()]
     assert tasks, "no submitit task process found"
-    for pid in tasks:
+    step = tasks + [e for t in tasks for e in children(t)]
+    assert len(step) > len(tasks), "no engine process found under the task"
+    for pid in step:
         os.kill(pid, signal.SIGUSR2)
 
 
@@ -149,7 +152,9 @@ def test_submitit_job_array_completes_and_a_preempted_child_resumes(tmp_path, mo
         assert RunView.load(tmp_path / "runs" / run_id).status() == "completed", job.stderr()
         assert docs[run_id]["slurm_job_id"] == str(job.job_id) and docs[run_id]["launcher"] == "slurm"
     kinds = [json.loads(line)["type"] for line in (first / "events.jsonl").read_text().splitlines()]
-    assert "run_resumed" in kinds  # requeued, and continued from its checkpoint
+    stopped = [json.loads(line).get("status") for line in (first / "events.jsonl").read_text().splitlines()
+               ].index("stopped")  # the engine stopped cleanly (not killed by the signal)
+    assert "run_resumed" in kinds[stopped:]  # requeued, and continued from its checkpoint
     assert kinds.count("run_started") == 1
     epochs = [json.loads(line)["epoch"] for line in (first / "events.jsonl").read_text().splitlines()
               if '"epoch_end"' in line]
