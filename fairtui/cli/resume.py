@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import Detach, Gpus, Home, HomeT, Json, fail
+from fairtui.cli.options import (Cluster, Cpus, Detach, Gpus, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
+                                  Partition, Sbatch, TimeMin, fail)
 
 HELP = "Continue a run from its last checkpoint (same folder, same event stream)."
 
@@ -16,6 +17,15 @@ def resume(
     gpus: Optional[str] = Gpus,
     json_out: bool = Json,
     detach: bool = Detach,
+    launcher: Optional[str] = Launcher,
+    nodes: Optional[int] = Nodes,
+    gpus_per_node: Optional[int] = GpusPerNode,
+    partition: Optional[str] = Partition,
+    time_min: Optional[int] = TimeMin,
+    cpus: Optional[int] = Cpus,
+    mem_gb: Optional[int] = MemGb,
+    sbatch: List[str] = Sbatch,
+    cluster: Optional[str] = Cluster,
     home: HomeT = Home,
 ) -> None:
     from engine.contract.profile_schema import ProfileError
@@ -23,7 +33,11 @@ def resume(
     from fairtui.home import RunNotFound, find_run, resolve_home
     from fairtui.launcher import GpuChoice, start_engine
 
+    from fairtui.cli.run import slurm_settings, submit
+
     try:
+        settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
+                                  time_min=time_min, cpus=cpus, mem_gb=mem_gb, sbatch=sbatch, cluster=cluster)
         run_dir = find_run(resolve_home(home), run_ref)
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
@@ -36,6 +50,8 @@ def resume(
         raise fail(str(done), 0) from None
     except ControlError as err:
         raise fail(str(err)) from None
+    if settings is not None:
+        raise typer.Exit(submit(run_dir, settings, json_out, verb="resubmitted"))
     proc = start_engine(run_dir, choice)
     typer.echo(f"resuming run {run_dir.name}", err=True)
     if detach:

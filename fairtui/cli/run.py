@@ -43,22 +43,9 @@ def run(
         check_name_and_tags(name, tag)
     except UserTextError as err:
         raise fail(str(err)) from None
-    slurm_options = dict(nodes=nodes, gpus_per_node=gpus_per_node, partition=partition, time_min=time_min, cpus=cpus,
-                         mem_gb=mem_gb, sbatch=sbatch, cluster=cluster)
-    if launcher not in (None, "local", "slurm"):
-        raise fail(f"--launcher {launcher}: choose local or slurm")
-    if launcher != "slurm" and any(v not in (None, []) for v in slurm_options.values()):
-        given = [f"--{k.replace('_', '-')}" for k, v in slurm_options.items() if v not in (None, [])]
-        raise fail(f"{', '.join(given)}: only with --launcher slurm (on one machine, --gpus 0,1 trains one run on "
-                   "several GPUs; several nodes outside Slurm start with torchrun, see docs/gpus.md)")
-    if launcher == "slurm" and gpus is not None:
-        raise fail("--gpus picks this machine's GPUs; with --launcher slurm, ask for --gpus-per-node N")
     try:
-        settings = None
-        if launcher == "slurm":
-            from fairtui.slurm import SlurmSettings
-
-            settings = SlurmSettings.from_sources({}, **slurm_options)
+        settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
+                                  time_min=time_min, cpus=cpus, mem_gb=mem_gb, sbatch=sbatch, cluster=cluster)
         choice = GpuChoice.from_option(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
@@ -69,7 +56,7 @@ def run(
     except ProfileError as err:
         raise fail(str(err)) from None
     if settings is not None:
-        raise typer.Exit(_submit(run_dir, settings, json_out))
+        raise typer.Exit(submit(run_dir, settings, json_out))
     proc = start_engine(run_dir, choice)
     from fairtui.store import RunIndex
 
@@ -84,9 +71,27 @@ def run(
     raise typer.Exit(follow(run_dir, proc, json_out))
 
 
-def _submit(run_dir, settings, json_out: bool) -> int:
-    """``--launcher slurm``: submit the run as one job and return (the job may wait in the queue for
-    hours; `fairtui ls`, `show` and the app follow it from the run folder)."""
+def slurm_settings(launcher: Optional[str], gpus: Optional[str], **options):
+    """``--launcher`` and the Slurm options of `run` and `resume`: the job's settings, or None (this
+    machine). Raises ProfileError for a bad value; exits 2 for options that do not go together."""
+    if launcher not in (None, "local", "slurm"):
+        raise fail(f"--launcher {launcher}: choose local or slurm")
+    if launcher != "slurm":
+        given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v not in (None, [])]
+        if given:
+            raise fail(f"{', '.join(given)}: only with --launcher slurm (on one machine, --gpus 0,1 trains one run on "
+                       "several GPUs; several nodes outside Slurm start with torchrun, see docs/gpus.md)")
+        return None
+    if gpus is not None:
+        raise fail("--gpus picks this machine's GPUs; with --launcher slurm, ask for --gpus-per-node N")
+    from fairtui.slurm import SlurmSettings
+
+    return SlurmSettings.from_sources({}, **options)
+
+
+def submit(run_dir, settings, json_out: bool, verb: str = "submitted") -> int:
+    """``--launcher slurm``: submit the run folder as one job and return (the job may wait in the queue
+    for hours; `fairtui ls`, `show` and the app follow it from the run folder)."""
     from engine.contract.profile_schema import ProfileError
     from fairtui.slurm import submit_run
 
@@ -94,7 +99,7 @@ def _submit(run_dir, settings, json_out: bool) -> int:
         job = submit_run(run_dir.parent.parent, run_dir, settings)
     except ProfileError as err:
         raise fail(str(err)) from None
-    typer.echo(f"run {run_dir.name} submitted to Slurm as job {job.job_id} ({settings.describe()}) in {run_dir}; "
+    typer.echo(f"run {run_dir.name} {verb} to Slurm as job {job.job_id} ({settings.describe()}) in {run_dir}; "
                f"follow it with `fairtui show {run_dir.name}` or the app, stop it with `fairtui stop {run_dir.name}`",
                err=True)
     if json_out:

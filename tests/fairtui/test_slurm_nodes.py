@@ -111,7 +111,7 @@ def test_a_run_on_two_nodes_trains_on_both_and_rank_zero_alone_writes(tmp_path):
 
 
 def test_a_preempted_two_node_job_stops_every_rank_cleanly_is_requeued_and_resumes(tmp_path):
-    run_dir, _ = submit(tmp_path, 40)
+    run_dir, _ = submit(tmp_path, 100)  # the signal comes at epoch 2: far from the end, also on a busy machine
     wait(lambda: any(e["epoch"] >= 2 for e in events(run_dir, "epoch_end")), "epoch 2")
     procs = job_processes(run_dir)
     assert len(procs) >= 4, procs  # two tasks, and under each a torchrun and its rank
@@ -126,9 +126,35 @@ def test_a_preempted_two_node_job_stops_every_rank_cleanly_is_requeued_and_resum
     stopped = kinds.index(("run_finished", "stopped"))  # the engine stopped cleanly: not killed
     assert ("run_resumed", None) in kinds[stopped:]  # requeued, and continued from its checkpoint
     assert [k for k, _ in kinds].count("run_started") == 1
-    assert [e["epoch"] for e in events(run_dir, "epoch_end")][-1] == 40
+    assert [e["epoch"] for e in events(run_dir, "epoch_end")][-1] == 100
     resumed = events(run_dir, "run_resumed")[-1]
     assert resumed["epoch"] >= 2
+
+
+def test_a_two_node_job_stopped_by_fairtui_stop_is_resubmitted_by_resume_and_continues(tmp_path):
+    run_dir, _ = submit(tmp_path, 400)
+    wait(lambda: any(e["epoch"] >= 2 for e in events(run_dir, "epoch_end")), "epoch 2")
+    home = tmp_path / "home"
+    out = fairtui_cmd("stop", run_dir.name, home=home)
+    assert out.returncode == 0, out.stderr
+    wait(lambda: status(run_dir) == "stopped", "the stop")
+    stopped_at = max(e["epoch"] for e in events(run_dir, "epoch_end"))
+    assert stopped_at < 400
+    profile = run_dir / "profile.toml"  # a short remainder for the resumed job
+    profile.write_text(profile.read_text().replace("epochs = 400", f"epochs = {stopped_at + 2}"))
+    with open(tmp_path / "resume.out", "w") as sink:  # files, not pipes (see submit)
+        env = engine_env()
+        env.update({"MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"})
+        code = subprocess.run([sys.executable, "-m", "fairtui", "resume", run_dir.name, "--launcher", "slurm",
+                               "--cluster", "local", "--nodes", "2", "--home", str(home)],
+                              env=env, stdout=sink, stderr=sink, cwd=ROOT, timeout=HANG_S).returncode
+    assert code == 0, (tmp_path / "resume.out").read_text()
+    assert "resubmitted to Slurm as job" in (tmp_path / "resume.out").read_text()
+    wait(lambda: status(run_dir) in ("completed", "failed"), "the resumed job to end")
+    assert status(run_dir) == "completed", logs(run_dir)
+    assert events(run_dir, "run_resumed")[-1]["epoch"] >= stopped_at - 1
+    assert sorted({e["epoch"] for e in events(run_dir, "epoch_end")}) == list(range(1, stopped_at + 3))
+    assert events(run_dir, "run_resumed")[-1]["distributed"]["nodes"] == 2
 
 
 @pytest.mark.parametrize("args, message", [
