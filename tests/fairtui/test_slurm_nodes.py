@@ -157,6 +157,30 @@ def test_a_two_node_job_stopped_by_fairtui_stop_is_resubmitted_by_resume_and_con
     assert events(run_dir, "run_resumed")[-1]["distributed"]["nodes"] == 2
 
 
+def test_a_sweep_child_on_two_nodes(tmp_path):
+    """`fairtui sweep --launcher slurm --nodes 2`: each child of the array is a two-node job."""
+    profile = tmp_path / "p.toml"
+    profile.write_text(TINY + "\n[sweep.slurm]\ngpus_per_task = 1\n")  # the older key still reads
+    home = tmp_path / "home"
+    env = engine_env()
+    env.update({"OMP_NUM_THREADS": "1"})  # the port: drawn from each child's job id, as on a cluster
+    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
+        code = subprocess.run([sys.executable, "-m", "fairtui", "sweep", str(profile), "--seeds", "1", "--launcher",
+                               "slurm", "--cluster", "local", "--nodes", "2", "--json", "--home", str(home)],
+                              env=env, stdout=out, stderr=err, cwd=ROOT, timeout=HANG_S).returncode
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    assert code == 0, stderr
+    (run_id,) = json.loads(stdout)["runs"]
+    run_dir = home / "runs" / run_id
+    wait(lambda: status(run_dir) in ("completed", "failed", "stopped"), "the child to end")
+    assert status(run_dir) == "completed", logs(run_dir)
+    started = events(run_dir, "run_started")[0]["distributed"]
+    assert (started["world_size"], started["nodes"]) == (2, 2)
+    assert json.loads((run_dir / "meta.json").read_text())["nodes"] == 2
+
+
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "2"], "--nodes: only with --launcher slurm"),
     (["--gpus-per-node", "4", "--launcher", "local"], "--gpus-per-node: only with --launcher slurm"),
