@@ -33,6 +33,17 @@ from engine.storage import local_filesystem
 
 
 
+# the command-line option of each setting (the profile's [sweep.slurm] table uses the setting's name)
+OPTIONS = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "gpus_per_task": "--gpus-per-task",
+           "partition": "--partition", "time_min": "--time", "cpus": "--cpus", "mem_gb": "--mem-gb",
+           "parallelism": "--array-parallelism", "sbatch": "--sbatch", "cluster": "--cluster"}
+
+
+def given_options(**values) -> list[str]:
+    """The options among ``values`` that were given on the command line (not None, not empty)."""
+    return [OPTIONS[k] for k, v in values.items() if v not in (None, [])]
+
+
 @dataclass
 class SlurmSettings:
     partition: str | None = None
@@ -70,7 +81,7 @@ class SlurmSettings:
         for key in ("nodes", "gpus_per_node", "time_min", "cpus", "parallelism"):
             value = getattr(settings, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ProfileError("--" + key.replace("_", "-"), str(value), "must be a whole number, 1 or more")
+                raise ProfileError(OPTIONS[key], str(value), "must be a whole number, 1 or more")
         if settings.cluster not in ("slurm", "local", "debug"):
             raise ProfileError("--cluster", settings.cluster, "choose slurm, or local / debug (submitit's "
                                "executors that run the job's tasks on this machine)")

@@ -77,16 +77,22 @@ def slurm_settings(launcher: Optional[str], gpus: Optional[str], **options):
     if launcher not in (None, "local", "slurm"):
         raise fail(f"--launcher {launcher}: choose local or slurm")
     if launcher != "slurm":
-        given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v not in (None, [])]
-        if given:
-            raise fail(f"{', '.join(given)}: only with --launcher slurm (on one machine, --gpus 0,1 trains one run on "
-                       "several GPUs; several nodes outside Slurm start with torchrun, see docs/gpus.md)")
+        refuse_slurm_options(**options)
         return None
     if gpus is not None:
         raise fail("--gpus picks this machine's GPUs; with --launcher slurm, ask for --gpus-per-node N")
     from fairtui.slurm import SlurmSettings
 
     return SlurmSettings.from_sources({}, **options)
+
+
+def refuse_slurm_options(**options) -> None:
+    """Slurm's options given without the slurm launcher (run, resume, sweep): exit 2 naming them."""
+    from fairtui.slurm import given_options
+
+    if given := given_options(**options):
+        raise fail(f"{', '.join(given)}: only with --launcher slurm (on one machine, --gpus 0,1 trains one run on "
+                   "several GPUs; several nodes outside Slurm start with torchrun, see docs/gpus.md)")
 
 
 def submit(run_dir, settings, json_out: bool, verb: str = "submitted") -> int:

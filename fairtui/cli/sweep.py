@@ -70,11 +70,11 @@ def sweep(
                 gpus_per_node=gpus_per_node if gpus_per_node is not None else gpus_per_task, cpus=cpus,
                 mem_gb=mem_gb, parallelism=parallelism, sbatch=sbatch, cluster=cluster)
         else:
-            given = {"--nodes": nodes, "--gpus-per-node": gpus_per_node, "--gpus-per-task": gpus_per_task,
-                     "--partition": partition, "--time": time_min, "--cpus": cpus, "--mem-gb": mem_gb,
-                     "--array-parallelism": parallelism, "--sbatch": sbatch or None, "--cluster": cluster}
-            if named := [k for k, v in given.items() if v is not None]:
-                raise fail(f"{', '.join(named)}: only with --launcher slurm")
+            from fairtui.cli.run import refuse_slurm_options
+
+            refuse_slurm_options(nodes=nodes, gpus_per_node=gpus_per_node, gpus_per_task=gpus_per_task,
+                                 partition=partition, time_min=time_min, cpus=cpus, mem_gb=mem_gb,
+                                 parallelism=parallelism, sbatch=sbatch, cluster=cluster)
     except ValueError as err:  # ProfileError and bad --seed-list values
         raise fail(str(err)) from None
     record = create_children(home_dir, profile, children, spec, name, spec.launcher)

@@ -189,6 +189,8 @@ def test_a_sweep_child_on_two_nodes(tmp_path):
     (["--launcher", "slurm", "--cluster", "local", "--nodes", "0"], "--nodes: 0: must be a whole number, 1 or more"),
     (["--launcher", "slurm", "--cluster", "mars"], "choose slurm, or local"),
     (["--launcher", "pbs"], "--launcher pbs: choose local or slurm"),
+    (["--time", "60"], "--time: only with --launcher slurm"),
+    (["--launcher", "slurm", "--cluster", "local", "--time", "0"], "--time: 0: must be a whole number"),
     (["--launcher", "slurm", "--cluster", "local", "--sbatch", "account"], "expected KEY=VALUE"),
 ])
 def test_bad_slurm_options_are_refused_before_a_run_folder_is_made(tmp_path, args, message):
