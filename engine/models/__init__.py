@@ -31,8 +31,8 @@ class Normalize(nn.Module):
 MODELS: dict[str, Callable[[ModelConfig, tuple[int, ...], int], nn.Module]] = {
     "small_cnn": lambda cfg, shape, k: SmallCNN(shape[0], k),
     "mlp": lambda cfg, shape, k: MLP(int(torch.tensor(shape).prod()), k),
-    "preact_resnet18": lambda cfg, shape, k: PreActResNet18(shape[0], k),
-    "resnet18": lambda cfg, shape, k: ResNet18(shape[0], k),
+    "preact_resnet18": lambda cfg, shape, k: PreActResNet18(shape[0], k, cfg.base_width),
+    "resnet18": lambda cfg, shape, k: ResNet18(shape[0], k, cfg.base_width),
     "wide_resnet": lambda cfg, shape, k: WideResNet(cfg.depth, cfg.width, shape[0], k),
 }
 

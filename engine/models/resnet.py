@@ -44,17 +44,19 @@ class PreActBlock(nn.Module):
 
 
 class _ResNet(nn.Module):
-    def __init__(self, block: type, in_channels: int, num_classes: int, preact: bool):
+    """Four stages of two blocks, ``w, 2w, 4w, 8w`` channels; ``w = 64`` is the papers' model."""
+
+    def __init__(self, block: type, in_channels: int, num_classes: int, preact: bool, width: int = 64):
         super().__init__()
         self.preact = preact
-        self.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(512 if preact else 64)
-        layers, cin = [], 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        self.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8 * width if preact else width)
+        layers, cin = [], width
+        for cout, stride in ((width, 1), (2 * width, 2), (4 * width, 2), (8 * width, 2)):
             layers += [block(cin, cout, stride), block(cout, cout, 1)]
             cin = cout
         self.layers = nn.Sequential(*layers)
-        self.linear = nn.Linear(512, num_classes)
+        self.linear = nn.Linear(8 * width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.conv1(x)
@@ -63,13 +65,13 @@ class _ResNet(nn.Module):
         out = self.layers(out)
         if self.preact:
             out = F.relu(self.bn1(out))
-        out = F.adaptive_avg_pool2d(out, 1).flatten(1)  # [B, 512]
+        out = F.adaptive_avg_pool2d(out, 1).flatten(1)  # [B, 8w]
         return self.linear(out)
 
 
-def ResNet18(in_channels: int = 3, num_classes: int = 10) -> nn.Module:
-    return _ResNet(BasicBlock, in_channels, num_classes, preact=False)
+def ResNet18(in_channels: int = 3, num_classes: int = 10, width: int = 64) -> nn.Module:
+    return _ResNet(BasicBlock, in_channels, num_classes, preact=False, width=width)
 
 
-def PreActResNet18(in_channels: int = 3, num_classes: int = 10) -> nn.Module:
-    return _ResNet(PreActBlock, in_channels, num_classes, preact=True)
+def PreActResNet18(in_channels: int = 3, num_classes: int = 10, width: int = 64) -> nn.Module:
+    return _ResNet(PreActBlock, in_channels, num_classes, preact=True, width=width)

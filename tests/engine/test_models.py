@@ -58,3 +58,19 @@ def test_auto_device_picks_cuda_when_the_inventory_has_one(monkeypatch):
     rt = make_runtime(TrainConfig(device="auto", amp="bf16", channels_last=True))
     assert rt.device == torch.device("cuda", 0)
     assert rt.autocast_dtype == torch.bfloat16 and rt.channels_last
+
+
+@pytest.mark.parametrize("arch", ["preact_resnet18", "resnet18"])
+def test_resnet_base_width_sets_the_stages_channels(arch):
+    """model.base_width = w gives stages of w, 2w, 4w, 8w channels; 64 is the papers' 11.2 M model."""
+    def build(w):
+        return build_model(ModelConfig(arch=arch, base_width=w), (3, 32, 32), 10, (0.5,) * 3, (0.5,) * 3)
+
+    narrow, full = build(8), build(64)
+    assert narrow(torch.rand(2, 3, 32, 32)).shape == (2, 10)
+    convs = [m.out_channels for m in narrow.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert sorted(set(convs)) == [8, 16, 32, 64]
+    params = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert 0.17e6 < params(narrow) < 0.19e6
+    assert 11.1e6 < params(full) < 11.2e6 and params(full) == params(build_model(
+        ModelConfig(arch=arch), (3, 32, 32), 10, (0.5,) * 3, (0.5,) * 3))  # the default is the papers' width
