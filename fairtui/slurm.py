@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +38,38 @@ from engine.storage import local_filesystem
 OPTIONS = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "gpus_per_task": "--gpus-per-task",
            "partition": "--partition", "time_min": "--time", "cpus": "--cpus", "mem_gb": "--mem-gb",
            "parallelism": "--array-parallelism", "sbatch": "--sbatch", "cluster": "--cluster"}
+
+
+# What sbatch accepts, where a value names something of the cluster's (submitit shell-quotes every value it
+# writes as `#SBATCH --key=value`; a key goes in unquoted, and a newline anywhere ends the line).
+NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+SBATCH_PATTERNS = {
+    "partition": re.compile(rf"^{NAME}(,{NAME})*$"),  # one partition, or several separated by commas
+    "account": re.compile(rf"^{NAME}$"),
+    "qos": re.compile(rf"^{NAME}(,{NAME})*$"),
+    "reservation": re.compile(rf"^{NAME}(,{NAME})*$"),
+    # minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+    "time": re.compile(r"^(\d+|\d+:\d{1,2}(:\d{1,2})?|\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?)$"),
+}
+SBATCH_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_sbatch_value(where: str, key: str, value: object) -> str:
+    """``value`` as the text sbatch gets for ``--key``, or a ProfileError naming ``where``: never a control
+    character (a newline would add a line, and so a command, to the batch script), and for the settings
+    that name the cluster's partitions, accounts, QOS and reservations or give a time, sbatch's form."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ProfileError(where, key, f"expected a string or a number, got {type(value).__name__}")
+    text = str(value)
+    if CONTROL.search(text):
+        raise ProfileError(where, key, f"{text!r} contains a control character (a newline would add a command "
+                           "to the batch script)")
+    pattern = SBATCH_PATTERNS.get(key.replace("-", "_").removeprefix("slurm_"))
+    if pattern is not None and not pattern.match(text):
+        raise ProfileError(where, key, f"{text!r} is not a Slurm {key} (letters, digits, '_', '.', '-'"
+                           + (", several separated by commas" if "," in pattern.pattern else "") + ")")
+    return text
 
 
 def given_options(**values) -> list[str]:
@@ -70,14 +103,26 @@ class SlurmSettings:
         if "gpus_per_task" in values:
             older = values.pop("gpus_per_task")
             values.setdefault("gpus_per_node", older)
-        sbatch = dict(table.get("sbatch", {}))
+        table_sbatch = table.get("sbatch", {})
+        if not isinstance(table_sbatch, dict):
+            raise ProfileError("profile", "sweep.slurm.sbatch", "expected a table of sbatch options (KEY = VALUE)")
+        sbatch = {key: ("sweep.slurm.sbatch", value) for key, value in table_sbatch.items()}
         for item in cli.pop("sbatch", []) or []:
             if "=" not in item:
-                raise ProfileError("--sbatch", item, "expected KEY=VALUE, e.g. account=myproject")
+                raise ProfileError("--sbatch", repr(item), "expected KEY=VALUE, e.g. account=myproject")
             key, value = item.split("=", 1)
-            sbatch[key.strip()] = value.strip()
+            sbatch[key.strip()] = ("--sbatch", value.strip())
+        for key, (where, value) in list(sbatch.items()):
+            if not SBATCH_KEY.match(key):
+                raise ProfileError(where, repr(key), "is not an sbatch option name (letters, digits, '_', '-')")
+            sbatch[key] = check_sbatch_value(f"{where}.{key}" if where.startswith("sweep") else where, key, value)
         values.update({k: v for k, v in cli.items() if v is not None})
         settings = cls(**values, sbatch=sbatch)
+        for key in ("partition", "cluster"):
+            value = getattr(settings, key)
+            if value is not None:
+                check_sbatch_value(OPTIONS[key] if key in cli and cli[key] is not None else f"sweep.slurm.{key}",
+                                   key, value)
         for key in ("nodes", "gpus_per_node", "time_min", "cpus", "parallelism"):
             value = getattr(settings, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
