@@ -105,13 +105,40 @@ def outside_home(target: Path, home: Path) -> Path:
     return resolved
 
 
+def special_file(path: Path) -> str | None:
+    """What ``path`` (its links followed) is when it is neither a regular file, nor a folder, nor absent."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISCHR, "character device"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return None
+
+
 def write_output(target: Path, text: str | bytes, home: Path, force: bool = False) -> Path:
     """Write an export (text, or a figure's bytes) to ``target``, never inside the fairtui home (a run's own files live there), never
-    over an existing file unless ``force``, atomically (a failed write leaves the old file whole)."""
+    over an existing file unless ``force``, atomically (a failed write leaves the old file whole). A character
+    device or a FIFO is written into, as a shell's redirection would; a block device or a socket is refused."""
     import os
 
     target = target.expanduser()
     resolved = outside_home(target, home)
+    special = special_file(target)
+    if special in ("block device", "socket"):
+        raise OutputError(f"-o {target}: is a {special}; give a file name")
+    if special is not None:  # a character device or a FIFO (/dev/null, /dev/stdout, a pipe): written into, never
+        try:                  # replaced (a rename would swap the device node for a regular file)
+            with open(target, "wb" if isinstance(text, bytes) else "w") as fh:
+                fh.write(text)
+        except OSError as err:
+            raise OutputError(f"-o {target}: not written: {err.strerror or err}") from None
+        return target
     if resolved.is_dir():
         raise OutputError(f"-o {target}: is a folder; give a file name")
     if not resolved.parent.is_dir():

@@ -348,3 +348,39 @@ def test_a_stop_in_the_first_moment_of_a_run_is_recorded(tmp_path, tiny_profile)
     fin = RunView.load(run_dir).finished
     assert fin and fin["status"] == "stopped"
     assert not (run_dir / "stop.requested").exists()
+
+
+def test_export_writes_into_a_fifo_and_never_replaces_it(tmp_path):
+    """`export -o /dev/null --force` swapped the device node for a regular file through the atomic rename
+    (harmful as root). A FIFO stands for any special file here (plot -o shares the writer, write_output):
+    it must stay one and get the text."""
+    import stat
+    import threading
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="a")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    out = cli("export", "a", "--format", "csv", "-o", str(fifo), "--force", home=home)
+    if out.returncode != 0 or not stat.S_ISFIFO(os.stat(fifo).st_mode):
+        open(fifo, "wb").close() if stat.S_ISFIFO(os.stat(fifo).st_mode) else None  # release the reader
+    reader.join(timeout=HANG_S)
+    assert out.returncode == 0, out.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still the FIFO, not a regular file
+    assert got and got[0].startswith(b"label,n_runs,setting")
+    assert not list(tmp_path.glob(".pipe.fairtui-tmp"))
+
+
+def test_export_refuses_a_socket(tmp_path):
+    import socket
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="a")
+    path = tmp_path / "s.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        out = cli("export", "a", "-o", str(path), "--force", home=home)
+    assert out.returncode == 2 and "is a socket" in out.stderr and len(out.stderr.strip().splitlines()) == 1
