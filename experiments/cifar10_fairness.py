@@ -1,48 +1,69 @@
-"""The CIFAR-10 fairness table on a short schedule: every method through fairtui itself.
+"""The CIFAR-10 fairness tables: every method through fairtui itself, each finished run's small files
+collected into the repository, the table generated from those files.
 
-    python experiments/cifar10_fairness.py --data-root DIR [--home DIR] [--seeds 0] [--methods at trades ...]
-                                           [--aa-per-class 100] [--gpus 0] [--set KEY=VALUE ...] [--table-only]
+    python experiments/cifar10_fairness.py --scale cpu|short --data-root DIR [--home DIR] [--seeds 0 1 2]
+                                           [--methods at trades ...] [--workers N] [--threads T]
+                                           [--aa-per-class N] [--gpus 0] [--set KEY=VALUE ...]
+    python experiments/cifar10_fairness.py --scale cpu --table-only [--results DIR]
 
-For each seed it trains, with `fairtui run` on `profiles/cifar10-short-<method>.toml`:
-PGD-AT, TRADES, FRL (Reweight+Remargin, fine-tuned from this table's PGD-AT run through
-`method.init_from`), CFA on AT and on TRADES, WAT, Tian et al.'s class-wise-beta TRADES, and DAFA on
-TRADES.
-Each run is evaluated by its profile with PGD-20 on the full test set (the run's headline number),
-then with `fairtui eval --attack aa --n-per-class N` on a class-balanced test subset (an exploratory
-result, labelled as such; CFA's FAWA weights too). The script is idempotent: a finished run is
-reused, a stopped, failed or lost one is resumed (`fairtui resume`), so a GPU session cut into
-10-minute commands can call it again and again. It prints a Markdown table built from the runs'
-own results (`fairtui show --json`) and event streams (device, epoch times).
+Scales: ``cpu`` trains `profiles/cifar10-cpu-<method>.toml` (the CPU-scale protocol: PreAct-ResNet18 at
+1/8 width on 10,000 images, docs/results.md) and collects into experiments/results/cifar10-cpu; ``short``
+trains `profiles/cifar10-short-<method>.toml` (the GPU short schedule) into experiments/results/cifar10.
 
-`--set` passes overrides to every run (`--set data.train_per_class=20` for a smoke test on the CPU).
+Jobs run row by row (all seeds of PGD-AT, then TRADES, ...: METHODS' order), so that an interrupted
+table is still useful; ``--workers N`` runs N at once, each engine with ``--threads T`` CPU threads
+(OMP_NUM_THREADS). FRL and FAAL fine-tune the same seed's PGD-AT run of this table (`method.init_from`)
+and wait for it. Each run is evaluated by its profile (PGD-20 on the whole test split: the headline),
+then, with ``--aa-per-class N`` (N > 0), by `fairtui eval --attack aa --n-per-class N` on a
+class-balanced test subset (exploratory, labelled as such). The script is idempotent: a finished run is
+reused, a stopped, failed or lost one is resumed (`fairtui resume`, exact), so a session cut off mid-way
+loses only the runs in flight. Each finished run's ``events.jsonl``, ``profile.toml`` and ``meta.json``
+(never checkpoints) are copied to ``<results>/<profile>/<run-id>/`` as soon as it ends; the table is
+then generated from those files alone (experiments/fairness_table.py).
+
+`--set` passes overrides to every run (`--set data.train_per_class=20` for a smoke test).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import shutil
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ["at", "trades", "frl", "cfa-at", "cfa-trades", "wat", "tian", "dafa"]
-LABELS = {"at": "PGD-AT", "trades": "TRADES", "frl": "FRL (RW+RM, from PGD-AT)", "cfa-at": "CFA on AT",
-          "cfa-trades": "CFA on TRADES", "wat": "WAT", "tian": "Tian et al. (TRADES, class-wise beta)",
-          "dafa": "DAFA on TRADES"}
-TAG = "cifar10-short"
+sys.path.insert(0, str(ROOT))
+
+from experiments.fairness_table import METHODS as ALL_METHODS  # noqa: E402
+from experiments.fairness_table import markdown  # noqa: E402
+
+SCALES = {"cpu": ("cifar10-cpu", ROOT / "experiments" / "results" / "cifar10-cpu"),
+          "short": ("cifar10-short", ROOT / "experiments" / "results" / "cifar10")}
+# Fine-tunes of the same seed's PGD-AT run; the fine-tune's own epochs come from its profile.
+FINE_TUNES = {"frl": "at", "faal": "at"}
 RESUMABLE = {"stopped", "failed", "lost"}
+SMALL_FILES = ("events.jsonl", "profile.toml", "meta.json")
 
 
 class Failed(Exception):
     pass
 
 
-def fairtui(args: list[str], home: Path, check: bool = True) -> dict | list:
+def methods_of(prefix: str) -> list[str]:
+    """The rows this scale has a profile for, in the table's order."""
+    return [m for m in ALL_METHODS if (ROOT / "profiles" / f"{prefix}-{m}.toml").is_file()]
+
+
+def fairtui(args: list[str], home: Path, env: dict | None = None) -> dict | list:
     cmd = [sys.executable, "-m", "fairtui.cli", *args, "--json", "--home", str(home)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if check and out.returncode != 0:
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if out.returncode != 0:
         raise Failed(f"`fairtui {' '.join(args)}` exited {out.returncode}:\n{out.stderr[-3000:]}")
     try:
         return json.loads(out.stdout) if out.stdout.strip() else {}  # ls: a list
@@ -54,151 +75,145 @@ def find(name: str, home: Path) -> dict | None:
     """The newest run called ``name`` in ``home``, as `fairtui ls --json` lists it."""
     listed = fairtui(["ls", "--name", name], home)
     runs = [r for r in (listed or []) if r.get("name") == name]
-    return runs[0] if runs else None
+    return max(runs, key=lambda r: r.get("created", 0)) if runs else None
 
 
-def run_name(method: str, seed: int) -> str:
-    return f"{TAG}-{method}-s{seed}"
+class Table:
+    """One scale's jobs: which runs to train, where, and where their small files go."""
 
+    def __init__(self, args: argparse.Namespace):
+        self.args, self.home = args, args.home
+        self.prefix, default_results = SCALES[args.scale]
+        self.results = args.results or default_results
+        self.env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads)) \
+            if args.threads else None
+        self.done: dict[str, threading.Event] = {}
+        self.lock = threading.Lock()
 
-def train(method: str, seed: int, args: argparse.Namespace) -> dict:
-    """Train (or resume, or reuse) one row's run; return `fairtui show --json` of it."""
-    name = run_name(method, seed)
-    existing = find(name, args.home)
-    gpus = ["--gpus", args.gpus] if args.gpus else []
-    if existing is not None and existing.get("status") in RESUMABLE:
-        print(f"resuming {name} ({existing['status']})", file=sys.stderr, flush=True)
-        fairtui(["resume", existing["run_id"], *gpus], args.home)
-    elif existing is None:
-        sets = [f"data.root={args.data_root}", f"seed={seed}"]
-        if method == "frl":  # fine-tune this table's PGD-AT run: 10 FRL epochs from its best checkpoint
-            at = fairtui(["show", run_name("at", seed)], args.home)
-            sets += [f"method.init_from={at['run_dir']}", "method.pretrain_epochs=0", "train.epochs=10"]
-        sets += args.set  # the caller's overrides win
-        print(f"training {name}", file=sys.stderr, flush=True)
-        cmd = ["run", str(ROOT / "profiles" / f"cifar10-short-{method}.toml"), "--name", name, "--tag", TAG, *gpus]
-        for s in sets:
-            cmd += ["--set", s]
-        fairtui(cmd, args.home)
-    shown = fairtui(["show", name], args.home)
-    if shown.get("status") != "completed":
-        raise Failed(f"{name} ended {shown.get('status')}: {shown.get('error')}")
-    return shown
+    def name(self, method: str, seed: int) -> str:
+        return f"{self.prefix}-{method}-s{seed}"
 
+    def say(self, text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
-def autoattack(method: str, seed: int, shown: dict, args: argparse.Namespace) -> None:
-    """AutoAttack on a class-balanced test subset of the best checkpoint (and CFA's FAWA weights).
+    def train(self, method: str, seed: int) -> dict:
+        """Train (or resume, or reuse) one run; return `fairtui show --json` of it."""
+        name, args = self.name(method, seed), self.args
+        gpus = ["--gpus", args.gpus] if args.gpus else []
+        existing = find(name, self.home)
+        while existing is not None and existing.get("status") in ("running", "queued"):
+            time.sleep(30)  # started by an earlier call of this script, whose engine lives on: wait for it
+            existing = find(name, self.home)
+        if existing is not None and existing.get("status") in RESUMABLE:
+            self.say(f"resuming {name} ({existing['status']})")
+            fairtui(["resume", existing["run_id"], *gpus], self.home, self.env)
+        elif existing is None:
+            sets = [f"data.root={args.data_root}", f"seed={seed}"]
+            if method in FINE_TUNES:  # fine-tune this table's run of the same seed (its best checkpoint)
+                base = self.name(FINE_TUNES[method], seed)
+                self.done[base].wait()
+                shown = fairtui(["show", base], self.home)
+                sets.append(f"method.init_from={shown['run_dir']}")
+                if self.prefix == "cifar10-short" and method == "frl":  # the short profile pre-trains in-run
+                    sets += ["method.pretrain_epochs=0", "train.epochs=10"]
+            sets += args.set  # the caller's overrides win
+            self.say(f"training {name}")
+            cmd = ["run", str(ROOT / "profiles" / f"{self.prefix}-{method}.toml"), "--name", name,
+                   "--tag", self.prefix, *gpus]
+            for s in sets:
+                cmd += ["--set", s]
+            fairtui(cmd, self.home, self.env)
+        shown = fairtui(["show", name], self.home)
+        if shown.get("status") != "completed":
+            raise Failed(f"{name} ended {shown.get('status')}: {shown.get('error')}")
+        return shown
 
-    FAWA weights exist only if the validation gate opened at least once; the profile's own PGD-20
-    evaluation of them says whether it did.
-    """
-    checkpoints = ["best"]
-    if method.startswith("cfa") and pick(shown["results"], "pgd20", "fawa") is not None:
-        checkpoints.append("fawa")
-    gpus = ["--gpus", args.gpus] if args.gpus else []
-    for ckpt in checkpoints:
-        print(f"autoattack {run_name(method, seed)} @ {ckpt}", file=sys.stderr, flush=True)
-        fairtui(["eval", run_name(method, seed), "--attack", "aa", "--checkpoint", ckpt, "--n-per-class",
-                 str(args.aa_per_class), *gpus], args.home)
+    def autoattack(self, method: str, seed: int, shown: dict) -> None:
+        """AutoAttack on a class-balanced test subset of the best checkpoint (and CFA's FAWA weights).
 
+        A result already stored at these settings is reused by `fairtui eval` itself."""
+        checkpoints = ["best"]
+        if method.startswith("cfa") and any(r["checkpoint"] == "fawa" for r in shown["results"]):
+            checkpoints.append("fawa")  # FAWA weights exist only if the validation gate opened
+        gpus = ["--gpus", self.args.gpus] if self.args.gpus else []
+        for ckpt in checkpoints:
+            self.say(f"autoattack {self.name(method, seed)} @ {ckpt}")
+            fairtui(["eval", self.name(method, seed), "--attack", "aa", "--checkpoint", ckpt, "--n-per-class",
+                     str(self.args.aa_per_class), *gpus], self.home, self.env)
 
-def events(run_dir: str) -> list[dict]:
-    out = []
-    for line in (Path(run_dir) / "events.jsonl").read_text().splitlines():
+    def collect(self, method: str, shown: dict) -> Path:
+        """Copy the run's small files (never checkpoints) to <results>/<profile>/<run-id>/."""
+        run_dir = Path(shown["run_dir"])
+        target = self.results / f"{self.prefix}-{method}" / run_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in SMALL_FILES:
+            shutil.copy2(run_dir / name, target / name)
+        return target
+
+    def job(self, method: str, seed: int) -> None:
+        name = self.name(method, seed)
         try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line of a killed run
-    return out
+            shown = self.train(method, seed)
+            if self.args.aa_per_class:
+                self.autoattack(method, seed, fairtui(["show", name], self.home))
+            self.say(f"collected {name} into {self.collect(method, fairtui(['show', name], self.home))}")
+        finally:
+            self.done[name].set()  # a fine-tune waiting on it goes on (and fails if this one did)
 
-
-def pick(results: list[dict], attack: str, checkpoint: str, n_per_class: int = 0) -> dict | None:
-    for r in results:
-        if (r["attack"] == attack and r["checkpoint"] == checkpoint and r["split"] == "test"
-                and (r.get("n_per_class") or 0) == n_per_class):
-            return r
-    return None
-
-
-def pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}"
-
-
-def mean_pct(values: list[float | None]) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return pct(values[0])
-    return f"{statistics.mean(values) * 100:.1f} ± {statistics.stdev(values) * 100:.1f}"
-
-
-def table(args: argparse.Namespace) -> str:
-    lines = ["| method | checkpoint | clean avg | PGD-20 avg | PGD-20 worst | PGD-20 worst 20% | AA avg | AA worst "
-             "| AA worst 20% | weakest class (PGD-20) | epoch time | device |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    test_images: set[int] = set()
-    for method in args.methods:
-        for ckpt in (["best", "fawa"] if method.startswith("cfa") else ["best"]):
-            cells: dict[str, list] = {}
-            weakest, times, devices = [], [], set()
-            for seed in args.seeds:
-                name = run_name(method, seed)
-                found = find(name, args.home)
-                if found is None:
-                    continue
-                shown = fairtui(["show", name], args.home)
-                everything = shown["results"] + shown.get("other_results", [])
-                pgd, aa = pick(everything, "pgd20", ckpt), pick(everything, "aa", ckpt, args.aa_per_class)
-                for key, r, field in (("clean", pgd, "avg_clean"), ("pgd", pgd, "avg_robust"),
-                                      ("pgd_worst", pgd, "worst_robust"), ("pgd_w20", pgd, "worst20_robust"),
-                                      ("aa", aa, "avg_robust"), ("aa_worst", aa, "worst_robust"),
-                                      ("aa_w20", aa, "worst20_robust")):
-                    cells.setdefault(key, []).append(r.get(field) if r else None)
-                if pgd:
-                    acc = pgd["robust_acc_per_class"]
-                    weakest.append(shown["class_names"][min(range(len(acc)), key=acc.__getitem__)])
-                evs = events(shown["run_dir"])
-                times += [e["time_s"] for e in evs if e.get("type") == "epoch_end"]
-                test_images |= {sum(e["split_sizes"]["test"]) for e in evs if e.get("type") == "run_started"}
-                devices |= {e["device"] for e in evs if e.get("type") in ("run_started", "run_resumed")}
-            if not any(v is not None for v in cells.get("pgd", [])):
-                continue  # not trained yet, or no FAWA weights (the gate never opened)
-            label = LABELS[method] + (" (FAWA weights)" if ckpt == "fawa" else "")
-            epoch_time = f"{statistics.median(times):.0f} s" if times else "-"
-            lines.append(f"| {label} | {ckpt} | " + " | ".join(mean_pct(cells[k]) for k in (
-                "clean", "pgd", "pgd_worst", "pgd_w20", "aa", "aa_worst", "aa_w20"))
-                + f" | {', '.join(sorted(set(weakest))) or '-'} | {epoch_time} | {'; '.join(sorted(devices))} |")
-    sizes = " or ".join(f"{n:,}" for n in sorted(test_images)) or "?"
-    title = (f"CIFAR-10 test accuracy in % (PGD-20 on the whole test split, {sizes} images; AA: AutoAttack "
-             f"standard on {args.aa_per_class} test images per class, a seed-chosen class-balanced subset), "
-             f"eps 8/255, seeds {args.seeds}" + (" (mean ± std over seeds)" if len(args.seeds) > 1 else ""))
-    return "\n".join([title, ""] + lines)
+    def run(self) -> list[str]:
+        jobs = [(m, s) for m in self.args.methods for s in self.args.seeds]
+        for m, s in jobs:
+            self.done[self.name(m, s)] = threading.Event()
+        for m, s in jobs:
+            base = FINE_TUNES.get(m)
+            if base and self.name(base, s) not in self.done:
+                if find(self.name(base, s), self.home) is None:
+                    raise SystemExit(f"{m} fine-tunes this table's {base} run of seed {s}: include `{base}` in "
+                                     f"--methods")
+                self.done[self.name(base, s)] = threading.Event()
+                self.done[self.name(base, s)].set()
+        errors = []
+        with ThreadPoolExecutor(max_workers=self.args.workers) as pool:
+            futures = {pool.submit(self.job, m, s): self.name(m, s) for m, s in jobs}
+            for future, name in futures.items():
+                try:
+                    future.result()
+                except Failed as err:
+                    errors.append(f"{name}: {err}")
+                    self.say(f"FAILED {name}: {err}")
+        return errors
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", required=True, help="the folder that holds cifar-10-batches-py")
+    parser.add_argument("--scale", choices=sorted(SCALES), default="short")
+    parser.add_argument("--data-root", help="the folder that holds cifar-10-batches-py")
     parser.add_argument("--home", type=Path, default=Path(".fairtui-cifar10"))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
-    parser.add_argument("--aa-per-class", type=int, default=100)
+    parser.add_argument("--results", type=Path, help="where the small files go (default: the scale's folder)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", help="rows to train (default: every profile of the scale)")
+    parser.add_argument("--workers", type=int, default=1, help="runs at once")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads per engine (0: PyTorch's default)")
+    parser.add_argument("--aa-per-class", type=int, default=0, help="AutoAttack on N test images per class (0: none)")
     parser.add_argument("--gpus", default="", help="passed to fairtui run/eval (e.g. 0, or cpu)")
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run (smoke tests)")
-    parser.add_argument("--table-only", action="store_true", help="print the table of the runs that exist")
+    parser.add_argument("--table-only", action="store_true", help="print the table of the collected runs")
     args = parser.parse_args()
-    args.data_root = str(Path(args.data_root).expanduser().resolve())
-    if "frl" in args.methods and "at" not in args.methods:
-        parser.error("FRL fine-tunes this table's PGD-AT run: include `at` in --methods")
+    prefix, default_results = SCALES[args.scale]
+    available = methods_of(prefix)
+    args.methods = args.methods or available
+    unknown = [m for m in args.methods if m not in available]
+    if unknown:
+        parser.error(f"no profiles/{prefix}-<method>.toml for {unknown}; this scale has {available}")
     if not args.table_only:
-        try:
-            for seed in args.seeds:
-                for method in args.methods:
-                    autoattack(method, seed, train(method, seed, args), args)
-        except Failed as err:
-            print(table(args))
-            raise SystemExit(f"stopped: {err}")
-    print(table(args))
+        if not args.data_root:
+            parser.error("--data-root is needed to train")
+        args.data_root = str(Path(args.data_root).expanduser().resolve())
+        errors = Table(args).run()
+        if errors:
+            print(markdown(args.results or default_results))
+            raise SystemExit("stopped:\n" + "\n".join(errors))
+    print(markdown(args.results or default_results))
 
 
 if __name__ == "__main__":

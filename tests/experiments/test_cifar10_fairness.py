@@ -13,22 +13,31 @@ TINY = ["--set", "data.val_per_class=2", "--set", "data.batch_size=16", "--set",
 
 
 def script(tmp_path, *extra):
-    cmd = [sys.executable, str(ROOT / "experiments" / "cifar10_fairness.py"), "--data-root", str(tmp_path / "data"),
-           "--home", str(tmp_path / "home"), "--methods", "at", "frl", "--aa-per-class", "1", *TINY, *extra]
+    cmd = [sys.executable, str(ROOT / "experiments" / "cifar10_fairness.py"), "--scale", "short", "--data-root",
+           str(tmp_path / "data"), "--home", str(tmp_path / "home"), "--results", str(tmp_path / "results"),
+           "--methods", "at", "frl", "--seeds", "0", "--aa-per-class", "1", *TINY, *extra]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=600)
 
 
-def test_the_script_trains_fine_tunes_evaluates_and_is_idempotent(tmp_path):
+def rows_of(stdout: str) -> dict[str, list[str]]:
+    """The headline table's rows by (method, checkpoint)."""
+    out = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 10 and cells[3] in ("best", "last"):
+            out[(cells[0], cells[3])] = cells
+    return out
+
+
+def test_the_script_trains_fine_tunes_collects_and_is_idempotent(tmp_path):
     write_cifar(tmp_path / "data", n_train=100, n_test=20)
     first = script(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    rows = {line.split("|")[1].strip(): line for line in first.stdout.splitlines() if line.startswith("| ")}
-    assert {"PGD-AT", "FRL (RW+RM, from PGD-AT)"} <= set(rows)
-    assert "PGD-20 on the whole test split, 20 images" in first.stdout
-    for row in ("PGD-AT", "FRL (RW+RM, from PGD-AT)"):
-        cells = [c.strip() for c in rows[row].split("|")[1:-1]]
-        assert all(c != "-" for c in cells[2:9]), rows[row]  # clean, PGD-20 and AA numbers are all there
-        assert cells[11] == "cpu"
+    rows = rows_of(first.stdout)
+    assert {("PGD-AT", "best"), ("FRL (RW+RM, from PGD-AT)", "best")} <= set(rows)
+    assert "PGD-20 at eps 8/255 on the whole test split (20 images)" in first.stdout
+    for cells in rows.values():
+        assert all(c != "-" for c in cells[4:8]), cells  # clean, PGD-20 avg and worst, CV are all there
 
     home = tmp_path / "home"
     listed = json.loads(subprocess.run([sys.executable, "-m", "fairtui.cli", "ls", "--json", "--home", str(home)],
@@ -38,11 +47,22 @@ def test_the_script_trains_fine_tunes_evaluates_and_is_idempotent(tmp_path):
     at = next(r for r in listed if r["name"] == "cifar10-short-at-s0")
     profile = (home / "runs" / frl["run_id"] / "profile.toml").read_text()
     assert at["run_id"] in profile and "pretrain_epochs = 0" in profile  # FRL fine-tuned the table's AT run
-    # AutoAttack is an exploratory result (a subset): never the run's headline number
+    # Each finished run's small files, and nothing else, were collected under <results>/<profile>/<run-id>/
+    for run in (at, frl):
+        collected = tmp_path / "results" / f"cifar10-short-{run['name'].split('-')[2]}" / run["run_id"]
+        assert sorted(p.name for p in collected.iterdir()) == ["events.jsonl", "meta.json", "profile.toml"]
+        assert (collected / "events.jsonl").read_bytes() == (home / "runs" / run["run_id"] / "events.jsonl").read_bytes()
+    # AutoAttack is an exploratory result (a subset): never the run's headline number, shown apart
     shown = json.loads(subprocess.run([sys.executable, "-m", "fairtui.cli", "show", at["run_id"], "--json", "--home",
                                        str(home)], capture_output=True, text=True, cwd=ROOT, env=engine_env()).stdout)
     assert [r["attack"] for r in shown["other_results"]] == ["aa"] and "aa" not in [r["attack"] for r in shown["results"]]
+    assert "Exploratory, not headline: AutoAttack" in first.stdout and "| PGD-AT | aa | best | 1 per class |" in first.stdout
 
     again = script(tmp_path)  # a second call reuses every finished run and stored result
     assert again.returncode == 0, again.stderr[-3000:]
     assert "training" not in again.stderr and again.stdout == first.stdout
+
+    table_only = subprocess.run([sys.executable, str(ROOT / "experiments" / "cifar10_fairness.py"), "--scale", "short",
+                                 "--table-only", "--results", str(tmp_path / "results")],
+                                capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=120)
+    assert table_only.returncode == 0 and table_only.stdout == first.stdout  # from the collected files alone

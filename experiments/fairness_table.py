@@ -1,0 +1,290 @@
+"""The CIFAR-10 fairness tables, generated from committed run files alone (no fairtui home, no torch).
+
+    python experiments/fairness_table.py RESULTS [--write-docs docs/results.md] [--figure-dir docs/figures]
+
+RESULTS is a folder of ``<profile>/<run-id>/`` folders, each holding a finished run's small files
+(``events.jsonl``, ``profile.toml``, ``meta.json``: `experiments/cifar10_fairness.py --collect` copies
+them there). A row is a profile, its seeds are its runs. Every number is read back from the runs' own
+``eval_result`` events by the rule every fairtui reader uses (`fairtui.runfolder.headline_results`):
+the headline result at the profile's own settings on the whole test split. Exploratory results (AutoAttack
+on a class-balanced subset) are shown apart, labelled with their subset.
+
+``--write-docs FILE`` replaces the block between the markers ``<!-- generated: KEY -->`` and
+``<!-- end generated: KEY -->`` in FILE (KEY is the folder's name, e.g. ``cifar10-cpu``); a test
+checks that the block in docs/results.md is what this script makes of the committed files.
+The same script serves the CPU-scale table (experiments/results/cifar10-cpu) and the GPU table
+(experiments/results/cifar10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from fairtui.compare import summarise  # noqa: E402
+from fairtui.runfolder import RunView  # noqa: E402
+
+# The table's rows, in the issue's priority order, by the suffix of the profile's name.
+METHODS = ["at", "trades", "wat", "cfa-trades", "dafa", "frl", "cfa-at", "tian", "faal", "bat", "csr"]
+LABELS = {"at": "PGD-AT", "trades": "TRADES", "frl": "FRL (RW+RM, from PGD-AT)", "cfa-at": "CFA on AT",
+          "cfa-trades": "CFA on TRADES", "wat": "WAT", "tian": "Tian et al. (TRADES, class-wise beta)",
+          "dafa": "DAFA on TRADES", "faal": "FAAL (from PGD-AT)", "bat": "BAT", "csr": "CSR"}
+# The figure's panels: each fairness method beside the base it builds on (at most 8 series a panel).
+FIGURES = {"at": ["at", "frl", "cfa-at", "faal"], "trades": ["trades", "wat", "cfa-trades", "dafa", "tian", "bat",
+                                                             "csr"]}
+CHECKPOINTS = ["best", "last", "fawa", "ema"]
+HEADLINE_ATTACK = "pgd20"
+
+# Student's t quantile t_{0.975, df} for df = 1..30 (beyond: 1.96 is within 2%).
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042]
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of freedom)."""
+    mean = statistics.mean(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    t = T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96
+    return mean, t * statistics.stdev(values) / len(values) ** 0.5
+
+
+def fmt(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
+    """``mean ± half-width`` (one seed: the value alone); values in fractions, shown in %."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    mean, half = interval(values)
+    if len(values) < 2:
+        return f"{mean * scale:.{digits}f}"
+    return f"{mean * scale:.{digits}f} ± {half * scale:.{digits}f}"
+
+
+@dataclass
+class Row:
+    """One profile: its completed runs (the seeds) and what they measured."""
+
+    profile: str
+    method: str
+    views: list[RunView] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.method, self.profile)
+
+    @property
+    def seeds(self) -> list[int]:
+        return [int(v.config.get("seed", -1)) for v in self.views]
+
+    def results(self, checkpoint: str, attack: str = HEADLINE_ATTACK) -> list[dict]:
+        """Each seed's headline test result at ``checkpoint`` (a seed without one is left out)."""
+        found = [v.results().get(("test", checkpoint, attack)) for v in self.views]
+        return [r for r in found if r is not None]
+
+    def exploratory(self, attack: str, checkpoint: str) -> list[dict]:
+        """Each seed's latest result for ``attack`` at ``checkpoint`` on a class-balanced test subset."""
+        out = []
+        for v in self.views:
+            subset = [e for e, _ in v.other_results() if e.get("attack") == attack and e.get("split") == "test"
+                      and e.get("checkpoint") == checkpoint and (e.get("n_per_class") or 0) > 0]
+            if subset:
+                out.append(subset[-1])
+        return out
+
+    def epoch_times(self) -> list[float]:
+        return [float(e["time_s"]) for v in self.views for e in v.epochs if "time_s" in e]
+
+    def provenance(self, key: str) -> list[str]:
+        """The distinct values of a run_started field over the seeds (device, torch, the code's commit)."""
+        out = []
+        for v in self.views:
+            started = v.started or {}
+            value = {"commit": lambda: (started.get("provenance", {}).get("code", {}).get("git_commit") or "?")[:7],
+                     "device": lambda: started.get("device", "?"),
+                     "torch": lambda: started.get("provenance", {}).get("torch", "?"),
+                     "threads": lambda: str(started.get("provenance", {}).get("determinism", {}).get("threads", "?")),
+                     }[key]()
+            if value not in out:
+                out.append(value)
+        return out
+
+
+def method_of(profile: str) -> str:
+    """``cifar10-cpu-cfa-at`` -> ``cfa-at``: the row's method, by the longest known suffix."""
+    matches = [m for m in METHODS if profile.endswith("-" + m)]
+    return max(matches, key=len) if matches else profile
+
+
+def load(results: Path) -> list[Row]:
+    """The rows of ``results``: every ``<profile>/<run-id>/`` whose run completed, in METHODS' order."""
+    rows = []
+    if not results.is_dir():
+        return rows
+    for folder in sorted(p for p in results.iterdir() if p.is_dir()):
+        row = Row(folder.name, method_of(folder.name))
+        for run_dir in sorted(p for p in folder.iterdir() if (p / "events.jsonl").is_file()):
+            view = RunView.load(run_dir)
+            if view.status() == "completed":
+                row.views.append(view)
+        row.views.sort(key=lambda v: int(v.config.get("seed", 0)))
+        if row.views:
+            rows.append(row)
+    order = {m: i for i, m in enumerate(METHODS)}
+    return sorted(rows, key=lambda r: (order.get(r.method, len(order)), r.profile))
+
+
+def headline_table(rows: list[Row]) -> list[str]:
+    lines = ["| method | profile | seeds | checkpoint | clean avg | PGD-20 avg | PGD-20 worst | CV (PGD-20) "
+             "| weakest class (each seed) | s / epoch |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        names = row.views[0].class_names()
+        times = row.epoch_times()
+        time_cell = f"{statistics.median(times):.0f}" if times else "-"
+        for ckpt in CHECKPOINTS:
+            results = row.results(ckpt)
+            if not results:
+                continue
+            s = [summarise(r) for r in results]
+            weakest = [names[min(range(len(names)), key=r["robust_acc_per_class"].__getitem__)] for r in results]
+            lines.append(
+                f"| {row.label} | {row.profile} | {len(results)} | {ckpt} | {fmt([x['avg_clean'] for x in s])} | "
+                f"{fmt([x['avg_robust'] for x in s])} | {fmt([x['worst_robust'] for x in s])} | "
+                f"{fmt([x['cv'] for x in s], scale=1.0, digits=4)} | {', '.join(weakest)} | {time_cell} |")
+    return lines
+
+
+def per_class_table(rows: list[Row], checkpoint: str = "best") -> list[str]:
+    names = rows[0].views[0].class_names()
+    lines = ["| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for row in rows:
+        results = row.results(checkpoint)
+        if not results:
+            continue
+        cells = [fmt([r["robust_acc_per_class"][c] for r in results]) for c in range(len(names))]
+        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def exploratory_table(rows: list[Row], attacks: tuple[str, ...] = ("aa", "aa-fast")) -> list[str]:
+    lines = []
+    for row in rows:
+        for attack in attacks:
+            for ckpt in CHECKPOINTS:
+                results = row.exploratory(attack, ckpt)
+                if not results:
+                    continue
+                s = [summarise(r) for r in results]
+                subset = sorted({int(r["n_per_class"]) for r in results})
+                lines.append(f"| {row.label} | {attack} | {ckpt} | {', '.join(map(str, subset))} per class | "
+                             f"{len(results)} | {fmt([x['avg_clean'] for x in s])} | "
+                             f"{fmt([x['avg_robust'] for x in s])} | {fmt([x['worst_robust'] for x in s])} |")
+    if not lines:
+        return []
+    return ["| method | attack | checkpoint | test subset | seeds | clean avg | robust avg | robust worst |",
+            "|---|---|---|---|---|---|---|---|", *lines]
+
+
+def provenance_lines(rows: list[Row]) -> list[str]:
+    out = []
+    for row in rows:
+        out.append(f"- {row.label} (`{row.profile}`, seeds {', '.join(map(str, row.seeds))}): device "
+                   f"{', '.join(row.provenance('device'))}, {', '.join(row.provenance('threads'))} thread(s), "
+                   f"torch {', '.join(row.provenance('torch'))}, commit {', '.join(row.provenance('commit'))}")
+    return out
+
+
+def markdown(results: Path, rows: list[Row] | None = None) -> str:
+    """The whole generated block: headline table, per-class table, exploratory results, provenance."""
+    rows = load(results) if rows is None else rows
+    if not rows:
+        return f"No completed run in `{results.name}` yet."
+    started = rows[0].views[0].started or {}
+    sizes = started.get("split_sizes", {})
+    test_n, train_n = sum(sizes.get("test", [])), sum(sizes.get("train", []))
+    cfg = rows[0].views[0].config
+    eps = cfg.get("eval", {}).get("eps") or cfg.get("attack", {}).get("eps")
+    eps_text = f"{eps * 255:.0f}/255" if eps else "?"
+    try:
+        where = results.resolve().relative_to(ROOT)
+    except ValueError:
+        where = results
+    header = (f"Test accuracy in %, PGD-20 at eps {eps_text} on the whole test split ({test_n:,} images), "
+              f"{train_n:,} training images; each cell is the mean ± the half-width of a 95% confidence "
+              f"interval over the seeds (Student's t), CV in fractions (WAT's unit). Generated by "
+              f"`python experiments/fairness_table.py {where}` from the committed run "
+              f"files; do not edit by hand.")
+    parts = [header, "", *headline_table(rows), "",
+             "Per-class PGD-20 accuracy of the best checkpoint (%, mean ± 95% half-width over seeds):", "",
+             *per_class_table(rows)]
+    explore = exploratory_table(rows)
+    if explore:
+        parts += ["", "Exploratory, not headline: AutoAttack on a class-balanced test subset (seed-chosen).", "",
+                  *explore]
+    parts += ["", "Where each row ran:", "", *provenance_lines(rows)]
+    return "\n".join(parts)
+
+
+def replace_block(text: str, key: str, block: str) -> str:
+    start, end = f"<!-- generated: {key} -->", f"<!-- end generated: {key} -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"no block marked {start!r} ... {end!r} to replace")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{block}\n{end}{tail}"
+
+
+def figure(rows: list[Row], panel: str, path: Path, checkpoint: str = "best") -> Path | None:
+    """`fairtui plot classes` of one panel's rows (FIGURES), drawn by fairtui's own figure code."""
+    from fairtui.figures import draw, figure_format
+    from fairtui.compare import setting_label
+    from fairtui.figures.data import ResultFigure, Series
+
+    chosen = [r for m in FIGURES[panel] for r in rows if r.method == m and r.results(checkpoint)]
+    if not chosen:
+        return None
+    series = []
+    for row in chosen:
+        results = row.results(checkpoint)
+        s = Series(f"{row.label} (seeds {', '.join(map(str, row.seeds))})", [v.run_id for v in row.views],
+                   "; ".join(dict.fromkeys(setting_label(r) for r in results)))
+        s.robust = [r["robust_acc_per_class"] for r in results]
+        s.clean = [r["clean_acc_per_class"] for r in results]
+        s.summaries = [summarise(r) for r in results]
+        series.append(s)
+    fig = draw.classes(ResultFigure(chosen[0].views[0].class_names(), series, checkpoint))
+    path.write_bytes(draw.to_bytes(fig, figure_format(str(path))))
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, help="a folder of <profile>/<run-id>/ run files")
+    parser.add_argument("--write-docs", type=Path, help="replace the generated block for RESULTS in this file")
+    parser.add_argument("--figure-dir", type=Path, help="write <RESULTS name>-<at|trades>.png figures here")
+    args = parser.parse_args(argv)
+    if not args.results.is_dir():
+        parser.error(f"{args.results}: no such folder")
+    rows = load(args.results)
+    block = markdown(args.results, rows)
+    print(block)
+    if args.write_docs:
+        args.write_docs.write_text(replace_block(args.write_docs.read_text(), args.results.name, block))
+        print(f"wrote the {args.results.name} block of {args.write_docs}", file=sys.stderr)
+    if args.figure_dir and rows:
+        for panel in FIGURES:
+            written = figure(rows, panel, args.figure_dir / f"{args.results.name}-{panel}.png")
+            if written:
+                print(f"wrote {written}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
