@@ -25,17 +25,33 @@ def checkpoints_to_evaluate(trainer: "Trainer") -> list[str]:
     return [name for name in wanted if name in available]
 
 
+def same_weights(a: dict, b: dict) -> bool:
+    """True when two state dicts hold the same tensors, bit for bit."""
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def final_evaluation(trainer: "Trainer") -> None:
     from engine.process import StopRequested
 
     model = copy.deepcopy(trainer.model)
     test = trainer.splits.test
+    done: list[tuple[str, dict, dict[str, dict]]] = []  # (checkpoint, weights, its results by attack)
     for checkpoint in checkpoints_to_evaluate(trainer):
         try:
             weights, epoch = trainer.store.weights(checkpoint, trainer.rt.device)
         except CheckpointError as err:
             log.warning("skipping %s: %s", checkpoint, err)
             continue
+        twin = next(((name, results) for name, w, results in done if same_weights(w, weights)), None)
+        if twin is not None:  # e.g. best is the last epoch: the same weights and the same seeded attack give
+            for result in twin[1].values():  # the same numbers, so they are recorded again, not recomputed
+                trainer.events.emit("eval_result", **{**result, "checkpoint": checkpoint, "epoch": epoch,
+                                                      "same_weights_as": twin[0], "time_s": 0.0})
+            log.info("test @ %s (epoch %d): the weights of %s, whose results it shares", checkpoint, epoch, twin[0])
+            continue
+        done.append((checkpoint, weights, {}))
         model.load_state_dict(weights)
         for attack_name in trainer.profile.eval.attacks:
             attack = build_attack(attack_name, model, trainer.attack_settings())
@@ -51,8 +67,10 @@ def final_evaluation(trainer: "Trainer") -> None:
                                            progress, seed=trainer.attack_settings().seed)
             result = per_class_result(test.y, clean, adv, trainer.k, conf_var)
             setting = trainer.attack_settings().result_setting(attack_name, 0, trainer.profile.data.eval_batch_size)
-            trainer.events.emit("eval_result", split="test", checkpoint=checkpoint, epoch=epoch,
-                                attack=attack_name, eps=trainer.profile.eval.eps, n_per_class=0, setting=setting,
-                                time_s=time.perf_counter() - started, **result)
+            fields = dict(split="test", attack=attack_name, eps=trainer.profile.eval.eps, n_per_class=0,
+                          setting=setting, **result)
+            done[-1][2][attack_name] = fields
+            trainer.events.emit("eval_result", checkpoint=checkpoint, epoch=epoch,
+                                time_s=time.perf_counter() - started, **fields)
             log.info("test %s @ %s (epoch %d): clean %.3f  robust %.3f  worst %.3f", attack_name, checkpoint,
                      epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])

@@ -308,3 +308,20 @@ def test_a_run_folder_whose_profile_is_empty_or_cut_short_never_trains_on_defaul
     resumed = fairtui_cmd("resume", "aaaaaa", home=tmp_path)
     assert resumed.returncode == 2 and "the run cannot continue on defaults" in resumed.stderr
     assert len(resumed.stderr.strip().splitlines()) == 1
+
+
+def test_a_checkpoint_with_the_weights_of_one_already_evaluated_shares_its_results(tmp_path):
+    """Best is the last epoch (one epoch): the test split is attacked once, and `best` records the same
+    numbers, marked as shared; those are the numbers a separate evaluation of `best` computes."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shared = train_tiny(tmp_path / "a", overrides=("train.epochs=1", 'eval.checkpoints=["last", "best"]'))
+    results = {e["checkpoint"]: e for e in events_of(shared) if e["type"] == "eval_result"}
+    assert set(results) == {"last", "best"}
+    assert results["best"]["same_weights_as"] == "last" and "same_weights_as" not in results["last"]
+    assert results["best"]["epoch"] == results["last"]["epoch"] == 1
+    alone = train_tiny(tmp_path / "b", overrides=("train.epochs=1", 'eval.checkpoints=["best"]'))
+    (computed,) = [e for e in events_of(alone) if e["type"] == "eval_result"]
+    assert "same_weights_as" not in computed
+    for key in ("clean_acc_per_class", "robust_acc_per_class", "avg_robust", "setting"):
+        assert results["best"][key] == computed[key] == results["last"][key]
