@@ -18,6 +18,8 @@ mean 0 and std 1 for a model that takes [0, 1] pixels), so attacks work in [0, 1
 
 from __future__ import annotations
 
+import hashlib
+
 import logging
 import shutil
 import sys
@@ -192,6 +194,30 @@ def robustbench_state(path: Path, name: str) -> dict[str, torch.Tensor]:
     return _strip(_strip({k: v for k, v in state.items() if isinstance(v, torch.Tensor)}, "module."), "model.")
 
 
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_trusted_file(path: Path, recorded: str) -> None:
+    """Trust is given to a file, not to a name: a TorchScript file is loaded only while its SHA-256 is the
+    one recorded when it was imported with --trust-code (a file replaced since is a new program)."""
+    try:
+        actual = sha256_of(path)
+    except OSError as err:
+        raise ImportFailed(f"{path}: cannot be read ({err.strerror or err})") from None
+    if not recorded:
+        raise ImportFailed(f"{path}: no SHA-256 was recorded when it was trusted, so it cannot be checked; import "
+                           "it again with --trust-code if you trust its source")
+    if actual != recorded:
+        raise ImportFailed(f"{path} is not the file trusted at import (SHA-256 {actual[:12]}..., trusted "
+                           f"{recorded[:12]}...): it was replaced, and is not loaded; import it again with "
+                           "--trust-code if you trust the new file")
+
+
 def build(profile: Profile, input_shape: tuple[int, ...], num_classes: int, data_mean, data_std,
           run_dir: Path) -> nn.Sequential:
     """The network of a run (trained or imported), with its normalisation layer, untrained weights."""
@@ -201,6 +227,7 @@ def build(profile: Profile, input_shape: tuple[int, ...], num_classes: int, data
             raise ImportFailed("this run's model is TorchScript, a program that runs its own code when loaded, and "
                                "was not imported with --trust-code: import it again with --trust-code if you trust "
                                "its source")
+        check_trusted_file(run_dir / TS_FILE, profile.source.sha256)
         try:
             net = torch.jit.load(str(run_dir / TS_FILE), map_location="cpu")
         except (RuntimeError, OSError, ValueError) as err:

@@ -364,6 +364,22 @@ def test_a_torchscript_run_without_recorded_trust_is_never_loaded(tmp_path):
     assert proc.returncode == 2 and "was not imported with --trust-code" in proc.stderr
 
 
+def test_a_trusted_torchscript_file_replaced_after_import_is_never_loaded(tmp_path):
+    """Trust is bound to the file imported (its SHA-256), not to the run: a model.ts swapped afterwards is
+    refused before torch.jit.load runs it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(trained_small_cnn()), str(tmp_path / "net.ts"))
+        torch.jit.save(torch.jit.script(_NeverReturns()), str(tmp_path / "other.ts"))
+    home = tmp_path / "home"
+    made = run_json("import", "--torchscript", str(tmp_path / "net.ts"), "--trust-code", "--dataset", "digits",
+                    "--eps", "0.2", home=home)
+    assert fairtui_cmd("eval", made["run_id"], "--attack", "clean", home=home).returncode == 0
+    (home / "runs" / made["run_id"] / "imported" / "model.ts").write_bytes((tmp_path / "other.ts").read_bytes())
+    proc = fairtui_cmd("eval", made["run_id"], "--attack", "pgd5", home=home, timeout=120)
+    assert proc.returncode == 2 and "is not the file trusted at import" in proc.stderr, proc.stderr
+
+
 class _NeverReturns(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = x
