@@ -202,7 +202,28 @@ def _check_eps(eps: float, norm: str, file: str, key: str) -> None:
         raise ProfileError(file, key, f"an {'L-inf ' if norm == 'linf' else ''}eps {err}") from None
 
 
-def _build_method(table: Any, file: str) -> MethodParams:
+def pinned_form_keys(raw: dict, file: str = "profile") -> list[str]:
+    """One warning per key that the profile pins although its method's `form` sets it too, with both
+    values: `--set method.form="code"` on a profile that pins the paper's tau1 keeps the paper's tau1."""
+    table = raw.get("method", {})
+    if not isinstance(table, dict):
+        return []
+    params = _method_params(table, file)
+    form = getattr(params, "form", None)
+    out = []
+    pinned_train = raw.get("train", {}) if isinstance(raw.get("train"), dict) else {}
+    for section, values, pinned in (("method", params.form_values(), table),
+                                    ("train", params.train_defaults(), pinned_train)):
+        for key, form_value in values.items():
+            if key in pinned and pinned[key] != form_value:
+                by = f'method.form = "{form}"' if form else f"method {params.name!r}"
+                out.append(f"{section}.{key} = {pinned[key]!r} is pinned by the profile; {by} would set "
+                           f"{form_value!r}: the profile's value is used")
+    return out
+
+
+def _method_params(table: dict, file: str) -> MethodParams:
+    """The profile's method parameters as written (before the form fills the keys left unset)."""
     if not isinstance(table, dict):
         raise ProfileError(file, "method", "expected a table")
     name = table.get("name", "pgd_at")
@@ -218,7 +239,13 @@ def _build_method(table: Any, file: str) -> MethodParams:
         raise ProfileError(file, "method.name", f"unknown method {name!r}; choose from {', '.join(known)}")
     params = build(cls, {k: v for k, v in table.items() if k != "name"}, file, "method.", skip=("name",))
     params.validate(file)
-    return params.resolved()
+    return params
+
+
+def _build_method(table: Any, file: str) -> MethodParams:
+    if not isinstance(table, dict):
+        raise ProfileError(file, "method", "expected a table")
+    return _method_params(table, file).resolved()
 
 
 def profile_from_table(raw: dict, file: str) -> Profile:

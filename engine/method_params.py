@@ -24,6 +24,10 @@ class MethodParams:
         """Fill defaults that depend on other keys, so the saved profile is explicit."""
         return self
 
+    def form_values(self) -> dict[str, object]:
+        """The values this method's `form` (paper or code) gives the keys the profile leaves unset."""
+        return {}
+
     def train_defaults(self) -> dict[str, object]:
         """Values of `[train]` keys that this method's form sets where the profile leaves them unset."""
         return {}
@@ -135,11 +139,14 @@ class FRLParams(MethodParams):
         if self.init_from and self.pretrain_epochs:
             raise ProfileError(file, "method.init_from", "give either init_from or pretrain_epochs, not both")
 
-    def resolved(self) -> "FRLParams":
+    def form_values(self) -> dict[str, object]:
         values = dict(FRL_FORMS[self.form])
         if self.form == "code":
             values.update(tau1=FRL_CODE_TAU[self.variant], tau2=FRL_CODE_TAU[self.variant])
-        return dataclasses.replace(self, **_unset(self, values))
+        return values
+
+    def resolved(self) -> "FRLParams":
+        return dataclasses.replace(self, **_unset(self, self.form_values()))
 
 
 def _unset(params: MethodParams, values: dict[str, object]) -> dict[str, object]:
@@ -198,11 +205,14 @@ class CFAParams(MethodParams):
     # the authors' code uses --tau 3.
     fat_tau: int = field(3, min=0)
 
-    def resolved(self) -> "CFAParams":
+    def form_values(self) -> dict[str, object]:
         values = {**CFA_FORMS[self.form]}
         values.setdefault("lambda1", CFA_LAMBDA1[self.base])
+        return values
+
+    def resolved(self) -> "CFAParams":
         # CCR calibrates TRADES betas: it has no meaning for AT or FAT, so it is off there.
-        return dataclasses.replace(self, **_unset(self, values), ccr=self.ccr and self.base == "trades")
+        return dataclasses.replace(self, **_unset(self, self.form_values()), ccr=self.ccr and self.base == "trades")
 
     def train_defaults(self) -> dict[str, object]:
         values = dict(CFA_TRAIN_FORMS[self.form])
@@ -253,9 +263,11 @@ class DAFAParams(MethodParams):
     # No clamp in the paper or the code: a weight <= 0 fails the run unless this floor is set.
     weight_floor: Optional[float] = field(None, gt=0.0)
 
+    def form_values(self) -> dict[str, object]:
+        return dict(DAFA_FORMS[self.form])
+
     def resolved(self) -> "DAFAParams":
-        values = dict(DAFA_FORMS[self.form])
-        out = dataclasses.replace(self, **_unset(self, values))
+        out = dataclasses.replace(self, **_unset(self, self.form_values()))
         return dataclasses.replace(out, pgd_second_step=bool(out.pgd_second_step) and self.base == "pgd_at")
 
     def validate_profile(self, profile, file: str) -> None:

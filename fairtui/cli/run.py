@@ -31,7 +31,7 @@ def run(
     cluster: Optional[str] = Cluster,
     home: HomeT = Home,
 ) -> None:
-    from engine.config import load_profile, profile_warnings
+    from engine.config import apply_overrides, load_profile, pinned_form_keys, profile_warnings, read_toml
     from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home
@@ -50,7 +50,8 @@ def run(
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
         resolved = resolve_init_from(resolved, profile, home)
-        for warning in profile_warnings(resolved):
+        for warning in pinned_form_keys(apply_overrides(read_toml(profile), overrides), str(profile)) \
+                + profile_warnings(resolved):
             typer.echo(f"warning: {warning}", err=True)
         run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
     except ProfileError as err:

@@ -39,7 +39,7 @@ def sweep(
 ) -> None:
     import json
 
-    from engine.config import apply_overrides, profile_warnings
+    from engine.config import apply_overrides, pinned_form_keys, profile_warnings
     from engine.contract.profile_schema import ProfileError
     from fairtui.home import resolve_home
     from fairtui.sweep import build_spec, expand, split_profile
@@ -59,7 +59,9 @@ def sweep(
         chosen = [int(s) for s in seed_list.split(",")] if seed_list else None
         spec = build_spec(profile, table, grid, seeds, chosen, launcher)
         children = expand(profile, raw, spec)
-        for warning in dict.fromkeys(w for _, resolved in children for w in profile_warnings(resolved)):
+        pinned = [w for child, _ in children for w in pinned_form_keys(apply_overrides(raw, child.overrides),
+                                                                         str(profile))]
+        for warning in dict.fromkeys(pinned + [w for _, resolved in children for w in profile_warnings(resolved)]):
             typer.echo(f"warning: {warning}", err=True)
         slurm_settings = None
         if spec.launcher == "slurm":

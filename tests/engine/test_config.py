@@ -112,3 +112,43 @@ def test_bad_percent_milestones_name_the_key(tiny_profile, value, problem):
 
     with pytest.raises(ProfileError, match=f"train.milestones: item 0: .*{re.escape(problem)}"):
         load_profile(tiny_profile(), [f"train.milestones={value}"])
+
+
+FORM_OWNED = re.compile(r"^(tau1|tau2|alpha2|alpha_margin|alpha_schedule|margin_form|lambda1|fawa_decay|"
+                        r"fawa_threshold|calibration_start_epoch|tie_rule|pgd_second_step) = ", re.M)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_profiles_leave_form_owned_keys_to_the_form(path):
+    """`--set method.form="code"` must change every value the code form owns: a shipped profile pins none
+    of them (FAWA's start, scaled to a profile's schedule, is the documented exception)."""
+    assert not FORM_OWNED.search(path.read_text()), path.name
+
+
+def test_a_key_pinned_against_the_form_is_named_with_both_values(tmp_path):
+    from engine.config import apply_overrides, pinned_form_keys, read_toml
+
+    frl = tmp_path / "frl.toml"
+    frl.write_text(TINY.replace('name = "pgd_at"', 'name = "frl"\ntau1 = 0.05\npretrain_epochs = 1'))
+    raw = read_toml(frl)
+    assert pinned_form_keys(raw) == []  # the paper's form also says 0.05: nothing is overridden
+    (warning,) = pinned_form_keys(apply_overrides(raw, ['method.form="code"']))
+    assert warning == ('method.tau1 = 0.05 is pinned by the profile; method.form = "code" would set 0.07: the '
+                       "profile's value is used")
+    cfa = tmp_path / "cfa.toml"
+    cfa.write_text(TINY.replace('name = "pgd_at"', 'name = "cfa"\nform = "code"').replace(
+        "threads = 1", "threads = 1\nema_decay = 0.5"))
+    assert pinned_form_keys(read_toml(cfa)) == [
+        'train.ema_decay = 0.5 is pinned by the profile; method.form = "code" would set 0.88: the profile\'s value '
+        "is used"]
+
+
+def test_fairtui_run_prints_the_pinned_key_warning(tmp_path):
+    from tests.conftest import fairtui_cmd
+
+    frl = tmp_path / "frl.toml"
+    frl.write_text(TINY.replace('name = "pgd_at"', 'name = "frl"\nalpha_margin = 0.05\npretrain_epochs = 1'))
+    out = fairtui_cmd("run", str(frl), "--set", 'method.form="code"', home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("method.alpha_margin = 0.05 is pinned by the profile; method.form = \"code\" would "
+                            "set 0.2") == 1, out.stderr
