@@ -50,8 +50,11 @@ def list_run_dirs(home: Path) -> list[Path]:
                   key=lambda p: p.name)
 
 
-def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
+def find_run(home: Path, ref: str, names: dict[str, str] | None = None, unique_name: bool = False) -> Path:
     """Resolve RUN: an id, a unique id prefix, a run name (newest run of that name), or a short id.
+
+    ``unique_name``: a name that several runs share is refused, listing them, instead of meaning the newest
+    (where picking the wrong one would change a result: the weights a fine-tune starts from).
 
     The short id is the random last part of the id (``1eb6cc`` of ``20261122-224326-1eb6cc``): what
     `fairtui ls`, `compare` and the app show. A unique prefix of it (4 characters or more) works too.
@@ -76,6 +79,9 @@ def find_run(home: Path, ref: str, names: dict[str, str] | None = None) -> Path:
     dirs = [p for p in dirs if (p / "profile.toml").exists()]
     names = names if names is not None else {p.name: read_name(p) for p in dirs}
     named = [ids[i] for i, n in names.items() if n == ref and i in ids]
+    if len(named) > 1 and unique_name:
+        raise RunNotFound(f"{ref!r} names {len(named)} runs ({', '.join(p.name for p in named[:10])}): give one "
+                          "by its id")
     if named:
         return named[-1]
     if len(ref) >= 4:

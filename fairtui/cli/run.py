@@ -134,9 +134,9 @@ def resolve_init_from(profile, path: str, home):
         check_init_checkpoint(resolve_init_checkpoint(ref), path)
         return profile
     try:
-        run_dir = find_run(resolve_home(home), ref)
+        run_dir = find_run(resolve_home(home), ref, unique_name=True)
     except RunNotFound as err:
-        raise ProfileError(path, "method.init_from", f"no such file or run: {err}") from None
+        raise ProfileError(path, "method.init_from", f"no such file or single run: {err}") from None
     for name in ("best.pt", "last.pt"):
         checkpoint = run_dir / "checkpoints" / name
         if checkpoint.exists():

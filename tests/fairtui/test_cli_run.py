@@ -147,3 +147,20 @@ def test_a_full_disk_is_one_line_for_every_command(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert err.startswith("fairtui: no space left to write /home/x/.fairtui/runs.json")
+
+
+def test_an_init_from_name_shared_by_several_runs_is_refused_with_their_ids(tmp_path):
+    """`method.init_from = NAME` picked the newest of several runs of that name without a word: the weights
+    a fine-tune starts from must be the ones meant."""
+    from fairtui.synthetic import make_run
+    from tests.conftest import TINY
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base", method="pgd_at")
+    make_run(home, "20260101-000001-bbbbbb", name="base", method="pgd_at")
+    frl = tmp_path / "frl.toml"
+    frl.write_text(TINY.replace('name = "pgd_at"', 'name = "frl"\ninit_from = "base"'))
+    out = fairtui_cmd("run", str(frl), home=home)
+    assert out.returncode == 2, out.stderr
+    assert "'base' names 2 runs (20260101-000000-aaaaaa, 20260101-000001-bbbbbb): give one by its id" in out.stderr
+    assert sorted(p.name for p in (home / "runs").iterdir()) == ["20260101-000000-aaaaaa", "20260101-000001-bbbbbb"]
