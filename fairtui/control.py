@@ -102,8 +102,75 @@ def delete_run(run_dir: Path) -> str:
     return f"deleted {run_id}"
 
 
+def stop_requested(run_dir: Path) -> bool:
+    """True when a stop was asked and the engine still runs: the next stop is a kill (`stop --now`)."""
+    from engine.process import STOP_MARKER
+
+    return (run_dir / STOP_MARKER).exists() and engine_alive(run_dir)
+
+
+def engine_processes(run_dir: Path) -> tuple[int | None, list[int]]:
+    """The engine's process group, when it leads its own (the launcher starts it so), and the pids of the
+    engine and its ranks on this host (engine.json), for a kill that a hung engine cannot ignore."""
+    import socket
+
+    info = engine_process(run_dir) or {}
+    pids = [info["pid"]] if isinstance(info.get("pid"), int) else []
+    pids += [r["pid"] for r in info.get("ranks", []) if isinstance(r, dict) and isinstance(r.get("pid"), int)
+             and r.get("host", info.get("host")) == socket.gethostname() and r["pid"] not in pids]
+    group = None
+    if pids:
+        try:
+            group = os.getpgid(pids[0])
+        except ProcessLookupError:
+            pass
+    if group is not None and (group != pids[0] or group == os.getpgrp()):
+        group = None  # the engine leads no group of its own (started by torchrun, srun...): kill the pids alone
+    return group, pids
+
+
+def kill_run(run_dir: Path, timeout: float = 30.0) -> str:
+    """SIGKILL the engine's process group (and its ranks): for an engine that hangs and ignores the stop it
+    was asked for. The run keeps its last checkpoint, is recorded as stopped (killed) and resumes from it."""
+    from engine.contract.events import EventWriter
+    from engine.process import STOP_MARKER
+
+    if not engine_alive(run_dir):
+        raise StopError(f"run {run_dir.name} is not running (status {RunView.load(run_dir).status()})")
+    group, pids = engine_processes(run_dir)
+    try:
+        if group is not None:
+            os.killpg(group, signal.SIGKILL)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    except PermissionError as err:
+        raise StopError(f"run {run_dir.name}: its engine could not be killed: {err.strerror or err}") from None
+    end = time.time() + timeout
+    while time.time() < end and engine_alive(run_dir):
+        time.sleep(0.1)
+    if engine_alive(run_dir):
+        raise StopError(f"run {run_dir.name}: its engine (pid {pids[0]}) survived SIGKILL for {timeout:.0f} s")
+    if RunView.load(run_dir).status() == "lost":  # nothing closed the session: say how it ended
+        writer = EventWriter(run_dir / "events.jsonl", run_dir.name)
+        try:
+            writer.emit("run_finished", status="stopped", killed=True,
+                        error="killed (SIGKILL) by fairtui stop --now: the engine did not stop when asked; it "
+                              "resumes from its last checkpoint")
+        finally:
+            writer.close()
+    (run_dir / STOP_MARKER).unlink(missing_ok=True)  # the resumed run must not stop at its first batch
+    from fairtui.store import RunIndex
+
+    RunIndex(run_dir.parent.parent).register(run_dir)
+    return RunView.load(run_dir).status() + " (killed)"
+
+
 def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
-    """SIGTERM the run's engine (it stops after its batch, keeping its checkpoint); return the new status."""
+    """SIGTERM the run's engine (it stops after its batch, keeping its checkpoint); return the new status.
+    A run whose stop was asked before and that still runs is not asked again: see :func:`kill_run`."""
     view = RunView.load(run_dir)
     if view.meta.get("launcher") == "slurm" and view.meta.get("slurm_cluster", "slurm") == "slurm" \
             and view.status() in ("running", "queued"):

@@ -10,6 +10,31 @@ from pathlib import Path
 from textual.screen import Screen
 
 
+def stop_or_kill(screen: Screen, run_dir: Path) -> None:
+    """`s`: ask the engine to stop; when it was asked before and still runs (it hangs), offer to kill it
+    (SIGKILL, as `fairtui stop --now`), after a confirmation."""
+    from fairtui.app.dialogs import ConfirmDialog
+    from fairtui.control import StopError, kill_run, stop_requested, stop_run
+
+    def kill(yes: bool | None) -> None:
+        if not yes:
+            return
+        try:
+            screen.notify(f"run {run_dir.name}: {kill_run(run_dir)}; resume continues from its last checkpoint")
+        except StopError as err:
+            screen.notify(str(err), severity="warning")
+
+    if stop_requested(run_dir):
+        screen.app.push_screen(ConfirmDialog(f"run {run_dir.name} was asked to stop and still runs: kill its engine "
+                                             "now (SIGKILL)? It keeps its last checkpoint."), kill)
+        return
+    try:
+        stop_run(run_dir, wait=False)
+        screen.notify(f"stopping {run_dir.name}: it finishes its batch and keeps its checkpoint (s again: kill it)")
+    except StopError as err:
+        screen.notify(str(err), severity="warning")
+
+
 def edit_notes(screen: Screen, run_dir: Path) -> None:
     """Read or write the run's notes in a dialog (meta.json under its lock, as `fairtui note`)."""
     from fairtui.app.dialogs import NotesDialog

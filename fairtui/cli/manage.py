@@ -17,12 +17,21 @@ NOTE_HELP = "Set a run's note."
 
 
 def stop(run_ref: str = typer.Argument(..., metavar="RUN"), home: HomeT = Home,
-         wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until the engine has stopped")) -> None:
-    from fairtui.control import StopError, stop_run
+         wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until the engine has stopped"),
+         now: bool = typer.Option(False, "--now", help="kill the engine's processes (SIGKILL) at once: for an "
+                                  "engine that hangs; the run keeps its last checkpoint. A second stop of a run "
+                                  "asked to stop already does the same")) -> None:
+    from fairtui.control import StopError, kill_run, stop_requested, stop_run
 
     run_dir = resolve_run(home, run_ref)
     try:
-        status = stop_run(run_dir, wait=wait)
+        if now or stop_requested(run_dir):
+            why = "--now" if now else "it was asked to stop before and still runs"
+            typer.echo(f"run {run_dir.name}: killing its engine (SIGKILL, {why}); it keeps its last checkpoint "
+                       "and `fairtui resume` continues from it", err=True)
+            status = kill_run(run_dir)
+        else:
+            status = stop_run(run_dir, wait=wait)
     except StopError as err:
         raise fail(str(err)) from None
     typer.echo(f"run {run_dir.name}: {status}", err=True)

@@ -385,3 +385,50 @@ def test_export_refuses_a_socket(tmp_path):
         sock.bind(str(path))
         out = cli("export", "a", "-o", str(path), "--force", home=home)
     assert out.returncode == 2 and "is a socket" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_hung_engine_is_killed_by_stop_now_or_a_second_stop_and_resumes(tmp_path, tiny_profile):
+    """An engine that hangs (here: SIGSTOP, which holds a graceful stop's signal pending for ever) ignores
+    `fairtui stop`; `stop --now`, or a second `stop`, kills its process group after saying so. The run ends
+    stopped, marked killed, keeps its last checkpoint, and `resume` continues to the end."""
+    import signal
+    import time
+
+    home = tmp_path / "home"
+    for second_stop in (False, True):
+        started = fairtui_cmd("run", str(tiny_profile()), "--set", "train.epochs=15", "--name", f"hung{second_stop}",
+                              "--detach", "--json", home=home)
+        assert started.returncode == 0, started.stderr
+        run_id = json.loads(started.stdout)["run_id"]
+        run_dir = home / "runs" / run_id
+        deadline = time.time() + HANG_S
+        events_path = run_dir / "events.jsonl"
+        while time.time() < deadline and (not events_path.exists() or '"epoch_end"' not in events_path.read_text()):
+            time.sleep(0.1)
+        pid = json.loads((run_dir / "engine.json").read_text())["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            if second_stop:
+                first = cli("stop", run_id, "--no-wait", home=home)  # asked: the hung engine does not act on it
+                assert first.returncode == 0 and "stopping" in first.stderr, first.stderr
+                time.sleep(1.0)
+                out = cli("stop", run_id, home=home)
+                assert "it was asked to stop before and still runs" in out.stderr
+            else:
+                out = cli("stop", run_id, "--now", home=home)
+                assert "killing its engine (SIGKILL, --now)" in out.stderr
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)  # in case it still lives
+            except ProcessLookupError:
+                pass
+        assert out.returncode == 0 and "stopped (killed)" in out.stderr, out.stderr
+        assert out.stderr.index("killing its engine") < out.stderr.index("stopped (killed)")  # said before done
+        finished = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()][-1]
+        assert finished["type"] == "run_finished" and finished["status"] == "stopped" and finished["killed"]
+        assert not (run_dir / "stop.requested").exists()
+        resumed = cli("resume", run_id, home=home)
+        assert resumed.returncode == 0, resumed.stderr
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
+        assert max(e["epoch"] for e in events if e["type"] == "epoch_end") == 15

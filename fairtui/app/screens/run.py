@@ -239,10 +239,6 @@ class RunScreen(Screen):
         edit_notes(self, self.app.home / "runs" / self.run_id)
 
     def action_stop(self) -> None:
-        from fairtui.control import StopError, stop_run
+        from fairtui.app.actions import stop_or_kill
 
-        try:
-            stop_run(self.app.home / "runs" / self.run_id, wait=False)
-            self.notify("stopping: the engine finishes its batch and keeps its checkpoint")
-        except StopError as err:
-            self.notify(str(err), severity="warning")
+        stop_or_kill(self, self.app.home / "runs" / self.run_id)

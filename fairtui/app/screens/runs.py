@@ -278,13 +278,9 @@ class RunsScreen(Screen):
     def action_stop(self) -> None:
         run_id = self.selected_id()
         if run_id:
-            from fairtui.control import StopError, stop_run
+            from fairtui.app.actions import stop_or_kill
 
-            try:
-                stop_run(self.run_dir(run_id), wait=False)
-                self.notify(f"stopping {run_id}: it finishes its batch and keeps its checkpoint")
-            except StopError as err:
-                self.notify(str(err), severity="warning")
+            stop_or_kill(self, self.run_dir(run_id))
 
     def action_resume(self) -> None:
         run_id = self.selected_id()
