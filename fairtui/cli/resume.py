@@ -26,12 +26,15 @@ def resume(
     mem_gb: Optional[int] = MemGb,
     sbatch: List[str] = Sbatch,
     cluster: Optional[str] = Cluster,
+    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="continue on this many processes instead of "
+                                        "the number the run trained with (its numbers then differ from an "
+                                        "uninterrupted run's)"),
     home: HomeT = Home,
 ) -> None:
     from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import RunNotFound, find_run, resolve_home
-    from fairtui.launcher import GpuChoice, start_engine
+    from fairtui.launcher import GpuChoice, engine_command, start_engine
 
     from fairtui.cli.run import slurm_settings, submit
 
@@ -52,8 +55,46 @@ def resume(
         raise fail(str(err)) from None
     if settings is not None:
         raise typer.Exit(submit(run_dir, settings, json_out, verb="resubmitted"))
-    proc = start_engine(run_dir, choice)
+    try:
+        world = resume_world_size(run_dir, choice, nproc)
+    except ValueError as err:
+        raise fail(str(err)) from None
+    proc = start_engine(run_dir, choice, command=engine_command(run_dir, world))
     typer.echo(f"resuming run {run_dir.name}", err=True)
     if detach:
         raise typer.Exit(0)
     raise typer.Exit(follow(run_dir, proc, json_out))
+
+
+def trained_world_size(run_dir) -> int:
+    """The number of processes the run trained with, from its own events (the latest epoch's group, else
+    the one its first session started with): meta.json does not say it for a run started by `python -m
+    engine train RUN --nproc N`."""
+    from fairtui.runfolder import RunView
+
+    view = RunView.load(run_dir)
+    for event in [*reversed(view.epochs), view.started or {}]:
+        world = (event.get("distributed") or {}).get("world_size")
+        if isinstance(world, int) and world > 0:
+            return world
+    return 1
+
+
+def resume_world_size(run_dir, choice, nproc: int | None) -> int:
+    """The processes a resume starts: the run's own world size, so that it continues exactly; fewer GPUs
+    than that are refused (ValueError) unless ``--nproc`` says otherwise, which is warned of."""
+    trained = trained_world_size(run_dir)
+    gpus = len(choice.devices) if choice is not None and not choice.cpu else None
+    if nproc is not None:
+        if nproc != trained:
+            typer.echo(f"warning: run {run_dir.name} trained on {trained} process{'es' if trained > 1 else ''}; "
+                       f"continuing on {nproc}, its numbers will differ from an uninterrupted run's", err=True)
+        if gpus is not None and gpus != nproc:
+            raise ValueError(f"--nproc {nproc} with --gpus naming {gpus} GPU{'s' if gpus > 1 else ''}: one "
+                             "process per GPU")
+        return nproc
+    if gpus is not None and gpus != trained:
+        raise ValueError(f"run {run_dir.name} trained on {trained} process{'es' if trained > 1 else ''} and "
+                         f"--gpus names {gpus}: give {trained} GPUs to continue it exactly, or --nproc {gpus} "
+                         "to continue on fewer (its numbers then differ from an uninterrupted run's)")
+    return trained

@@ -323,3 +323,31 @@ def test_class_wise_state_is_identical_on_every_rank_after_each_epoch(tmp_path, 
     state = ends[-1]["method_state"]
     key = {"frl": "lambda_bndy", "wat": "val_cost_sum"}[method[0].split('"')[1]]
     assert key in state and state[key] is not None
+
+
+def test_fairtui_resume_continues_a_two_rank_run_on_two_ranks(tmp_path, tiny_profile):
+    """A run started by `python -m engine train RUN --nproc 2` (meta.json names no devices) used to continue
+    on one process under `fairtui resume`, silently, to other weights. It takes the world size from its own
+    events, and ends with the uninterrupted 2-rank run's weights."""
+    from fairtui.cli.resume import resume_world_size
+    from fairtui.launcher import GpuChoice
+    from tests.conftest import fairtui_cmd
+
+    home = tmp_path / "home"
+    run_dir = make_run_dir(home, tiny_profile(), "two", ("train.epochs=4",))
+    reference = make_run_dir(home, tiny_profile(), "reference", ("train.epochs=4",))
+    assert train(reference, 2).returncode == 0
+    proc = start(run_dir, 2)
+    wait_for_epoch(run_dir, 2, proc)
+    os.kill(json.loads((run_dir / "engine.json").read_text())["pid"], signal.SIGTERM)
+    assert proc.wait(timeout=HANG_S) == 130
+    out = fairtui_cmd("resume", "two", home=home)
+    assert out.returncode == 0, out.stderr
+    assert events_of(run_dir, "run_resumed")[-1]["distributed"]["world_size"] == 2
+    assert events_of(run_dir, "run_finished")[-1]["status"] == "completed"
+    assert max_weight_difference(run_dir, reference) == 0.0
+    # fewer GPUs than the run trained on: refused, unless --nproc says so (and is warned of)
+    with pytest.raises(ValueError, match="trained on 2 processes and --gpus names 1"):
+        resume_world_size(run_dir, GpuChoice(devices=(0,)), None)
+    assert resume_world_size(run_dir, GpuChoice(devices=(0,)), 1) == 1
+    assert resume_world_size(run_dir, None, None) == 2
