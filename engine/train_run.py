@@ -91,6 +91,6 @@ def train(run_dir: Path, nproc: int = 1) -> int:
         events.close()
         if owner and stop.requested:
             (run_dir / STOP_MARKER).unlink(missing_ok=True)  # honoured: the next resume starts clean
-    if group.active:
-        exit_now(code)
+    if group.active or getattr(events, "abandoned", False):
+        exit_now(code)  # a W&B call that never returned would hold the interpreter's exit (its atexit hooks)
     return code

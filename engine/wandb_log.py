@@ -9,16 +9,21 @@ summary with its settings, `run_finished` finishes it (exit code 0 when complete
 `train.wandb_mode`, "offline" by default (these machines often have no network): the files are in
 ``RUN_DIR/wandb/offline-run-*``, for `wandb sync` later.
 
-Whatever W&B does (not installed, no network, a bad project, an exception anywhere), the engine
-logs one warning, stops mirroring, and trains on. The random states of Python and NumPy are kept
-across every W&B call, so a run mirrored or not gives the same numbers.
+Whatever W&B does (not installed, no network, a bad project, an exception anywhere, a call that
+hangs on a stuck service or file system), the engine logs one warning, stops mirroring, and trains
+on. Every call into wandb runs on a helper thread and is waited for at most ``TIMEOUT_S`` seconds
+(``FAIRTUI_WANDB_TIMEOUT_S`` in the environment); a call still running then is abandoned (the thread
+is a daemon) and W&B is never called again in this run. The random states of Python and NumPy are
+kept across every W&B call, so a run mirrored or not gives the same numbers.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,39 @@ from engine.scalars import epoch_scalars, result_prefix, result_scalars
 
 log = logging.getLogger("engine")
 EXTRA = "pip install 'fairtui[wandb]'"
+TIMEOUT_S = 60.0
+
+
+def timeout_s() -> float:
+    try:
+        return float(os.environ.get("FAIRTUI_WANDB_TIMEOUT_S", TIMEOUT_S))
+    except ValueError:
+        return TIMEOUT_S
+
+
+class Unanswered(Exception):
+    """A call into wandb that did not return in time."""
+
+
+def bounded(fn: Any, *args: Any, seconds: float) -> None:
+    """``fn(*args)`` on a daemon thread, waited for ``seconds`` at most: its exception is raised here, and
+    :class:`Unanswered` if it is still running then (left behind: it can hold nothing the run needs)."""
+    outcome: list[BaseException | None] = []
+
+    def call() -> None:
+        try:
+            fn(*args)
+            outcome.append(None)
+        except BaseException as err:  # noqa: BLE001: handed to the caller
+            outcome.append(err)
+
+    worker = threading.Thread(target=call, name="wandb-mirror", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise Unanswered(f"W&B did not answer within {seconds:g} s")
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
 
 
 def _one_line(err: BaseException) -> str:
@@ -42,6 +80,7 @@ class WandbMirror:
         self.config = profile.to_table()
         self.run: Any = None
         self.off = False
+        self.abandoned = False  # a call never returned: its thread may hold the interpreter's exit
         self.names: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -64,14 +103,15 @@ class WandbMirror:
 
         py_state, np_state = random.getstate(), np.random.get_state()
         try:
-            fn(*args)
+            bounded(fn, *args, seconds=timeout_s())
         except Exception as err:  # noqa: BLE001: W&B never fails a run
             self.off = True
+            self.abandoned = isinstance(err, Unanswered)
             log.warning("train.log_to wandb: %s; the run goes on without W&B (its run folder is the record)",
                         _one_line(err))
-            if self.run is not None:
+            if self.run is not None and not isinstance(err, Unanswered):  # a hung W&B is not called again
                 try:
-                    self.run.finish(exit_code=1)
+                    bounded(self.run.finish, 1, seconds=timeout_s())
                 except Exception:  # noqa: BLE001
                     pass
         finally:

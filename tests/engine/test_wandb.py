@@ -2,6 +2,7 @@
 offline run file), the numbers of the run do not change, and W&B failing never fails the run."""
 
 import json
+import os
 import struct
 import sys
 import types
@@ -10,7 +11,7 @@ import pytest
 
 from engine.config import load_profile
 from engine.wandb_log import WandbMirror
-from tests.conftest import TINY, events_of, train_tiny
+from tests.conftest import ROOT, TINY, events_of, train_tiny
 
 
 def wandb_records(run_dir):
@@ -174,3 +175,49 @@ def test_wandb_is_given_the_runs_identity_and_mode(tmp_path, monkeypatch):
     assert seen["id"] == "20260101-000000-abcdef" and seen["resume"] == "allow"
     assert seen["name"] == "my-run" and seen["tags"] == ["paper", "v2"] and seen["mode"] == "offline"
     assert seen["settings"]["console"] == "off" and seen["steps"] == [4] and seen["exit"] == 1
+
+
+def test_a_hung_wandb_is_abandoned_and_the_run_completes(tmp_path):
+    """W&B that never answers (a stuck service, a network file system): each call is bounded, the mirror
+    turns itself off with one warning, the run completes, and the engine exits although W&B's own exit
+    hook would wait for ever."""
+    import subprocess
+    import textwrap
+
+    from tests.conftest import engine_env, make_run_dir
+
+    fake = tmp_path / "fake" / "wandb"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(textwrap.dedent("""
+        import atexit, time
+        atexit.register(lambda: time.sleep(3600))  # W&B's teardown, waiting on a service that is gone
+
+        class Settings:
+            def __init__(self, **kw):
+                pass
+
+        class Run:
+            summary = {}
+
+            def log(self, values, step):
+                time.sleep(3600)
+
+            def finish(self, exit_code=0):
+                time.sleep(3600)
+
+        def init(**kw):
+            return Run()
+    """))
+    profile = tmp_path / "p.toml"
+    profile.write_text(TINY)
+    run_dir = make_run_dir(tmp_path, profile, overrides=('train.log_to=["wandb"]',))
+    env = engine_env()
+    env.update(PYTHONPATH=f"{tmp_path / 'fake'}{os.pathsep}{env['PYTHONPATH']}", FAIRTUI_WANDB_TIMEOUT_S="2")
+    proc = subprocess.run([sys.executable, "-m", "engine", "train", str(run_dir)], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = events_of(run_dir)
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
+    assert [e["epoch"] for e in events if e["type"] == "epoch_end"] == [1, 2]
+    warned = [line for line in proc.stderr.splitlines() if "train.log_to wandb" in line and "WARNING" in line]
+    assert len(warned) == 1 and "W&B did not answer within 2 s" in warned[0], proc.stderr[-2000:]
