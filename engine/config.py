@@ -235,7 +235,7 @@ def _method_params(table: dict, file: str) -> MethodParams:
     if cls is None:
         from engine import plugins
 
-        known = list(METHOD_PARAMS) + sorted(plugins.methods())
+        known = list(METHOD_PARAMS) + [n for n in plugins.names() if n not in METHOD_PARAMS]  # nothing imported
         raise ProfileError(file, "method.name", f"unknown method {name!r}; choose from {', '.join(known)}")
     params = build(cls, {k: v for k, v in table.items() if k != "name"}, file, "method.", skip=("name",))
     params.validate(file)

@@ -11,18 +11,21 @@ name and whose ``params`` is its :class:`engine.method_params.MethodParams` data
 name: its keys are checked by the same schema, and run, resume, sweeps, DDP, the app, compare and
 export see its ``method_state``. docs/adding-a-method.md walks through one.
 
-Plugins are loaded only when a profile names a method that is not built in (or to list the names):
-the built-in methods never import a plugin. A plugin that fails to load, or that is not a valid
-method, or whose name is taken, is reported once on stderr in one line naming its package, and
-ignored; the built-in methods keep working.
+Plugins are loaded only when a profile names a method that is not built in, and then only that one:
+the built-in methods never import a plugin, and a name that no method has is answered with the
+names from the packages' metadata, importing nothing. A plugin that fails to load (an exception, even
+``sys.exit``), takes longer than ``LOAD_TIMEOUT_S`` to import, is not a valid method, or whose name is
+taken, is reported once on stderr in one line naming its package, and ignored; the process goes on.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 GROUP = "fairtui.methods"
+LOAD_TIMEOUT_S = 20.0
 _loaded: dict[str, Any] | None = None
 _problems: list[str] = []
 
@@ -51,34 +54,89 @@ def _check(ep: Any, obj: Any, taken: set[str]) -> str | None:
     return None
 
 
-def methods() -> dict[str, Any]:
-    """The plugin methods by name: {name: Method subclass}. Loaded once per process."""
-    global _loaded
-    if _loaded is not None:
-        return _loaded
+def _entry_points() -> dict[str, Any]:
+    """The installed plugins' entry points by name, from their packages' metadata (nothing imported); of
+    two with one name, the first (sorted by package) is kept and the other reported."""
     from importlib.metadata import entry_points
 
     from engine.method_params import METHOD_PARAMS
 
-    _loaded = {}
-    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+    out: dict[str, Any] = {}
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.name, _package(e))):
+        if ep.name in METHOD_PARAMS:
+            _report(f"method plugin {ep.name!r} ({_package(ep)}) ignored: names the method {ep.name!r}, which is "
+                    "already taken")
+            continue
+        if ep.name in out:
+            _report(f"method plugin {ep.name!r} ({_package(ep)}) ignored: names the method {ep.name!r}, which is "
+                    f"already taken by {_package(out[ep.name])}")
+            continue
+        out[ep.name] = ep
+    return out
+
+
+def names() -> list[str]:
+    """The plugin methods' names, read from metadata: listing them imports no plugin."""
+    return sorted(_entry_points())
+
+
+def _import(ep: Any) -> Any:
+    """``ep.load()`` on a daemon thread, waited for LOAD_TIMEOUT_S at most; whatever it raises (SystemExit
+    too) is raised here as an exception of its own, never as the end of this process."""
+    outcome: list[Any] = []
+
+    def load() -> None:
         try:
-            obj = ep.load()
+            outcome.append(("ok", ep.load()))
+        except BaseException as err:  # noqa: BLE001: a plugin's sys.exit or KeyboardInterrupt is its failure
+            outcome.append(("error", err))
+
+    worker = threading.Thread(target=load, name=f"plugin-{ep.name}", daemon=True)
+    worker.start()
+    worker.join(LOAD_TIMEOUT_S)
+    if worker.is_alive():
+        raise TimeoutError(f"its import did not finish within {LOAD_TIMEOUT_S:g} s")
+    kind, value = outcome[0]
+    if kind == "error":
+        if isinstance(value, SystemExit):
+            raise RuntimeError(f"it called sys.exit({value.code!r}) while importing")
+        raise value if isinstance(value, Exception) else RuntimeError(type(value).__name__)
+    return value
+
+
+def load(name: str) -> Any:
+    """Plugin method ``name`` (its Method subclass), loaded alone and checked; None if no usable one."""
+    global _loaded
+    from engine.method_params import METHOD_PARAMS
+
+    _loaded = {} if _loaded is None else _loaded
+    if name in _loaded:
+        return _loaded[name]
+    ep = _entry_points().get(name)
+    obj = None
+    if ep is not None:
+        try:
+            obj = _import(ep)
         except Exception as err:  # any error of a third-party import: reported, never fatal
             _report(f"method plugin {ep.name!r} ({_package(ep)}) failed to load: {type(err).__name__}: "
                     f"{str(err).strip().splitlines()[0][:160] if str(err).strip() else ''}")
-            continue
-        why = _check(ep, obj, set(METHOD_PARAMS) | set(_loaded))
-        if why:
-            _report(f"method plugin {ep.name!r} ({_package(ep)}) ignored: {why}")
-            continue
-        _loaded[ep.name] = obj
-    return _loaded
+        else:
+            why = _check(ep, obj, set(METHOD_PARAMS))
+            if why:
+                _report(f"method plugin {ep.name!r} ({_package(ep)}) ignored: {why}")
+                obj = None
+    _loaded[name] = obj
+    return obj
+
+
+def methods() -> dict[str, Any]:
+    """Every usable plugin method by name: {name: Method subclass} (loads each; for listings only)."""
+    return {name: method for name in names() if (method := load(name)) is not None}
 
 
 def params_class(name: str) -> Any:
     """The MethodParams class of plugin method ``name``, or None."""
-    method = methods().get(name)
+    method = load(name)
     return None if method is None else method.params
 
 

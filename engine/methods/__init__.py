@@ -21,7 +21,7 @@ def build_method(ctx: MethodContext) -> Method:
     if cls is None:
         from engine import plugins
 
-        cls = plugins.methods()[params.name]
+        cls = plugins.load(params.name)
     return cls(params, ctx)
 
 

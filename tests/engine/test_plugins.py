@@ -115,8 +115,43 @@ def test_a_broken_or_clashing_plugin_is_reported_in_one_line_and_builtins_work(t
     assert "builtin pgd_at" in out.stdout  # a built-in method never loads the plugins
     assert "unknown method 'broken'" in out.stdout and "pgd_at" in out.stdout.split("error", 1)[1]
     lines = [line for line in out.stderr.splitlines() if line.startswith("fairtui: method plugin")]
-    assert len(lines) == 3, out.stderr
+    assert len(lines) == 2, out.stderr  # the named plugin alone is loaded: 'wrong' is never imported
     assert any("'broken' (broken-pkg 0.1) failed to load: ModuleNotFoundError" in line for line in lines)
     assert any("'pgd_at' (clash-pkg 2.0) ignored: names the method 'pgd_at', which is already taken" in line
                for line in lines)
-    assert any("'wrong' (wrong-pkg 1.0) ignored" in line and "Method" in line for line in lines)
+    wrong = subprocess.run([sys.executable, "-c", script.replace('method.name="broken"', 'method.name="wrong"')],
+                           env=env_with(site), cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
+    assert any("'wrong' (wrong-pkg 1.0) ignored" in line and "Method" in line for line in wrong.stderr.splitlines())
+
+
+def test_a_misspelt_name_imports_no_plugin_and_a_plugin_can_neither_hang_nor_end_the_process(tmp_path,
+                                                                                             monkeypatch):
+    """A plugin that hangs or calls sys.exit at import: a typo in method.name lists the names without
+    importing any plugin; naming the bad plugin reports it in one line, within LOAD_TIMEOUT_S."""
+    import time
+
+    from engine import plugins
+    from engine.config import profile_from_table
+    from engine.contract.profile_schema import ProfileError
+
+    site = tmp_path / "site"
+    for dist, entry, body in (("hang_pkg", "hangs = hang_mod:Method", "import time\ntime.sleep(3600)\n"),
+                              ("exit_pkg", "exits = exit_mod:Method", "import sys\nsys.exit(3)\n")):
+        info = site / f"{dist}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[fairtui.methods]\n{entry}\n")
+        (site / f"{entry.split('= ')[1].split(':')[0]}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(plugins, "_loaded", None)
+    monkeypatch.setattr(plugins, "LOAD_TIMEOUT_S", 2.0)
+    with pytest.raises(ProfileError, match="unknown method 'hangz'.*exits.*hangs") as err:
+        profile_from_table({"method": {"name": "hangz"}}, "p.toml")
+    assert "hang_mod" not in sys.modules and "exit_mod" not in sys.modules  # nothing imported for a typo
+    started = time.time()
+    for name, why in (("exits", "it called sys.exit(3) while importing"),
+                      ("hangs", "its import did not finish within 2 s")):
+        with pytest.raises(ProfileError, match=f"unknown method {name!r}"):
+            profile_from_table({"method": {"name": name}}, "p.toml")
+        assert any(why in line for line in plugins.problems()), plugins.problems()
+    assert time.time() - started < 30 and str(err.value).count("\n") == 0
