@@ -173,13 +173,12 @@ def _show_outcome(view: RunView, code: int, err: Console) -> None:
             err.print(f"engine log: {view.run_dir / 'engine.log'}")
 
 
-def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Console, err: Console,
-                  stored: int = 0) -> int:
-    from fairtui.report import result_rows
-
+def requested_results(view: RunView, req: dict) -> dict[tuple[str, str, str], dict]:
+    """The run's latest result of each attack of an evaluation request at exactly the requested setting
+    (split, checkpoint, eps, subset, batching, seed): what the engine reuses unless the request forces."""
     from engine.contract.results import requested_setting, same_setting
 
-    results = {}  # the latest result of each requested attack at exactly the requested setting
+    results = {}
     cfg = view.config
     for e in view.eval_results():
         attack = e.get("attack")
@@ -189,6 +188,14 @@ def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Cons
                                                                           req.get("batch_size", 0),
                                                                           req.get("seed"))):
             results[(req["split"], req["checkpoint"], attack)] = e
+    return results
+
+
+def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Console, err: Console,
+                  stored: int = 0) -> int:
+    from fairtui.report import result_rows
+
+    results = requested_results(view, req)
     reused = [key[2] for key, e in results.items() if int(e.get("seq", stored)) < stored]
     if json_out:
         out.print_json(json.dumps({"run_id": view.run_id, "exit_code": code, "class_names": view.class_names(),

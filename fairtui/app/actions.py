@@ -77,6 +77,7 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
     def start(request: dict | None) -> None:
         if request is None:
             return
+        from fairtui.follow import requested_results
         from fairtui.launcher import GpuChoice, start_engine
 
         command = [sys.executable, "-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
@@ -85,8 +86,15 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
         except OSError as err:
             screen.notify(f"could not start the evaluation: {err}", severity="error")
             return
-        screen.notify(f"evaluating {view.name}: {', '.join(request['attacks'])} @ {request['checkpoint']} "
-                      "(progress on its run screen; results join its table)")
+        stored = {} if request.get("force") else requested_results(view, request)
+        for (_, checkpoint, attack), result in stored.items():
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result["t"])) if result.get("t") else "earlier"
+            screen.notify(f"{attack} @ {checkpoint}: the stored result (measured {when}) is reused, not measured "
+                          "again (fairtui eval --force recomputes it)")
+        fresh = [a for a in request["attacks"] if (request["split"], request["checkpoint"], a) not in stored]
+        if fresh:
+            screen.notify(f"evaluating {view.name}: {', '.join(fresh)} @ {request['checkpoint']} "
+                          "(progress on its run screen; results join its table)")
 
     norm = (view.config.get("attack") or {}).get("norm", "linf")
     screen.app.push_screen(EvalDialog(view.name, checkpoints, norm), start)

@@ -308,6 +308,30 @@ async def test_notes_tags_export_and_evaluate_from_the_runs_screen(tmp_path, mon
     assert request["attacks"] == ["pgd20", "aa"] and request["n_per_class"] == 5 and request["checkpoint"] == "best"
 
 
+async def test_the_evaluate_dialog_says_when_a_stored_result_is_reused(tmp_path, monkeypatch):
+    """The engine reuses a result already stored at the requested setting; the app says so instead of
+    announcing an evaluation that will measure nothing."""
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base")  # holds pgd20 @ best on the whole test split
+    started = []
+    import fairtui.launcher
+
+    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
+        command))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 1)
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("ctrl+u", *"pgd20 cw20", "enter")
+        await wait_until(pilot, lambda: any("is reused" in str(n.message) for n in app._notifications))
+        said = [str(n.message) for n in app._notifications]
+    assert any(m.startswith("pgd20 @ best: the stored result (measured ") and "is reused, not measured again" in m
+               for m in said), said
+    assert any("evaluating base: cw20 @ best" in m for m in said), said  # only cw20 is measured
+    assert len(started) == 1
+
+
 async def test_the_export_dialog_writes_figures_and_tensorboard_off_the_event_loop(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     pytest.importorskip("tensorboard")
