@@ -212,7 +212,8 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
     test_n, train_n = sum(sizes.get("test", [])), sum(sizes.get("train", []))
     cfg = rows[0].views[0].config
     eps = cfg.get("eval", {}).get("eps") or cfg.get("attack", {}).get("eps")
-    eps_text = f"{eps * 255:.0f}/255" if eps else "?"
+    eps_text = "?" if not eps else f"{eps * 255:.0f}/255" if abs(eps * 255 - round(eps * 255)) < 1e-6 and eps < 0.1 \
+        else f"{eps:g}"
     try:
         where = results.resolve().relative_to(ROOT)
     except ValueError:
@@ -271,8 +272,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write-docs", type=Path, help="replace the generated block for RESULTS in this file")
     parser.add_argument("--figure-dir", type=Path, help="write <RESULTS name>-<at|trades>.png figures here")
     args = parser.parse_args(argv)
-    if not args.results.is_dir():
-        parser.error(f"{args.results}: no such folder")
     rows = load(args.results)
     block = markdown(args.results, rows)
     print(block)

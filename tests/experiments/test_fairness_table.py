@@ -1,0 +1,62 @@
+"""The fairness table is generated from committed run files alone, and its numbers are the runs' own."""
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from experiments.fairness_table import interval, markdown, replace_block
+from tests.conftest import ROOT
+
+EXAMPLE = ROOT / "tests" / "data" / "results-example"  # two real digits PGD-AT runs' small files (3 epochs)
+
+
+def headline(run_dir: Path, checkpoint: str) -> dict:
+    """The run's test PGD-20 result at ``checkpoint``, read straight from its events.jsonl."""
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    (result,) = [e for e in events if e["type"] == "eval_result" and e["split"] == "test"
+                 and e["checkpoint"] == checkpoint and e["attack"] == "pgd20" and not e.get("n_per_class")]
+    return result
+
+
+def test_a_row_is_the_mean_and_interval_of_its_runs_own_events():
+    runs = sorted((EXAMPLE / "digits-at").iterdir())
+    assert len(runs) == 2
+    table = markdown(EXAMPLE)
+    for checkpoint in ("best", "last"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| PGD-AT | digits-at | 2 | {checkpoint} |"))
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        values = [headline(r, checkpoint)["avg_robust"] for r in runs]
+        mean, half = statistics.mean(values), 12.706 * statistics.stdev(values) / 2 ** 0.5
+        assert cells[5] == f"{mean * 100:.1f} ± {half * 100:.1f}"
+        worst = [headline(r, checkpoint)["worst_robust"] for r in runs]
+        assert cells[6].startswith(f"{statistics.mean(worst) * 100:.1f}")
+    per_class = next(line for line in table.splitlines() if line.startswith("| PGD-AT | ") and line.count("|") == 12)
+    first = per_class.split("|")[2].strip()
+    assert first.startswith(f"{statistics.mean(headline(r, 'best')['robust_acc_per_class'][0] for r in runs) * 100:.1f}")
+    assert "on the whole test split (200 images)" in table  # from the runs' own split sizes
+
+
+def test_interval_is_students_t_half_width():
+    mean, half = interval([0.30, 0.36, 0.33])
+    assert mean == pytest.approx(0.33) and half == pytest.approx(4.303 * 0.03 / 3 ** 0.5)
+    assert interval([0.5])[0] == 0.5
+
+
+def test_docs_blocks_are_what_the_generator_makes_of_the_committed_files():
+    """Every generated block of docs/results.md equals the generator's output for its results folder:
+    the table is never typed, and never left behind the committed runs."""
+    docs = (ROOT / "docs" / "results.md").read_text()
+    keys = re.findall(r"<!-- generated: ([\w.-]+) -->", docs)
+    assert "cifar10-cpu" in keys
+    for key in keys:
+        block = docs.split(f"<!-- generated: {key} -->\n", 1)[1].split(f"\n<!-- end generated: {key} -->", 1)[0]
+        assert block == markdown(ROOT / "experiments" / "results" / key), \
+            f"regenerate: python experiments/fairness_table.py experiments/results/{key} --write-docs docs/results.md"
+
+
+def test_replace_block_keeps_the_rest_of_the_file():
+    text = "a\n<!-- generated: k -->\nold\n<!-- end generated: k -->\nb\n"
+    assert replace_block(text, "k", "new") == "a\n<!-- generated: k -->\nnew\n<!-- end generated: k -->\nb\n"
