@@ -396,7 +396,7 @@ def test_a_hung_engine_is_killed_by_stop_now_or_a_second_stop_and_resumes(tmp_pa
 
     home = tmp_path / "home"
     for second_stop in (False, True):
-        started = fairtui_cmd("run", str(tiny_profile()), "--set", "train.epochs=15", "--name", f"hung{second_stop}",
+        started = fairtui_cmd("run", str(tiny_profile()), "--set", "train.epochs=6", "--name", f"hung{second_stop}",
                               "--detach", "--json", home=home)
         assert started.returncode == 0, started.stderr
         run_id = json.loads(started.stdout)["run_id"]
@@ -431,4 +431,4 @@ def test_a_hung_engine_is_killed_by_stop_now_or_a_second_stop_and_resumes(tmp_pa
         assert resumed.returncode == 0, resumed.stderr
         events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
         assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
-        assert max(e["epoch"] for e in events if e["type"] == "epoch_end") == 15
+        assert max(e["epoch"] for e in events if e["type"] == "epoch_end") == 6
