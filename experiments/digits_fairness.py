@@ -22,6 +22,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from experiments.fairness_table import interval  # noqa: E402
 PROFILES = ["digits-at", "digits-trades", "digits-frl", "digits-frl-rw", "digits-frl-rm", "digits-cfa-at",
             "digits-cfa-trades", "digits-cfa-fat", "digits-wat", "digits-tian", "digits-dafa", "digits-faal"]
 # Fine-tunes of another row's run of the same seed (trained first: list it before them).
@@ -50,21 +53,6 @@ def run(profile: str, seed: int, home: Path) -> dict:
     if out.returncode != 0:
         raise SystemExit(f"{profile} seed {seed} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout)
-
-
-# Student's t quantile t_{0.975, df} for df = 1..30 (beyond: 1.96 is within 2%).
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042]
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% confidence interval (t distribution), in the values' units."""
-    mean = statistics.mean(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    t = T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96
-    return mean, t * statistics.stdev(values) / len(values) ** 0.5
 
 
 def fmt(values: list[float]) -> str:
