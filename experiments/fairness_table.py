@@ -107,11 +107,10 @@ class Row:
         out = []
         for v in self.views:
             started = v.started or {}
-            value = {"commit": lambda: (started.get("provenance", {}).get("code", {}).get("git_commit") or "?")[:7],
-                     "device": lambda: started.get("device", "?"),
-                     "torch": lambda: started.get("provenance", {}).get("torch", "?"),
-                     "threads": lambda: str(started.get("provenance", {}).get("determinism", {}).get("threads", "?")),
-                     }[key]()
+            record = started.get("provenance", {})
+            value = {"commit": (record.get("code", {}).get("git_commit") or "?")[:7],
+                     "device": started.get("device", "?"), "torch": record.get("torch", "?"),
+                     "threads": str(record.get("determinism", {}).get("threads", "?"))}[key]
             if value not in out:
                 out.append(value)
         return out
