@@ -1,9 +1,13 @@
-"""The terminal app under load: start-up with a 1,000-run index, and a run streaming 50 epochs per second.
+"""The terminal app under load: start-up with a 1,000-run (or 10,000-run) index, and a run streaming 50
+epochs per second.
 
     python benchmarks/bench_app.py [--runs 1000] [--rate 50] [--seconds 10]
+    python benchmarks/bench_app.py --runs 10000 --seconds 0     # a long history; no streaming
 
 Headless (Textual's run_test), as the tests drive it. Prints the time from
-starting the app to the first runs screen showing every row (target < 1 s), and
+starting the app to the first screen of rows, counted whole in the status line
+(target < 1 s), and to every row in the table (added in chunks after the first
+screen, the app answering keys in between), and
 for the run screen the lag between the last event written and the last event
 shown while epochs are appended at `rate` per second (keeping up = a lag below
 about a second, however long the run).
@@ -24,15 +28,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-async def startup(home: Path, runs: int) -> float:
+async def startup(home: Path, runs: int) -> tuple[float, float]:
+    """Seconds from starting the app to its first screen of rows (the table has rows and the status
+    line counts every run), and to every row in the table (the rest are added in chunks)."""
     from fairtui.app import make_app
 
     t = time.perf_counter()
     app = make_app(home=home, profiles_dir=home, gpu_inventory=lambda: [], poll_interval=1.0, queue_worker=False)
+    first = None
     async with app.run_test(size=(120, 40)) as pilot:
-        while not (app.screen.query("DataTable") and app.screen.query_one("DataTable").row_count == runs):
+        while True:
+            table = app.screen.query("DataTable")
+            count = table.first().row_count if table else 0
+            if first is None and count and str(app.screen.query_one("#status-line").render()).startswith(
+                    f"{runs} of {runs} runs"):
+                first = time.perf_counter() - t
+            if count == runs:
+                return first or time.perf_counter() - t, time.perf_counter() - t
             await pilot.pause(0.01)
-        return time.perf_counter() - t
 
 
 def writer(path: Path, rate: float, seconds: float, k: int, done: dict) -> None:
@@ -88,13 +101,16 @@ def main() -> None:
     for i in range(args.runs):
         make_run(home, f"20260101-{i:06d}-bench", name=f"run{i}", epochs=5)
     RunIndex(home).reindex()
-    first = asyncio.run(startup(home, args.runs))
-    again = asyncio.run(startup(home, args.runs))
-    stream = asyncio.run(streaming(home, args.rate, args.seconds))
+    cold = asyncio.run(startup(home, args.runs))
+    warm = asyncio.run(startup(home, args.runs))
     print("| measure | value | target |")
     print("|---|---|---|")
-    print(f"| start to first runs screen with {args.runs} rows (cold) | {first:.2f} s | < 1 s |")
-    print(f"| start to first runs screen with {args.runs} rows (warm) | {again:.2f} s | < 1 s |")
+    for label, (first, every) in (("cold", cold), ("warm", warm)):
+        print(f"| start to the first screen of rows, {args.runs} runs ({label}) | {first:.2f} s | < 1 s |")
+        print(f"| start to all {args.runs} rows in the table ({label}) | {every:.2f} s | lazily, after the first |")
+    if args.seconds <= 0:
+        return
+    stream = asyncio.run(streaming(home, args.rate, args.seconds))
     print(f"| {stream['epochs']} epochs at {args.rate:.0f}/s: lag after the last write | {stream['final_lag_s']:.2f} s "
           "| < 1 s |")
     print(f"| {stream['epochs']} epochs at {args.rate:.0f}/s: worst lag while streaming | {stream['max_lag_s']:.2f} s "

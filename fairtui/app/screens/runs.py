@@ -25,12 +25,23 @@ COLUMNS = [("mark", ""), ("name", "name"), ("status", "status"), ("epoch", "epoc
 SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "worst_robust", "sweep"]
 NAME_WIDTH = 28  # longer names end in an ellipsis here (whole on the run screen and in `ls --wide`)
 ESSENTIAL = 7  # mark, name, status, epoch, robust, worst, id: shown at any width (the table scrolls)
+FIRST_ROWS = 100  # rows added at once: more than a screen holds
+FILL_CHUNK = 1000  # then this many at a time, with the app free to draw and take keys in between
+FILL_PAUSE_S = 0.005
 
 
-def fitting_columns(rows: list[tuple], width: int) -> list[int]:
+def column_widths(rows: list[tuple]) -> list[int]:
+    """Each column's width in cells, padded by one on either side: its widest cell or its label, and at
+    least one cell (marking a run keeps the columns as they are)."""
+    from rich.cells import cell_len
+
+    return [max([1, cell_len(label)] + [cell_len(row[i]) for row in rows]) + 2 for i, (_, label) in enumerate(COLUMNS)]
+
+
+def fitting_columns(rows: list[tuple], width: int, widths: list[int] | None = None) -> list[int]:
     """The indices of COLUMNS that fit in ``width`` cells with these rows: the essentials always, then
     the others in priority order until one does not fit (each cell is padded by one on either side)."""
-    widths = [max([len(label)] + [len(str(row[i])) for row in rows]) + 2 for i, (_, label) in enumerate(COLUMNS)]
+    widths = widths or column_widths(rows)
     shown, used = [], 0
     for i, w in enumerate(widths):
         if i >= ESSENTIAL and used + w > width:
@@ -40,13 +51,19 @@ def fitting_columns(rows: list[tuple], width: int) -> list[int]:
     return shown
 
 
+def cells(row: tuple, shown: list[int]) -> list[str]:
+    """A row's cells for the table, which reads a cell as Rich markup: names and the rest are text."""
+    from rich.markup import escape
+
+    return [escape(row[i]) for i in shown]
+
+
 def headline(doc: dict) -> dict:
     return pick_headline(doc)[1] or {}
 
 
 def row_for(doc: dict, marked: bool) -> tuple:
-    from rich.markup import escape
-
+    """A run's row as plain text (the table escapes it: `cells`)."""
     from fairtui.home import short_id
     from fairtui.usertext import inert
 
@@ -56,7 +73,6 @@ def row_for(doc: dict, marked: bool) -> tuple:
     name = inert(doc.get("name") or doc["run_id"])
     if len(name) > NAME_WIDTH:
         name = name[:NAME_WIDTH - 1] + "…"
-    name = escape(name)  # a cell is Rich markup
     epoch = "-" if doc.get("status") == "imported" else f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}"
     if doc.get("status") == "running":
         eta = doc_eta(doc)
@@ -139,12 +155,21 @@ class RunsScreen(Screen):
         self.sort_column, self.sort_reverse = "started", True
         self.shown_columns: list[int] = []
         self.waits: dict[str, str] = {}
+        self.loaded = False  # the first read of the index has not arrived: say so, not "0 of 0 runs"
+        # What the table holds: the layout (columns shown and their widths), the rows in order, and how
+        # many of them are in the table yet (the rest are added in chunks after the first screen).
+        self.table_layout: tuple = ()
+        self.row_ids: list[str] = []
+        self.table_rows: list[tuple] = []
+        self.filled = 0
+        self.generation = 0  # a new fill makes the chunks of an older one stop
+        self.row_cache: dict[str, tuple[dict, bool, tuple]] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield LineInput(placeholder="/ filter by name, method, data, status or tag", id="filter")
         yield RunsTable(id="runs", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="status-line", markup=False)  # run names are text, never markup
+        yield Static("reading the run history...", id="status-line", markup=False)  # names are text, not markup
         yield Footer()
 
     def on_mount(self) -> None:
@@ -164,8 +189,9 @@ class RunsScreen(Screen):
         self.post_message(RunsLoaded(docs, waits))
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
-        if message.docs == self.docs and message.waits == self.waits:  # nothing changed: keep the table
+        if self.loaded and message.docs == self.docs and message.waits == self.waits:  # nothing changed
             return
+        self.loaded = True
         self.docs, self.waits = message.docs, message.waits or {}
         self.render_rows()
 
@@ -182,25 +208,69 @@ class RunsScreen(Screen):
     def on_resize(self, event) -> None:
         self.render_rows()  # columns drop out, or come back, with the width
 
+    def row(self, doc: dict) -> tuple:
+        """``row_for``, kept per run while its document is unchanged (a running run's ETA moves: never kept)."""
+        marked = doc["run_id"] in self.marked
+        kept = self.row_cache.get(doc["run_id"])
+        if kept is not None and kept[1] == marked and kept[0] == doc:
+            return kept[2]
+        row = row_for(doc, marked)
+        if doc.get("status") != "running":
+            self.row_cache[doc["run_id"]] = (doc, marked, row)
+        return row
+
     def render_rows(self) -> None:
-        table = self.query_one(DataTable)
+        """Show the visible runs. When the same runs are shown in the same order with the same columns,
+        only the cells that changed are updated; otherwise the table is refilled: the first screen of
+        rows at once (and down to the selected run), the rest in chunks of FILL_CHUNK, so that with
+        10,000 runs the first screen shows at once and the keys keep working while the rest arrive."""
+        table = self.query_one(RunsTable)
         current = self.selected_id()
         docs = self.visible()
-        rows = [row_for(doc, doc["run_id"] in self.marked) for doc in docs]
-        shown = fitting_columns(rows, table.size.width or self.size.width)
-        if shown != self.shown_columns:
+        if len(self.row_cache) > 2 * len(self.docs) + 100:  # runs that were deleted
+            self.row_cache.clear()
+        rows = [self.row(doc) for doc in docs]
+        ids = [d["run_id"] for d in docs]
+        widths = column_widths(rows)
+        shown = fitting_columns(rows, table.size.width or self.size.width, widths)
+        layout = (tuple(shown), tuple(widths[i] for i in shown))
+        if layout == self.table_layout and ids == self.row_ids and self.filled == len(ids):
+            for key, old, new in zip(ids, self.table_rows, rows):
+                if old != new:
+                    for i, cell in zip(shown, cells(new, shown)):
+                        if old[i] != new[i]:
+                            table.update_cell(key, COLUMNS[i][0], cell)
+            self.table_rows = rows
+            self.update_status_line()
+            return
+        if layout != self.table_layout:
             table.clear(columns=True)
-            for i in shown:
-                table.add_column(COLUMNS[i][1], key=COLUMNS[i][0])
-            self.shown_columns = shown
+            table.fixed_widths = True
+            for i in shown:  # the width without the cell padding (one cell either side)
+                table.add_column(COLUMNS[i][1], key=COLUMNS[i][0], width=widths[i] - 2)
+            self.table_layout, self.shown_columns = layout, shown
         else:
             table.clear()
-        for doc, row in zip(docs, rows):
-            table.add_row(*(row[i] for i in shown), key=doc["run_id"])
-        ids = [d["run_id"] for d in docs]
-        if current in ids:
-            table.move_cursor(row=ids.index(current))
+        self.row_ids, self.table_rows, self.filled = ids, rows, 0
+        self.generation += 1
+        at = ids.index(current) if current in ids else None
+        self.fill(self.generation, max(FIRST_ROWS, (at or 0) + 1))
+        if at is not None:
+            table.move_cursor(row=at)
         self.update_status_line()
+
+    def fill(self, generation: int, count: int = 0) -> None:
+        """Add the next rows to the table (``count``, or a chunk), then schedule the next chunk."""
+        if generation != self.generation:  # a newer fill began
+            return
+        table = self.query_one(RunsTable)
+        end = min(len(self.row_ids), self.filled + (count or FILL_CHUNK))
+        shown = list(self.table_layout[0])
+        for key, row in zip(self.row_ids[self.filled:end], self.table_rows[self.filled:end]):
+            table.add_row(*cells(row, shown), key=key)
+        self.filled = end
+        if end < len(self.row_ids):
+            self.set_timer(FILL_PAUSE_S, lambda: self.fill(generation))
 
     def update_status_line(self) -> None:
         """The counts, or, on a queued run, what it waits for and how to change that."""
@@ -210,6 +280,9 @@ class RunsScreen(Screen):
 
             name = inert(next((d.get("name") for d in self.docs if d["run_id"] == current), current))
             self.query_one("#status-line", Static).update(f"{name} {self.waits[current]}")
+            return
+        if not self.loaded:
+            self.query_one("#status-line", Static).update("reading the run history...")
             return
         running = sum(d.get("status") == "running" for d in self.docs)
         queued = sum(d.get("status") == "queued" for d in self.docs)
