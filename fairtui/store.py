@@ -274,6 +274,11 @@ class RunIndex:
             data = AtomicJSONStorage(str(self.path)).read() or {}
         return list(data.get("_default", {}).values())
 
+    def stored(self) -> list[dict]:
+        """Every document as the index last stored it, not reconciled with the run folders (`read`
+        does that, with a look at every folder): what a long history shows first, while it is read."""
+        return self._read_all()
+
     def listing_json(self) -> str | None:
         """The whole index as `ls --json` prints it, if nothing has changed behind the index's back;
         None when it may be stale (then `read()` reconciles and rewrites it)."""

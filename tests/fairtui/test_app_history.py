@@ -104,3 +104,29 @@ async def test_names_with_markup_and_wide_characters_are_shown_whole(tmp_path):
         assert name.width == len("[bold]x[/bold]-") + 2  # the cat is two cells wide
         await pilot.pause(0.2)
         assert "[bold]x[/bold]-猫" in "".join(seg.text for seg in table.render_line(1))
+
+
+async def test_the_stored_index_is_shown_while_the_folders_are_read(tmp_path, monkeypatch):
+    """The first screen comes from the index file alone; reading every folder (the slow part with 10,000
+    runs) follows, and its answer replaces it."""
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="indexed")
+    RunIndex(home).reindex()
+    make_run(home, "20260101-000001-aaaaaa", name="not-indexed-yet")
+    gate = threading.Event()
+    real_read = RunIndex.read
+
+    def slow_read(self):
+        gate.wait(HANG_S)
+        return real_read(self)
+
+    monkeypatch.setattr(RunIndex, "read", slow_read)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.screen.query_one("DataTable")
+        await wait_until(pilot, lambda: table.row_count == 1)
+        assert table.get_row_at(0)[1] == "indexed" and status_line(app).startswith("1 of 1 runs")
+        gate.set()
+        await wait_until(pilot, lambda: table.row_count == 2)
+        assert status_line(app).startswith("2 of 2 runs")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ ESSENTIAL = 7  # mark, name, status, epoch, robust, worst, id: shown at any widt
 FIRST_ROWS = 100  # rows added at once: more than a screen holds
 FILL_CHUNK = 1000  # then this many at a time, with the app free to draw and take keys in between
 FILL_PAUSE_S = 0.005
+FIRST_WAIT_S = 2.0  # the most the folders' reconciliation waits for the stored index to be drawn
 
 
 def column_widths(rows: list[tuple]) -> list[int]:
@@ -156,6 +158,8 @@ class RunsScreen(Screen):
         self.shown_columns: list[int] = []
         self.waits: dict[str, str] = {}
         self.loaded = False  # the first read of the index has not arrived: say so, not "0 of 0 runs"
+        self.first_shown = threading.Event()  # the first rows are drawn
+        self.reading = False  # a read of the index is in flight
         # What the table holds: the layout (columns shown and their widths), the rows in order, and how
         # many of them are in the table yet (the rest are added in chunks after the first screen).
         self.table_layout: tuple = ()
@@ -176,7 +180,12 @@ class RunsScreen(Screen):
         table = self.query_one(DataTable)
         table.focus()
         self.load()
-        self.set_interval(self.app.poll_interval, self.load)
+        self.set_interval(self.app.poll_interval, self.poll)
+
+    def poll(self) -> None:
+        """Read the index again, unless the last read is still going (10,000 folders on a busy machine)."""
+        if not self.reading:
+            self.load()
 
     def on_screen_resume(self) -> None:
         """Back from a dialog or another screen: the keys go to the table again (not the filter box)."""
@@ -184,6 +193,18 @@ class RunsScreen(Screen):
 
     @work(thread=True, exclusive=True, group="runs")
     def load(self) -> None:
+        self.reading = True
+        try:
+            self.read_index()
+        finally:
+            self.reading = False
+
+    def read_index(self) -> None:
+        if not self.loaded:  # the index as stored first (one file), then reconciled with every folder
+            stored = self.app.index.stored()
+            if stored:
+                self.post_message(RunsLoaded(stored, {}))
+                self.first_shown.wait(FIRST_WAIT_S)  # reading the folders would slow drawing them (the GIL)
         docs = self.app.index.read()
         waits = self.app.queue.wait_reasons() if any(d.get("status") == "queued" for d in docs) else {}
         self.post_message(RunsLoaded(docs, waits))
@@ -258,6 +279,8 @@ class RunsScreen(Screen):
         if at is not None:
             table.move_cursor(row=at)
         self.update_status_line()
+        if self.loaded and not self.first_shown.is_set():
+            self.call_after_refresh(self.first_shown.set)  # once the rows are drawn
 
     def fill(self, generation: int, count: int = 0) -> None:
         """Add the next rows to the table (``count``, or a chunk), then schedule the next chunk."""
