@@ -1,6 +1,6 @@
 """A run with a very long event stream: `show`, `tag`, `ls` and the app's run screen on a 200 MB events.jsonl.
 
-    python benchmarks/bench_stream.py [--mb 200] [--home DIR]
+    python benchmarks/bench_stream.py [--mb 200] [--home DIR] [--distinct]
 
 The run is a long CIFAR-100-sized one (100 classes, 300 epochs with their per-class numbers and
 method state) evaluated many times: `eval_result` events at 24 settings (3 checkpoints, 4 attacks,
@@ -10,12 +10,18 @@ with no digest cached (the stream folded from its start, once), then as every la
 The app opens the run screen headless (Textual's run_test) and is timed until the screen shows the
 run, then from `q` until the app has exited.
 Targets: every command after the first below 1 s and 300 MB; `q` quits within 1 s.
+
+``--distinct`` builds a stream in which no event repeats another (every epoch its own number, every
+evaluation its own eps), as a long real run writes: nothing folds away, and the targets there (issue
+#37, item 6) are `show`, `compare` and `export` below 1 s, the app's run screen below 2 s, memory below
+200 MB.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -57,6 +63,62 @@ def build(home: Path, mb: float) -> Path:
                             "avg_clean": sum(clean) / k, "avg_robust": sum(robust) / k,
                             "worst_robust": min(robust), "cv": 0.1, "mcd": 0.5}) + "\n")
                         seq += 1
+        fh.write(json.dumps({"v": 1, "seq": seq, "t": time.time(), "run_id": RUN_ID, "type": "run_finished",
+                             "status": "completed"}) + "\n")
+    return run_dir
+
+
+def build_distinct(home: Path, mb: float) -> Path:
+    """A stream whose events all differ, as a long real run's do: every epoch its own number (as a run of
+    thousands of epochs, or of many resumes past each other, writes) with its own per-class numbers and
+    a 100x100 matrix in its method state (Tian et al.'s confusion), and every evaluation at its own eps
+    (an eps sweep), so that no fold can drop one event for a later one. Half of the bytes are epochs,
+    half evaluations."""
+    from engine.contract.results import requested_setting
+    from fairtui.synthetic import make_run
+
+    k = 100
+    run_dir = make_run(home, RUN_ID, name="long-distinct", method="tian", epochs=1, k=k, status="running")
+    table = json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])["config"]
+    rng = random.Random(0)
+    per_class = lambda centre: [round(min(1.0, max(0.0, rng.gauss(centre, 0.1))), 4) for _ in range(k)]  # noqa: E731
+    path = run_dir / "events.jsonl"
+    seq = len(path.read_text().splitlines())
+    target = mb * 1e6
+    epoch, sweep = 1, 0
+    with open(path, "a") as fh:
+        while fh.tell() < target:
+            if fh.tell() < target / 2:
+                epoch += 1
+                confusion = [[rng.randrange(50) for _ in range(k)] for _ in range(k)]
+                event = {"type": "epoch_end", "epoch": epoch, "epochs": 100000, "lr": 0.1, "time_s": 1.0,
+                         "train": {"loss": rng.random(), "clean_acc": rng.random(), "robust_acc": rng.random(),
+                                   "clean_acc_per_class": per_class(0.8), "robust_acc_per_class": per_class(0.4)},
+                         "val": {"clean_acc_per_class": per_class(0.8), "robust_acc_per_class": per_class(0.4)},
+                         "method_state": {"beta_per_class": per_class(6.0), "confusion": confusion}}
+            else:
+                sweep += 1
+                eps = sweep / 100000
+                setting = requested_setting(table, "pgd20", eps=eps)
+                clean, robust = per_class(0.8), per_class(0.4)
+                event = {"type": "eval_result", "split": "test", "checkpoint": "best", "epoch": epoch,
+                         "attack": "pgd20", "eps": setting.get("eps"), "n_per_class": 0, "setting": setting,
+                         "clean_acc_per_class": clean, "robust_acc_per_class": robust,
+                         "avg_clean": sum(clean) / k, "avg_robust": sum(robust) / k, "worst_robust": min(robust),
+                         "cv": 0.1, "mcd": 0.5,
+                         "confusion_matrix": [[rng.randrange(50) for _ in range(k)] for _ in range(k)]}
+            fh.write(json.dumps({"v": 1, "seq": seq, "t": time.time(), "run_id": RUN_ID, **event}) + "\n")
+            seq += 1
+        for ckpt in ("best", "last"):  # the run's own result, at its profile's settings (compare, export)
+            setting = requested_setting(table, "pgd20")
+            clean, robust = per_class(0.8), per_class(0.4)
+            fh.write(json.dumps({"v": 1, "seq": seq, "t": time.time(), "run_id": RUN_ID, "type": "eval_result",
+                                 "split": "test", "checkpoint": ckpt, "epoch": epoch, "attack": "pgd20",
+                                 "eps": setting.get("eps"), "n_per_class": 0, "setting": setting,
+                                 "clean_acc_per_class": clean, "robust_acc_per_class": robust,
+                                 "avg_clean": sum(clean) / k, "avg_robust": sum(robust) / k,
+                                 "worst_robust": min(robust), "cv": 0.1, "mcd": 0.5}) + "\n")
+            seq += 1
         fh.write(json.dumps({"v": 1, "seq": seq, "t": time.time(), "run_id": RUN_ID, "type": "run_finished",
                              "status": "completed"}) + "\n")
     return run_dir
@@ -116,18 +178,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=200)
     parser.add_argument("--home", type=Path)
+    parser.add_argument("--distinct", action="store_true",
+                        help="every event differs (epochs and evaluation settings): nothing folds away")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="fairtui-bench-stream-"))
     run_dir = home / "runs" / RUN_ID
     if not run_dir.exists():
         t = time.perf_counter()
-        build(home, args.mb)
+        (build_distinct if args.distinct else build)(home, args.mb)
         print(f"built a {(run_dir / 'events.jsonl').stat().st_size / 1e6:.0f} MB stream in "
               f"{time.perf_counter() - t:.0f} s at {home}", file=sys.stderr)
     cli = [sys.executable, "-m", "fairtui.cli"]
     shutil.rmtree(home / ".cache", ignore_errors=True)
     rows = [("fairtui show (no digest yet: folds the stream once)", *measured([*cli, "show", RUN_ID, "--home", str(home)]))]
     for name, command in (("fairtui show", ["show", RUN_ID]), ("fairtui show --json", ["show", RUN_ID, "--json"]),
+                          ("fairtui show --all", ["show", RUN_ID, "--all"]),
+                          ("fairtui compare (the run with itself)", ["compare", RUN_ID, RUN_ID]),
+                          ("fairtui export", ["export", RUN_ID, "-o", os.devnull]),
                           ("fairtui tag", ["tag", RUN_ID, "bench"]), ("fairtui ls", ["ls"])):
         rows.append((name, *measured([*cli, *command, "--home", str(home)])))
     shutil.rmtree(home / ".cache", ignore_errors=True)
@@ -136,7 +203,8 @@ def main() -> None:
     first, first_quit, first_rss = app_times(home)
     shown, quit_s, rss = app_times(home)
     size = (run_dir / "events.jsonl").stat().st_size / 1e6
-    print(f"one run, events.jsonl {size:.0f} MB; each command a fresh process")
+    kind = "distinct events" if args.distinct else "repeated evaluations"
+    print(f"one run, events.jsonl {size:.0f} MB of {kind}; each command a fresh process")
     print("| what | wall time (s) | peak memory (MB) |")
     print("|---|---|---|")
     for name, seconds, mb in rows:

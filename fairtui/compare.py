@@ -71,12 +71,19 @@ def subset_results(view: RunView, n_per_class: int) -> dict[tuple[str, str, str]
     return out
 
 
+DESCRIBE_MAX = 10  # results named in a refusal; the rest are counted (an eps sweep has hundreds)
+
+
 def describe(view: RunView) -> str:
-    """Every result the run has, with the settings that produced it: "best/pgd20 (eps 0.2, whole split)"."""
+    """The results the run has, with the settings that produced each: "best/pgd20 (eps 0.2, whole
+    split)"; the latest DESCRIBE_MAX of them, and how many more `fairtui show RUN` lists."""
     from engine.contract.results import describe as settings
 
-    seen = dict.fromkeys(f"{e.get('split')} {e.get('checkpoint')}/{e.get('attack')} ({settings(e)})"
-                         for e in view.eval_results())
+    seen = list(dict.fromkeys(f"{e.get('split')} {e.get('checkpoint')}/{e.get('attack')} ({settings(e)})"
+                              for e in view.eval_results()))
+    if len(seen) > DESCRIBE_MAX:
+        more = len(seen) - DESCRIBE_MAX
+        return ", ".join(seen[-DESCRIBE_MAX:]) + f" and {more} earlier (fairtui show {view.run_id})"
     return ", ".join(seen) or "no evaluation results"
 
 

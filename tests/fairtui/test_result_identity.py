@@ -79,3 +79,24 @@ def test_show_labels_the_other_evaluation(evaluated):
     human = fairtui_cmd("show", "run", home=home, env_extra={"COLUMNS": "200"}).stdout
     assert "other evaluations" in human and "eps 0.05 (profile 0.2)" in human
     assert "whole split" in human  # every table says the setting that produced it
+
+
+def test_a_refusal_names_the_latest_results_and_counts_the_rest(tmp_path):
+    """A run evaluated at 30 eps (a sweep) and never at its own: compare's refusal names 10 results and
+    counts the other 20, where it named all 30 in one line."""
+    from fairtui.compare import CompareError, pick_result
+    from fairtui.runfolder import RunView
+    from fairtui.synthetic import make_run
+
+    run_dir = make_run(tmp_path, "20260101-000000-aaaaaa", name="sweep", status="running", epochs=1)
+    table = json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])["config"]
+    with open(run_dir / "events.jsonl", "a") as fh:
+        for i in range(1, 31):
+            fh.write(json.dumps({"v": 1, "seq": 10 + i, "type": "eval_result", "split": "test", "checkpoint": "best",
+                                 "attack": "pgd20", "setting": requested_setting(table, "pgd20", eps=i / 1000),
+                                 "robust_acc_per_class": [0.5] * 10, "clean_acc_per_class": [0.9] * 10}) + "\n")
+    with pytest.raises(CompareError) as err:
+        pick_result(RunView.load(run_dir), None, "best")
+    message = str(err.value)
+    assert message.count("test best/pgd20") == 10 and "and 20 earlier" in message
+    assert "eps 0.03," in message and "eps 0.001," not in message  # the latest are named
