@@ -178,15 +178,31 @@ def steady(times: list[float]) -> float:
     return min(times[1:]) if len(times) > 1 else times[0]
 
 
+WAYS = ("bare_eager", "bare_compiled", "engine_eager", "engine_compiled")
+
+
 def measure(profile_name: str, precision: str, args) -> dict:
+    """One row: each asked-for way's epoch times; a way that fails is recorded with its error, not fatal."""
+    import traceback
+
     eager, compiled = load(profile_name, precision, args, False), load(profile_name, precision, args, True)
-    row = {"profile": profile_name, "precision": precision,
-           "bare_eager": bare_times(eager, args.epochs, False), "bare_compiled": bare_times(eager, args.epochs, True),
-           "engine_eager": engine_times(eager, args.epochs), "engine_compiled": engine_times(compiled, args.epochs)}
-    for key in ("bare_eager", "bare_compiled", "engine_eager", "engine_compiled"):
-        row[key + "_s"] = steady(row[key])
-    row["ratio_eager"] = row["engine_eager_s"] / row["bare_eager_s"]
-    row["ratio_compiled"] = row["engine_compiled_s"] / row["bare_compiled_s"]
+    timers = {"bare_eager": lambda: bare_times(eager, args.epochs, False),
+              "bare_compiled": lambda: bare_times(eager, args.epochs, True),
+              "engine_eager": lambda: engine_times(eager, args.epochs),
+              "engine_compiled": lambda: engine_times(compiled, args.epochs)}
+    row = {"profile": profile_name, "precision": precision}
+    for key in args.ways.split(","):
+        try:
+            row[key] = timers[key]()
+            row[key + "_s"] = steady(row[key])
+        except Exception as err:  # noqa: BLE001 - one failing way must not lose the others' numbers
+            row[key + "_error"] = f"{type(err).__name__}: {err}"[:500]
+            traceback.print_exc()
+        print(f"{profile_name} {precision} {key}: {row.get(key, row.get(key + '_error'))}", file=sys.stderr,
+              flush=True)
+    for kind in ("eager", "compiled"):
+        if f"engine_{kind}_s" in row and f"bare_{kind}_s" in row:
+            row[f"ratio_{kind}"] = row[f"engine_{kind}_s"] / row[f"bare_{kind}_s"]
     return row
 
 
@@ -208,27 +224,36 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2, help="timed epochs per configuration (first warms up)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (small CNN, 64 images)")
+    parser.add_argument("--ways", default=",".join(WAYS), help=f"which of {','.join(WAYS)} to time")
     parser.add_argument("--json", default="", help="also write the rows, with every epoch's time, to this file")
     args = parser.parse_args()
     if not args.data_root:
         import engine.data.datasets as datasets
 
         datasets.load_raw = synthetic_cifar(64 if args.tiny else 50_000, 16 if args.tiny else 10_000)
-    rows = [measure(p, prec, args) for p in args.profiles.split(",") for prec in args.precisions.split(",")]
+    unknown = set(args.ways.split(",")) - set(WAYS)
+    if unknown:
+        parser.error(f"unknown --ways {sorted(unknown)}; choose from {','.join(WAYS)}")
     data = f"CIFAR-10 from {args.data_root}" if args.data_root else "random CIFAR-shaped data"
+    rows = []
+    for p in args.profiles.split(","):
+        for prec in args.precisions.split(","):
+            rows.append(measure(p, prec, args))
+            if args.json:  # after every row, so that a run cut off keeps what it measured
+                Path(args.json).write_text(json.dumps({"device": device_name(args.device), "data": data,
+                                                       "rows": rows}, indent=1))
     print(f"device: {device_name(args.device)}; data: {data}; seconds per epoch (fastest after the first)")
     header = ("profile", "precision", "bare eager", "bare compiled", "engine eager", "engine compiled",
               "engine/bare eager", "engine/bare compiled")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
+    cell = (lambda r, k, f: f.format(r[k]) if k in r else ("failed" if k.replace("_s", "_error") in r else "-"))
     for r in rows:
-        print(f"| {r['profile']} | {r['precision']} | {r['bare_eager_s']:.2f} | {r['bare_compiled_s']:.2f} | "
-              f"{r['engine_eager_s']:.2f} | {r['engine_compiled_s']:.2f} | {r['ratio_eager']:.3f} | "
-              f"{r['ratio_compiled']:.3f} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device_name(args.device), "data": data, "rows": rows},
-                                              indent=1))
-    print(f"median engine/bare (compiled): {statistics.median(r['ratio_compiled'] for r in rows):.3f}")
+        print("| " + " | ".join([r["profile"], r["precision"], *(cell(r, w + "_s", "{:.2f}") for w in WAYS),
+                                 cell(r, "ratio_eager", "{:.3f}"), cell(r, "ratio_compiled", "{:.3f}")]) + " |")
+    ratios = [r["ratio_compiled"] for r in rows if "ratio_compiled" in r]
+    if ratios:
+        print(f"median engine/bare (compiled): {statistics.median(ratios):.3f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One lent GPU's work for issue #36, run detached (setsid) so that it outlives each device command.
+#
+#   R=/tmp/gs DATA=/tmp/cifar bash experiments/gpu_session.sh PHASE...
+#
+# Phases, in the order the session runs them:
+#   bench    benchmarks/bench_gpu.py alone on the GPU (timings need it to themselves)
+#   parallel everything whose timings do not matter, at once: the paper profiles' 2-epoch smoke (three
+#            groups), DDP with two ranks on the one GPU (NCCL), the CPU-scale PGD-AT run of seed 0 on the GPU,
+#            and the defaults check (at.toml for a few epochs, fp32 eager against bf16 + compile, two seeds)
+# Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
+# files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
+# DRY=1 shrinks every phase to a seconds-long CPU check of this script (random data, tiny sizes).
+set -u
+R=${R:-/tmp/gs}
+DATA=${DATA:-/tmp/cifar}
+EPOCHS_DEFAULTS=${EPOCHS_DEFAULTS:-5}
+mkdir -p "$R/homes"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+log() { echo "$(date +%T) $*" | tee -a "$R/driver.log"; }
+
+if [ "${DRY:-0}" = 1 ]; then
+    GPUS=cpu; BENCH=(--device cpu --tiny); SMOKE_SET=(--set data.train_per_class=20 --set data.val_fraction=0
+        --set data.val_per_class=5 --set model.arch=\"small_cnn\" --set attack.steps=1)
+    SMALL=(--set data.train_per_class=20 --set data.val_per_class=5 --set model.arch=\"small_cnn\"
+           --set attack.steps=1)
+else
+    GPUS=0; BENCH=(--data-root "$DATA"); SMOKE_SET=(); SMALL=()
+fi
+
+bench() {
+    log "bench: at fp32 (eager ways), at bf16 (all four), cfa-at bf16 (compiled ways)"
+    python3 benchmarks/bench_gpu.py "${BENCH[@]}" --profiles at --precisions fp32 --ways bare_eager,engine_eager \
+        --json "$R/bench_at_fp32.json" > "$R/bench_at_fp32.txt" 2> "$R/bench_at_fp32.err"
+    log "bench at fp32: exit $?"
+    python3 benchmarks/bench_gpu.py "${BENCH[@]}" --profiles at --precisions bf16 \
+        --json "$R/bench_at_bf16.json" > "$R/bench_at_bf16.txt" 2> "$R/bench_at_bf16.err"
+    log "bench at bf16: exit $?"
+    python3 benchmarks/bench_gpu.py "${BENCH[@]}" --profiles cfa-at --precisions bf16 \
+        --ways bare_compiled,engine_compiled --json "$R/bench_cfa_bf16.json" > "$R/bench_cfa_bf16.txt" \
+        2> "$R/bench_cfa_bf16.err"
+    log "bench cfa-at bf16: exit $?"
+}
+
+smoke_group() {  # $1: group name, $2: profiles
+    OMP_NUM_THREADS=2 python3 experiments/paper_profiles_smoke.py --data-root "$DATA" --epochs 2 --gpus "$GPUS" \
+        --home "$R/homes/smoke-$1" --profiles "$2" --json "$R/smoke-$1.json" "${SMOKE_SET[@]}" \
+        > "$R/smoke-$1.txt" 2> "$R/smoke-$1.err"
+    log "smoke $1: exit $?"
+}
+
+ddp() {  # two ranks on the one GPU: NCCL, the per-epoch rank check, one CIFAR-10 epoch
+    local gpus=0,0
+    [ "$GPUS" = cpu ] && gpus=cpu
+    OMP_NUM_THREADS=2 python3 -m fairtui run profiles/at.toml --home "$R/homes/ddp" --name ddp-2ranks-1gpu --json \
+        --gpus "$gpus" --set train.epochs=1 --set 'train.milestones=[]' --set "data.root=\"$DATA\"" \
+        --set 'eval.attacks=["clean"]' --set 'eval.checkpoints=["last"]' "${SMALL[@]}" \
+        > "$R/ddp.json" 2> "$R/ddp.err"
+    log "ddp: exit $?"
+}
+
+cpu_scale() {  # the CPU-scale table's PGD-AT recipe, seed 0, on the GPU (beside its committed CPU run)
+    OMP_NUM_THREADS=2 python3 -m fairtui run profiles/cifar10-cpu-at.toml --home "$R/homes/cpu-scale" --json \
+        --name cifar10-cpu-at-s0-gpu --gpus "$GPUS" --set seed=0 --set "data.root=\"$DATA\"" "${SMALL[@]}" \
+        > "$R/cpu_scale.json" 2> "$R/cpu_scale.err"
+    log "cpu-scale at s0: exit $?"
+}
+
+defaults_run() {  # $1: fp32|bf16, $2: seed
+    local fast=()
+    [ "$1" = bf16 ] && fast=(--set train.compile=\"on\" --set train.amp=\"bf16\" --set train.channels_last=true)
+    OMP_NUM_THREADS=2 python3 -m fairtui run profiles/at.toml --home "$R/homes/defaults" --json \
+        --name "defaults-$1-s$2" --gpus "$GPUS" --set "seed=$2" --set "train.epochs=$EPOCHS_DEFAULTS" \
+        --set 'train.milestones=[]' --set "data.root=\"$DATA\"" --set 'eval.attacks=["clean","pgd20"]' \
+        --set 'eval.checkpoints=["last"]' "${fast[@]}" "${SMALL[@]}" \
+        > "$R/defaults-$1-s$2.json" 2> "$R/defaults-$1-s$2.err"
+    log "defaults $1 s$2: exit $?"
+}
+
+parallel() {
+    log "parallel: smoke (3 groups), ddp, cpu-scale, defaults (4 runs)"
+    smoke_group a at,trades,frl,frl-rw &
+    smoke_group b frl-rm,cfa-at,cfa-trades &
+    smoke_group c cfa-fat,wat,tian-trades &
+    ddp &
+    cpu_scale &
+    for prec in fp32 bf16; do for seed in 0 1; do defaults_run $prec $seed & done; done
+    wait
+    log "parallel: done"
+}
+
+for phase in "$@"; do
+    log "phase $phase"
+    "$phase"
+done
+log "all phases done"
+touch "$R/DONE"
