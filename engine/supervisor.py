@@ -62,6 +62,10 @@ def visible_devices(nproc: int) -> list[str] | None:
     if len(devices) < nproc:
         raise ValueError(f"{nproc} processes asked for, but CUDA_VISIBLE_DEVICES={visible} names "
                          f"{len(devices)} GPU(s)")
+    twice = sorted({d for d in devices[:nproc] if devices[:nproc].count(d) > 1})
+    if twice:  # NCCL: "Duplicate GPU detected" (seen on an H100, NCCL 2.28), after the ranks have started
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible} gives GPU {', '.join(twice)} to several of the {nproc} "
+                         "processes; NCCL runs one process per GPU")
     return devices[:nproc]
 
 
@@ -72,11 +76,17 @@ def launch_config(run_dir: Path, nproc: int, on_gpus: bool) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
+    import dataclasses
+
+    # Keys that only newer torch releases have (torch 2.11 has neither shutdown_timeout nor, before 2.6,
+    # virtual_local_rank): passed where this torch's LaunchConfig takes them, else its default stands.
+    optional = {"virtual_local_rank": on_gpus, "shutdown_timeout": SHUTDOWN_S}
+    known = {f.name for f in dataclasses.fields(LaunchConfig)}
     return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"fairtui-{os.getpid()}",
                         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / LAUNCHER_DIR)),
                         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
                         max_restarts=0, monitor_interval=MONITOR_S, start_method="spawn",
-                        virtual_local_rank=on_gpus, shutdown_timeout=SHUTDOWN_S)
+                        **{k: v for k, v in optional.items() if k in known})
 
 
 def launch(run_dir: Path, nproc: int, on_gpus: bool) -> tuple[dict[int, Any], bool]:

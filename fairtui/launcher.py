@@ -37,7 +37,13 @@ class GpuChoice:
             return cls(cpu=True)
         if not re.fullmatch(r"\d+(,\d+)*", text.strip()):
             raise ProfileError("--gpus", "", f"expected 'cpu' or device indices like 0,1; got {text!r}")
-        return cls(devices=tuple(int(i) for i in text.split(",")))
+        devices = tuple(int(i) for i in text.split(","))
+        twice = sorted({d for d in devices if devices.count(d) > 1})
+        if twice:
+            raise ProfileError("--gpus", "", f"GPU {', '.join(map(str, twice))} named more than once in {text!r}: "
+                               "a run takes one process per GPU, and NCCL refuses two on one GPU ('Duplicate "
+                               "GPU detected')")
+        return cls(devices=devices)
 
     @classmethod
     def from_option(cls, text: str | None, inventory=None) -> "GpuChoice | None":

@@ -84,3 +84,34 @@ def test_ranks_die_with_a_killed_supervisor_and_engine_json_names_them(tmp_path,
         alive = [p for p in pids if os.path.exists(f"/proc/{p}") and "engine" in open(f"/proc/{p}/cmdline").read()]
         time.sleep(0.1)
     assert not alive
+
+
+def test_the_launch_config_takes_only_the_keys_this_torch_has(tmp_path, monkeypatch):
+    """torch 2.11 (the first GPU machine's) has no LaunchConfig.shutdown_timeout: passing it anyway failed every
+    multi-process run there with a TypeError before any rank started."""
+    import dataclasses
+
+    import torch.distributed.launcher.api as api
+
+    from engine import supervisor
+
+    current = {f.name for f in dataclasses.fields(api.LaunchConfig)}
+    Older = dataclasses.make_dataclass("Older", [(f.name, f.type, f) for f in dataclasses.fields(api.LaunchConfig)
+                                                 if f.name not in ("shutdown_timeout", "virtual_local_rank")])
+    monkeypatch.setattr(api, "LaunchConfig", Older)
+    config = supervisor.launch_config(tmp_path, 2, on_gpus=True)
+    assert isinstance(config, Older) and config.nproc_per_node == 2 and config.max_restarts == 0
+    monkeypatch.undo()
+    if {"shutdown_timeout", "virtual_local_rank"} <= current:  # this torch has both: both are passed
+        config = supervisor.launch_config(tmp_path, 2, on_gpus=True)
+        assert config.virtual_local_rank and config.shutdown_timeout == supervisor.SHUTDOWN_S
+
+
+def test_two_processes_on_one_gpu_are_refused(monkeypatch):
+    from engine.supervisor import visible_devices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,0")
+    with pytest.raises(ValueError, match="GPU 0 to several"):
+        visible_devices(2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,1")
+    assert visible_devices(2) == ["0", "1"]

@@ -90,7 +90,8 @@ def test_a_bad_data_root_is_found_before_the_run_folder_exists(tmp_path, root_ki
         assert untouched(home)
 
 
-@pytest.mark.parametrize("gpus, words", [("99", "no GPU 99"), ("", "--gpus"), (" ", "--gpus"), ("zero", "--gpus")])
+@pytest.mark.parametrize("gpus, words", [("99", "no GPU 99"), ("", "--gpus"), (" ", "--gpus"), ("zero", "--gpus"),
+                                         ("0,0", "GPU 0 named more than once")])
 def test_gpus_that_do_not_exist_are_refused_naming_what_does(tmp_path, tiny_profile, gpus, words):
     home = tmp_path / "home"
     proc = fairtui_cmd("run", str(tiny_profile()), f"--gpus={gpus}", home=home)
@@ -107,6 +108,10 @@ def test_gpu_choice_checks_the_inventory():
     with pytest.raises(ProfileError, match=r"no GPU 2 .*0 \(H100\), 1 \(H100\)"):
         GpuChoice.from_option("1,2", two)
     assert GpuChoice.from_option("cpu", []).cpu
+    # Two processes on one GPU: NCCL's "Duplicate GPU detected" (the first H100 session) stops the ranks after
+    # they started; the option is refused before anything is created instead.
+    with pytest.raises(ProfileError, match=r"GPU 1 named more than once"):
+        GpuChoice.from_option("0,1,1", two)
 
 
 @pytest.mark.parametrize("args, option", [(("--eps", "abc"), "--eps"), (("--eps", "nan"), "--eps"),
