@@ -9,7 +9,8 @@ images with PGD-10):
 - bare eager: a plain loop with the data already on the device (PGD-10 in eval
   mode with per-sample eps, a clean eval forward, the training forward / backward
   / SGD step; for CFA the class-wise eps of the batch);
-- bare compiled: the same loop over torch.compile(model, mode=reduce-overhead);
+- bare compiled: the same loop over the model compiled as the engine compiles it (reduce-overhead on
+  CUDA, graphs at the training and evaluation batch sizes, other batch sizes eager);
 - engine eager and engine compiled: `Trainer.run_epoch` (training, validation,
   the method's end of epoch, checkpoint and event), `train.compile` off / on.
 fp32 is plain float32; bf16 is bf16 autocast with channels-last. Each epoch time
@@ -104,6 +105,7 @@ def bare_times(profile, epochs: int, compiled: bool) -> list[float]:
     import torch
     import torch.nn.functional as F
 
+    from engine.compiled import compile_model
     from engine.data import load_splits
     from engine.data.augment import plan_epoch
     from engine.models import build_model
@@ -118,7 +120,11 @@ def bare_times(profile, epochs: int, compiled: bool) -> list[float]:
     model = build_model(profile.model, splits.input_shape, splits.num_classes, splits.mean, splits.std).to(dev)
     if rt.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    net = torch.compile(model, mode="reduce-overhead" if dev.type == "cuda" else "default") if compiled else model
+    # Compiled as the engine compiles (engine/compiled.py): graphs at the training and evaluation batch sizes,
+    # the short last batch eager. A plain torch.compile(model, mode="reduce-overhead") took 52 s an epoch on
+    # the first H100 (bf16, at.toml), slower than eager (31 s): no baseline for the engine's 12.5 s.
+    mode = "reduce-overhead" if dev.type == "cuda" else "default"
+    net = compile_model(model, (profile.data.batch_size, profile.data.eval_batch_size), mode) if compiled else model
     opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
     # CFA's class-wise margins: per-sample eps of the batch's classes (uniform values, same arithmetic)
     eps_per_class = torch.full((splits.num_classes,), a.eps, device=dev)

@@ -124,7 +124,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     from engine.process import EXIT_OK, EXIT_STOPPED
     from engine.utils import make_runtime
 
-    runtime = make_runtime(profile.train)
+    runtime = make_runtime(profile.train).for_evaluation()  # fp32 and eager, whatever the run trained with
     splits = load_splits(profile.data, profile.seed)
     data = splits.test if req["split"] == "test" else splits.val
     if req["n_per_class"]:

@@ -37,6 +37,7 @@ def final_evaluation(trainer: "Trainer") -> None:
 
     model = copy.deepcopy(trainer.model)
     test = trainer.splits.test
+    runtime = trainer.rt.for_evaluation()  # fp32 and eager, whatever the run trained with
     done: list[tuple[str, dict, dict[str, dict]]] = []  # (checkpoint, weights, its results by attack)
     for checkpoint in checkpoints_to_evaluate(trainer):
         try:
@@ -63,7 +64,7 @@ def final_evaluation(trainer: "Trainer") -> None:
                     trainer.progress.update("test", trainer.profile.train.epochs, b, n, attack=_a, checkpoint=_c)
 
             started = time.perf_counter()
-            clean, adv, conf_var = predict(model, test, attack, trainer.rt, trainer.profile.data.eval_batch_size,
+            clean, adv, conf_var = predict(model, test, attack, runtime, trainer.profile.data.eval_batch_size,
                                            progress, seed=trainer.attack_settings().seed)
             result = per_class_result(test.y, clean, adv, trainer.k, conf_var)
             setting = trainer.attack_settings().result_setting(attack_name, 0, trainer.profile.data.eval_batch_size)

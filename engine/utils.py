@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 from dataclasses import dataclass
@@ -79,6 +80,11 @@ class Runtime:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
+    def for_evaluation(self) -> "Runtime":
+        """The runtime of a test-split evaluation: this device and layout, in fp32 and eager, so that a
+        result does not depend on the precision or compilation its run trained with."""
+        return dataclasses.replace(self, autocast_dtype=None, compile_mode=None)
+
     def describe(self) -> str:
         if self.device.type == "cuda":
             name = torch.cuda.get_device_name(self.device)
@@ -125,8 +131,8 @@ def make_runtime(cfg: TrainConfig, local_rank: int = 0, world: int = 1) -> Runti
         torch.cuda.set_device(index)
     device = torch.device("cuda", index) if want_cuda else torch.device("cpu")
     # bf16 autocast and channels-last pay off on CUDA only; on the CPU they are ignored.
-    dtype = torch.bfloat16 if (cfg.amp == "bf16" and want_cuda) else None
-    compile_on = cfg.compile == "on" or (cfg.compile == "auto" and want_cuda)
+    dtype = torch.bfloat16 if (cfg.amp in ("bf16", "auto") and want_cuda) else None
+    compile_on = cfg.compile == "on" or (cfg.compile == "auto" and want_cuda and world == 1)
     # CUDA graphs need CUDA: on the CPU the same request compiles without them.
     from engine.compiled import uses_cuda_graphs
 

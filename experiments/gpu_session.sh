@@ -6,7 +6,7 @@
 # Phases, in the order the session runs them:
 #   bench    benchmarks/bench_gpu.py alone on the GPU (timings need it to themselves)
 #   parallel everything whose timings do not matter, at once: the paper profiles' 2-epoch smoke (three
-#            groups), DDP with two ranks on the one GPU (NCCL), the CPU-scale PGD-AT run of seed 0 on the GPU,
+#            groups; the profiles' own settings, i.e. the CUDA defaults: bf16, channels-last, compiled), DDP with two ranks on the one GPU (NCCL), the CPU-scale PGD-AT run of seed 0 on the GPU,
 #            and the defaults check (at.toml for a few epochs, fp32 eager against bf16 + compile, two seeds)
 # Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
 # files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
@@ -68,7 +68,7 @@ cpu_scale() {  # the CPU-scale table's PGD-AT recipe, seed 0, on the GPU (beside
 }
 
 defaults_run() {  # $1: fp32|bf16, $2: seed
-    local fast=()
+    local fast=(--set train.compile=\"off\" --set train.amp=\"none\" --set train.channels_last=false)
     [ "$1" = bf16 ] && fast=(--set train.compile=\"on\" --set train.amp=\"bf16\" --set train.channels_last=true)
     OMP_NUM_THREADS=2 python3 -m fairtui run profiles/at.toml --home "$R/homes/defaults" --json \
         --name "defaults-$1-s$2" --gpus "$GPUS" --set "seed=$2" --set "train.epochs=$EPOCHS_DEFAULTS" \

@@ -60,6 +60,28 @@ def test_auto_device_picks_cuda_when_the_inventory_has_one(monkeypatch):
     assert rt.autocast_dtype == torch.bfloat16 and rt.channels_last
 
 
+def test_the_defaults_are_the_fast_path_on_cuda_and_fp32_eager_on_the_cpu(monkeypatch):
+    """Issue #36's measurement made bf16 + channels-last + compile the CUDA default; the CPU keeps fp32 eager
+    (its numbers must not change), and a DDP run stays eager (compiled DDP has not run on a GPU)."""
+    from engine.config import TrainConfig
+    from engine.utils import make_runtime
+
+    cpu = make_runtime(TrainConfig(device="cpu"))
+    assert cpu.autocast_dtype is None and not cpu.channels_last and cpu.compile_mode is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    one = make_runtime(TrainConfig())
+    assert one.device.type == "cuda" and one.autocast_dtype == torch.bfloat16 and one.channels_last
+    assert one.compile_mode == "reduce-overhead"
+    ddp = make_runtime(TrainConfig(), local_rank=0, world=2)
+    assert ddp.autocast_dtype == torch.bfloat16 and ddp.compile_mode is None
+    plain = make_runtime(TrainConfig(amp="none", compile="off", channels_last=False))
+    assert plain.autocast_dtype is None and plain.compile_mode is None and not plain.channels_last
+    # a test-split evaluation is fp32 and eager whatever the run trained with
+    ev = one.for_evaluation()
+    assert ev.autocast_dtype is None and ev.compile_mode is None and ev.device == one.device
+
+
 @pytest.mark.parametrize("arch", ["preact_resnet18", "resnet18"])
 def test_resnet_base_width_sets_the_stages_channels(arch):
     """model.base_width = w gives stages of w, 2w, 4w, 8w channels; 64 is the papers' 11.2 M model."""
