@@ -5,9 +5,14 @@
 #
 # Phases, in the order the session runs them:
 #   bench    benchmarks/bench_gpu.py alone on the GPU (timings need it to themselves)
+#   (first session) then:
 #   parallel everything whose timings do not matter, at once: the paper profiles' 2-epoch smoke (three
-#            groups; the profiles' own settings, i.e. the CUDA defaults: bf16, channels-last, compiled), DDP with two ranks on the one GPU (NCCL), the CPU-scale PGD-AT run of seed 0 on the GPU,
+#            groups, each profile with its own settings: since the first session, the CUDA defaults), DDP
+#            with two ranks on the one GPU (NCCL), the CPU-scale PGD-AT run of seed 0 on the GPU,
 #            and the defaults check (at.toml for a few epochs, fp32 eager against bf16 + compile, two seeds)
+#   next     the next session's plan: `ratio` (bench_gpu's compiled ways, bf16, the GPU to itself), then
+#            `table` (CIFAR-10 short-schedule rows at, trades, wat, cfa-trades, seed 0; TABLE_METHODS,
+#            TABLE_SEEDS, TABLE_WORKERS change that) beside `smoke_rest` (frl, frl-rw, cfa-trades, tian-trades)
 # Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
 # files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
 # DRY=1 shrinks every phase to a seconds-long CPU check of this script (random data, tiny sizes).
@@ -88,6 +93,29 @@ parallel() {
     for prec in fp32 bf16; do for seed in 0 1; do defaults_run $prec $seed & done; done
     wait
     log "parallel: done"
+}
+
+ratio() {  # the engine against a bare loop compiled the engine's way: the 5% target (bf16, both profiles)
+    python3 benchmarks/bench_gpu.py "${BENCH[@]}" --profiles at,cfa-at --precisions bf16 \
+        --ways bare_compiled,engine_compiled --json "$R/bench_ratio.json" > "$R/bench_ratio.txt" 2> "$R/bench_ratio.err"
+    log "bench ratio: exit $?"
+}
+
+smoke_rest() {  # the paper profiles the first session did not reach
+    smoke_group d "${SMOKE_REST:-frl,frl-rw,cfa-trades,tian-trades}"
+}
+
+table() {  # rows of the CIFAR-10 short-schedule table in the issue's order, side by side; small files to $R/table
+    # shellcheck disable=SC2086
+    python3 experiments/cifar10_fairness.py --scale short --data-root "$DATA" --home "$R/homes/table" \
+        --results "$R/table" --methods ${TABLE_METHODS:-at trades wat cfa-trades} --seeds ${TABLE_SEEDS:-0} \
+        --workers "${TABLE_WORKERS:-4}" --threads 2 --gpus "$GPUS" "${SMALL[@]}" > "$R/table.txt" 2> "$R/table.err"
+    log "table: exit $?"
+}
+
+next() {  # the second session's plan: the ratio alone, then the table rows beside the remaining smoke runs
+    ratio
+    table & smoke_rest & wait
 }
 
 for phase in "$@"; do
