@@ -123,6 +123,13 @@ class RunView:
     def warnings(self) -> list[str]:
         return self.digest.all_warnings()
 
+    def full(self, event: dict) -> dict:
+        """The whole of an event the digest keeps slim (its matrices left out: engine.contract.digest), read
+        from its one line of the stream; the event itself when nothing was left out."""
+        from engine.contract.digest import full_event
+
+        return full_event(self.run_dir / "events.jsonl", event) if event.get("_at") else event
+
     def eval_results(self) -> list[dict]:
         """The latest `eval_result` of each identity (split, checkpoint, attack, setting), oldest first."""
         return self.digest.eval_results()

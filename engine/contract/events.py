@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.contract.digest import Keeper
+
 SCHEMA_VERSION = 1
 
 
@@ -79,13 +81,15 @@ class EventWriter:
     can append at once without a gap or a repeated ``seq``.
     """
 
-    def __init__(self, path: str | Path, run_id: str):
+    def __init__(self, path: str | Path, run_id: str, keep_digest: bool = True):
         self.path = Path(path)
         self.run_id = run_id
         self._fh = open(self.path, "a+b")
         with self._locked():
             self._repair_tail()
             self.seq = _last_seq(self._fh) + 1
+            # the stream's fold, kept as it is written and stored beside it (engine.contract.digest)
+            self.keeper = Keeper(self.path, self._fh) if keep_digest else None
 
     def _locked(self):
         from engine.locks import locked
@@ -110,10 +114,15 @@ class EventWriter:
             self.seq = _last_seq(self._fh) + 1
             event = {"v": SCHEMA_VERSION, "seq": self.seq, "t": time.time(), "run_id": self.run_id,
                      "type": type_, **_clean(payload)}
-            self._fh.seek(0, os.SEEK_END)
-            self._fh.write((json.dumps(event, separators=(",", ":")) + "\n").encode())
+            line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+            offset = self._fh.seek(0, os.SEEK_END)
+            if self.keeper is not None:
+                self.keeper.catch_up(self._fh, offset)  # what another writer appended since
+            self._fh.write(line)
             self._fh.flush()
             os.fsync(self._fh.fileno())
+            if self.keeper is not None:
+                self.keeper.appended(self._fh, event, offset, len(line))
         self.seq += 1
         return event
 
@@ -125,4 +134,7 @@ class EventWriter:
             self.emit("epoch_end", **event)
 
     def close(self) -> None:
+        if self.keeper is not None and not self._fh.closed:
+            with self._locked():
+                self.keeper.save(self._fh)
         self._fh.close()

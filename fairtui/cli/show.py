@@ -26,7 +26,8 @@ def show(
     for warning in view.warnings:
         typer.echo(f"warning: {warning}", err=True)
     epochs = view.epochs
-    method_state = epochs[-1].get("method_state", {}) if epochs else {}
+    # the last epoch whole (the digest leaves its matrices out): one line of the stream, not the stream
+    method_state = view.full(epochs[-1]).get("method_state", {}) if epochs else {}
     times = [e.get("time_s", 0) for e in epochs]
     if json_out:
         doc = run_summary(view)

@@ -157,6 +157,10 @@ def state_keys(view: RunView) -> list[str]:
         for key, value in (e.get("method_state") or {}).items():
             if key not in keys and is_matrix(value, k):
                 keys.append(key)
+        for path in e.get("_omitted", ()):  # a matrix the digest left out of a slim epoch
+            key = path[len("method_state."):] if path.startswith("method_state.") else None
+            if key and "." not in key and key not in keys:
+                keys.append(key)
     return keys
 
 
@@ -192,11 +196,13 @@ def state(views: list[RunView], key: str | None) -> tuple[str, list[Panel | Heat
             raise PlotError(f"run {v.name} [{v.run_id}] has no class-wise state {key!r}; it has: "
                             f"{', '.join(keys) or 'none'}")
         names = v.class_names()
-        matrices = [(e["epoch"], e["method_state"][key]) for e in v.epochs
-                    if is_matrix((e.get("method_state") or {}).get(key), len(names))]
-        if matrices:
-            epoch, matrix = matrices[-1]
-            panels.append(Heatmap(f"{v.name}: {key}, epoch {epoch}", matrix, names, "class", "class", percent=False))
+        # the last epoch that has the matrix, read whole (the digest keeps epochs slim)
+        last = next((e for e in reversed(v.epochs) if f"method_state.{key}" in e.get("_omitted", ())
+                     or is_matrix((e.get("method_state") or {}).get(key), len(names))), None)
+        matrix = (v.full(last).get("method_state") or {}).get(key) if last is not None else None
+        if is_matrix(matrix, len(names)):
+            panels.append(Heatmap(f"{v.name}: {key}, epoch {last['epoch']}", matrix, names, "class", "class",
+                                  percent=False))
             continue
         epochs, series, labels = _state(v).trajectory(key)
         panels.append(Panel(v.name, epochs, series, labels))
@@ -210,7 +216,7 @@ def confusion(view: RunView, attack: str | None, checkpoint: str, n_per_class: i
         result = pick_result(view, attack, checkpoint, n_per_class=n_per_class)
     except CompareError as err:
         raise PlotError(str(err)) from None
-    counts = result.get("confusion_matrix")
+    counts = view.full(result).get("confusion_matrix")  # left out of the slim result the digest keeps
     names = view.class_names()
     if not is_matrix(counts, len(names)):
         raise PlotError(f"run {view.name} [{view.run_id}]: its {result.get('attack')} result @ {checkpoint} holds no "

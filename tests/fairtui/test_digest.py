@@ -50,7 +50,13 @@ def test_the_digest_answers_as_the_whole_stream_does(tmp_path):
     assert view.finished == events[-1] and view.status() == "completed"
     assert view.started == events[0]
     config = events[0]["config"]
-    assert view.results() == headline_results(events, config)
+    # results are kept slim (their confusion matrix left out, its line located), and read whole on demand
+    whole = headline_results(events, config)
+    assert {k: view.full(e) for k, e in view.results().items()} == whole
+    for key, slim in view.results().items():
+        assert "confusion_matrix" not in slim and slim["_omitted"] == ["confusion_matrix"]
+        assert {k: v for k, v in slim.items() if not k.startswith("_")} == \
+            {k: v for k, v in whole[key].items() if k != "confusion_matrix"}
     assert {k: e["avg_robust"] for k, e in view.results().items()} == {
         ("test", c, a): 0.39 for c in ("last", "best") for a in ("pgd20", "clean")}
     latest_subset = {(e["checkpoint"], e["attack"]): e["avg_robust"] for e in events
@@ -65,8 +71,8 @@ def test_a_cached_digest_reads_only_what_was_appended_and_a_replaced_stream_is_f
     monkeypatch.setattr(digest_module, "CACHE_MIN_BYTES", 0)
     run = _long_run(tmp_path)
     folded = []
-    real = digest_module._fold_line
-    monkeypatch.setattr(digest_module, "_fold_line", lambda d, line, *a: (folded.append(line), real(d, line, *a)))
+    real = Digest.fold_line
+    monkeypatch.setattr(Digest, "fold_line", lambda d, line, *a: (folded.append(line), real(d, line, *a)))
     first = read_digest(run)
     lines = len((run / "events.jsonl").read_bytes().splitlines())
     assert len(folded) == lines and cache_path(run).exists()
