@@ -49,10 +49,16 @@ def read_digest(run_dir: Path, cancelled: Callable[[], bool] | None = None) -> D
     except OSError:
         return Digest()
     with fh:
-        stored = [contract.load_stored(run_dir / DIGEST_FILE, fh)]
-        if cache is not None:
-            stored.append(contract.load_stored(cache, fh, same_file=True))
-        digest = max((d for d in stored if d is not None), key=lambda d: d.offset, default=None) or Digest()
+        # the stored fold that covers the most (each judged by its header line alone), then read whole
+        candidates = [(run_dir / DIGEST_FILE, False)] + ([(cache, True)] if cache is not None else [])
+        heads = [(head["offset"], path, same) for path, same in candidates
+                 if (head := contract.stored_header(path, fh, same)) is not None]
+        digest = None
+        for _, path, same in sorted(heads, key=lambda h: -h[0]):
+            digest = contract.load_stored(path, fh, same)
+            if digest is not None:
+                break
+        digest = digest or Digest()
         start = digest.offset
         partial = contract.fold_from(digest, fh, events, cancelled, chunk=CHUNK)
         if cancelled and cancelled():
@@ -60,8 +66,7 @@ def read_digest(run_dir: Path, cancelled: Callable[[], bool] | None = None) -> D
         if partial.strip():  # a last line with no newline: being written, or cut short by a kill
             digest.fold_line(partial, events, digest.lines + 1, digest.offset)  # shown, never stored
         elif cache is not None and digest.offset - start >= CACHE_MIN_BYTES:
-            digest.fingerprint = contract.fingerprint(fh, digest.offset)
-            contract.store(cache, {**digest.to_json(), **contract.stamp(fh)})
+            contract.store(cache, digest, fh)
     return digest
 
 

@@ -39,14 +39,21 @@ EPOCH_LEGEND = ("each epoch: loss | train clean/robust accuracy | val clean/robu
                 "lr, seconds; * new best")
 
 
-def exploratory_tables(view: RunView) -> list[Table]:
-    """The run's other evaluations (a subset, another eps, ...) as per-class tables like the headline
-    ones, one per checkpoint and setting, each titled as exploratory with what differs from the profile."""
+def exploratory_groups(view: RunView) -> list[tuple[tuple[str, ...], dict]]:
+    """The run's other evaluations (a subset, another eps, ...) grouped by checkpoint and setting, in the
+    order measured: (what differs from the profile, (split, checkpoint, attack) -> the latest result)."""
     groups: dict[tuple, dict] = {}
     for e, why in view.other_results():
         groups.setdefault((e.get("split"), e.get("checkpoint"), tuple(why)), {})[
             (e.get("split"), e.get("checkpoint"), e.get("attack"))] = e  # the latest of each
-    return [t for (_, _, why), results in groups.items()
+    return [(why, results) for (_, _, why), results in groups.items()]
+
+
+def exploratory_tables(view: RunView, groups: list | None = None) -> list[Table]:
+    """Exploratory results as per-class tables like the headline ones, one per checkpoint and setting, each
+    titled as exploratory with what differs from the profile. ``groups``: those of :func:`exploratory_groups`
+    to draw (a run evaluated thousands of ways draws the latest few; default all)."""
+    return [t for why, results in (exploratory_groups(view) if groups is None else groups)
             for t in per_class_tables(view, results, note=f"exploratory ({'; '.join(why)})")]
 
 
@@ -148,7 +155,7 @@ def method_state_tables(state: dict[str, Any], names: list[str], width: int = 80
 def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
     """The run as one JSON-ready document (for ``--json``)."""
     fin = view.finished or {}
-    epochs = view.epochs
+    epochs = view.last_epochs(1)  # the latest alone: a long run's others stay unread
     return {
         "run_id": view.run_id, "name": view.name, "run_dir": str(view.run_dir), "status": view.status(),
         "error": fin.get("error"), "exit_code": exit_code, "class_names": view.class_names(),

@@ -164,8 +164,22 @@ class RunView:
 
     @property
     def epochs(self) -> list[dict]:
-        """The last `epoch_end` of each epoch, in order (a resume may repeat one)."""
+        """The last `epoch_end` of each epoch, in order (a resume may repeat one). Reads every epoch: a
+        reader that needs the latest alone asks :meth:`last_epochs`."""
         return self.digest.epoch_list()
+
+    def last_epochs(self, n: int = 1) -> list[dict]:
+        """The latest ``n`` epochs, oldest first (a long run's others stay unread)."""
+        return self.digest.last_epochs(n)
+
+    @property
+    def last_epoch(self) -> dict | None:
+        last = self.digest.last_epochs(1)
+        return last[0] if last else None
+
+    def epoch_times(self) -> list[float | None]:
+        """Every epoch's seconds, in order."""
+        return self.digest.epoch_times()
 
     @property
     def finished(self) -> dict | None:
@@ -197,7 +211,8 @@ class RunView:
     def class_names(self) -> list[str]:
         if self.started and self.started.get("class_names"):
             return list(self.started["class_names"])
-        k = len(self.epochs[-1]["val"]["robust_acc_per_class"]) if self.epochs else 0
+        last = self.last_epoch
+        k = len(last["val"]["robust_acc_per_class"]) if last else 0
         return [str(i) for i in range(k)]
 
     def results(self) -> dict[tuple[str, str, str], dict]:

@@ -145,7 +145,7 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
     process = {}
     with contextlib.suppress(OSError, ValueError):
         process = json.loads((run_dir / "engine.json").read_text())
-    epochs = view.epochs
+    epochs = view.last_epochs(RECENT_EPOCHS)  # the latest few: a long run's others stay unread
     finished = view.finished
     return _compact({
         "run_id": view.run_id, "name": view.name, "profile": meta.get("profile_path"),

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-VERSION = 2  # 2: slim events (matrices left out, with _omitted and _at)
+VERSION = 3  # 2: slim events (matrices left out, with _omitted and _at); 3: stored as lines, epochs read lazily
 DIGEST_FILE = "digest.json"  # in the run folder, written by the engine's EventWriter
 CHUNK = 4 << 20  # bytes read at a time
 MAX_WARNINGS = 20  # unreadable lines reported one by one; the rest are counted
@@ -98,7 +98,10 @@ def full_event(events_path: Path, event: dict) -> dict:
 @dataclass
 class Digest:
     started: dict | None = None
-    epochs: dict[int, dict] = field(default_factory=dict)
+    # epoch -> its latest epoch_end (slim); a fold read from a stored one keeps each as its JSON bytes until a
+    # reader asks for it (the app draws every epoch; `show` needs the last and the timings alone)
+    epochs: dict[int, dict | bytes] = field(default_factory=dict)
+    times: dict[int, float | None] = field(default_factory=dict)  # epoch -> its time_s
     finished: dict | None = None
     evals: dict[str, dict] = field(default_factory=dict)  # identity -> latest, oldest first
     warnings: list[str] = field(default_factory=list)
@@ -121,6 +124,7 @@ class Digest:
             self.finished = event
         elif kind == "epoch_end" and isinstance(event.get("epoch"), int):
             self.epochs[event["epoch"]] = event
+            self.times[event["epoch"]] = event.get("time_s")
         elif kind == "eval_result":
             key = eval_identity(event)
             self.evals.pop(key, None)  # the latest goes last: the order is the order of measurement
@@ -146,27 +150,60 @@ class Digest:
         more = self.skipped - len(self.warnings)
         return self.warnings + ([f"... and {more} more unreadable lines"] if more > 0 else [])
 
+    def epoch(self, number: int) -> dict:
+        value = self.epochs[number]
+        if isinstance(value, bytes):
+            value = self.epochs[number] = json.loads(value)
+        return value
+
     def epoch_list(self) -> list[dict]:
-        return [self.epochs[k] for k in sorted(self.epochs)]
+        return [self.epoch(k) for k in sorted(self.epochs)]
+
+    def last_epochs(self, n: int = 1) -> list[dict]:
+        """The latest ``n`` epochs, oldest first, the others left unread."""
+        return [self.epoch(k) for k in sorted(self.epochs)[-n:]] if n > 0 else []
+
+    def epoch_times(self) -> list[float | None]:
+        return [self.times.get(k) for k in sorted(self.epochs)]
 
     def eval_results(self) -> list[dict]:
         return list(self.evals.values())
 
-    def to_json(self) -> dict:
-        return {"version": VERSION, "started": self.started, "epochs": self.epoch_list(), "finished": self.finished,
-                "evals": self.eval_results(), "warnings": self.warnings, "skipped": self.skipped,
-                "count": self.count, "lines": self.lines, "offset": self.offset, "fingerprint": self.fingerprint}
+    def dumps(self, extra: dict | None = None) -> bytes:
+        """The fold as stored: a header line, then a line per epoch ("E<epoch>\t<event>") and per result
+        ("R<event>"), so that a reader leaves the epochs it never asks for unparsed."""
+        head = {"version": VERSION, "started": self.started, "finished": self.finished, "warnings": self.warnings,
+                "skipped": self.skipped, "count": self.count, "lines": self.lines, "offset": self.offset,
+                "fingerprint": self.fingerprint, "times": [[k, t] for k, t in self.times.items()], **(extra or {})}
+        out = [json.dumps(head, separators=(",", ":")).encode()]
+        for k in sorted(self.epochs):
+            value = self.epochs[k]
+            raw = value if isinstance(value, bytes) else json.dumps(value, separators=(",", ":")).encode()
+            out.append(b"E%d\t%s" % (k, raw))
+        out += [b"R" + json.dumps(e, separators=(",", ":")).encode() for e in self.evals.values()]
+        return b"\n".join(out) + b"\n"
 
     @classmethod
-    def from_json(cls, doc: dict) -> "Digest":
-        if doc.get("version") != VERSION:
+    def loads(cls, data: bytes) -> tuple["Digest", dict]:
+        """A stored fold and its header (ValueError when it is not one of this version)."""
+        lines = data.split(b"\n")
+        head = json.loads(lines[0])
+        if not isinstance(head, dict) or head.get("version") != VERSION:
             raise ValueError("another version")
-        d = cls(started=doc["started"], finished=doc["finished"], warnings=list(doc["warnings"]),
-                skipped=int(doc["skipped"]), count=int(doc["count"]), lines=int(doc["lines"]),
-                offset=int(doc["offset"]), fingerprint=str(doc["fingerprint"]))
-        d.epochs = {e["epoch"]: e for e in doc["epochs"]}
-        d.evals = {eval_identity(e): e for e in doc["evals"]}
-        return d
+        d = cls(started=head["started"], finished=head["finished"], warnings=list(head["warnings"]),
+                skipped=int(head["skipped"]), count=int(head["count"]), lines=int(head["lines"]),
+                offset=int(head["offset"]), fingerprint=str(head["fingerprint"]))
+        d.times = {int(k): t for k, t in head["times"]}
+        for line in lines[1:]:
+            if line[:1] == b"E":
+                number, raw = line[1:].split(b"\t", 1)
+                d.epochs[int(number)] = raw
+            elif line[:1] == b"R":
+                event = json.loads(line[1:])
+                d.evals[eval_identity(event)] = event
+        if set(d.epochs) != set(d.times):
+            raise ValueError("epochs and their times differ")
+        return d, head
 
 
 def parse_line(line: bytes | str) -> dict:
@@ -211,35 +248,52 @@ def stamp(fh) -> dict:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
 
 
-def load_stored(path: Path, fh, same_file: bool = False) -> Digest | None:
-    """A stored fold (``digest.json``, or a reader's cache) if it still describes the stream open in ``fh``:
-    the stream is as it was when the fold was stored (same size and time), or it only grew since (longer,
-    and the bytes the fold covered keep their fingerprint). A stream rewritten in place, cut short or
-    replaced is folded again. ``same_file``: the stream must also be the same file (inode): a reader's cache
-    in the home, never a run folder copied elsewhere with its ``digest.json``."""
+def stored_header(path: Path, fh, same_file: bool = False) -> dict | None:
+    """The header of a stored fold (``digest.json``, or a reader's cache) if the fold still describes the
+    stream open in ``fh``: the stream is as it was when the fold was stored (same size and time), or it only
+    grew since (longer, and the bytes the fold covered keep their fingerprint). A stream rewritten in place,
+    cut short or replaced is folded again. ``same_file``: the stream must also be the same file (inode): a
+    reader's cache in the home, never a run folder copied elsewhere with its ``digest.json``. Reads the
+    header line alone."""
     try:
-        doc = json.loads(path.read_text())
-        digest = Digest.from_json(doc)
+        with open(path, "rb") as stored:
+            head = json.loads(stored.readline())
+        offset = int(head["offset"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    now = stamp(fh)
-    if same_file and doc.get("ino") != now["ino"]:
+    if not isinstance(head, dict) or head.get("version") != VERSION:
         return None
-    if [doc.get("size"), doc.get("mtime_ns")] == [now["size"], now["mtime_ns"]] and digest.offset <= now["size"]:
-        return digest
-    if isinstance(doc.get("size"), int) and now["size"] > doc["size"] >= digest.offset \
-            and fingerprint(fh, digest.offset) == digest.fingerprint:
-        return digest
+    now = stamp(fh)
+    if same_file and head.get("ino") != now["ino"]:
+        return None
+    if [head.get("size"), head.get("mtime_ns")] == [now["size"], now["mtime_ns"]] and offset <= now["size"]:
+        return head
+    if isinstance(head.get("size"), int) and now["size"] > head["size"] >= offset \
+            and fingerprint(fh, offset) == head.get("fingerprint"):
+        return head
     return None
 
 
-def store(path: Path, doc: dict) -> None:
-    """Write a fold atomically; a read-only folder or a full disk leaves the next reader to fold again."""
-    from engine.atomic import atomic_write_text
+def load_stored(path: Path, fh, same_file: bool = False) -> Digest | None:
+    """A stored fold that still describes the stream open in ``fh`` (:func:`stored_header`), else None."""
+    if stored_header(path, fh, same_file) is None:
+        return None
+    try:
+        return Digest.loads(path.read_bytes())[0]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
 
+
+def store(path: Path, digest: Digest, fh) -> None:
+    """Store a fold of the stream open in ``fh`` atomically; a read-only folder or a full disk leaves the
+    next reader to fold again."""
+    from engine.atomic import atomic_write
+
+    digest.fingerprint = fingerprint(fh, digest.offset)
+    data = digest.dumps(stamp(fh))
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(doc, separators=(",", ":")))
+        atomic_write(path, lambda out: out.write(data))
 
 
 class Keeper:
@@ -271,6 +325,5 @@ class Keeper:
         """Store the fold (at once; :meth:`appended` calls it when due)."""
         if self.digest.offset == self.stored_offset:
             return
-        self.digest.fingerprint = fingerprint(fh, self.digest.offset)
-        store(self.path, {**self.digest.to_json(), **stamp(fh)})
+        store(self.path, self.digest, fh)
         self.stored_at, self.stored_offset = time.monotonic(), self.digest.offset

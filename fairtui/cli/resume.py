@@ -73,7 +73,10 @@ def trained_world_size(run_dir) -> int:
     from fairtui.runfolder import RunView
 
     view = RunView.load(run_dir)
-    for event in [*reversed(view.epochs), view.started or {}]:
+    import itertools
+
+    epochs = (view.digest.epoch(n) for n in sorted(view.digest.epochs, reverse=True))  # read from the latest
+    for event in itertools.chain(epochs, [view.started or {}]):
         world = (event.get("distributed") or {}).get("world_size")
         if isinstance(world, int) and world > 0:
             return world

@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from fairtui.cli.options import Home, HomeT, Json, resolve_run
+from fairtui.display import SHOW_EXPLORATORY
 
-SHOW_EXPLORATORY = 8  # exploratory settings shown by default: a run evaluated many ways prints pages otherwise
 HELP = "Show one run: configuration, per-class results per attack and checkpoint, method state, timings."
 
 
@@ -25,10 +25,10 @@ def show(
     view = RunView.load(resolve_run(home, run_ref))
     for warning in view.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    epochs = view.epochs
+    last = view.last_epoch  # a long run's other epochs stay unread
     # the last epoch whole (the digest leaves its matrices out): one line of the stream, not the stream
-    method_state = view.full(epochs[-1]).get("method_state", {}) if epochs else {}
-    times = [e.get("time_s", 0) for e in epochs]
+    method_state = view.full(last).get("method_state", {}) if last else {}
+    times = [t or 0 for t in view.epoch_times()]
     if json_out:
         doc = run_summary(view)
         doc.update({"config": view.config, "method_state": method_state, "meta": view.meta,
@@ -39,7 +39,7 @@ def show(
     from rich.console import Console
     from rich.text import Text
 
-    from fairtui.report import exploratory_tables, method_state_tables, per_class_tables
+    from fairtui.report import exploratory_groups, exploratory_tables, method_state_tables, per_class_tables
     from fairtui.usertext import inert
 
     console = Console()
@@ -48,7 +48,7 @@ def show(
     # user text as Text, never markup: a name with brackets is printed as it is
     console.print(Text.assemble((inert(view.name), "bold"), f" [{view.run_id}]  status ", (view.status(), "bold"),
                                 f": {inert(error)}" if error else ""))
-    trained = f"epochs {len(epochs)}/{view.total_epochs()}, " if view.imported is None else ""
+    trained = f"epochs {len(times)}/{view.total_epochs()}, " if view.imported is None else ""
     console.print(Text(f"method {cfg.get('method', {}).get('name')}, data {cfg.get('data', {}).get('dataset')}, "
                        f"model {cfg.get('model', {}).get('arch')}, seed {cfg.get('seed')}, "
                        f"eps {cfg.get('attack', {}).get('eps'):.4g}, {trained}"
@@ -61,18 +61,18 @@ def show(
         console.print(Text(f"notes: {inert(view.meta['notes'], keep_newlines=True)}"))
     for table in per_class_tables(view):
         console.print(table)
-    others = exploratory_tables(view)
-    if others:
+    groups = exploratory_groups(view)
+    if groups:
         console.print("[bold]other evaluations[/] (not the run's result: settings differ from the profile)")
-        hidden = 0 if all_results else max(0, len(others) - SHOW_EXPLORATORY)
+        hidden = 0 if all_results else max(0, len(groups) - SHOW_EXPLORATORY)
         if hidden:
             console.print(f"{hidden} earlier exploratory tables not shown (the latest {SHOW_EXPLORATORY} are): "
                           f"fairtui show {view.run_id} --all", soft_wrap=True)
-        for table in others[hidden:]:
+        for table in exploratory_tables(view, groups[hidden:]):  # only the tables shown are built
             console.print(table)
     if method_state:
         tables, lines = method_state_tables(method_state, view.class_names(), console.width)
-        console.print(Text(f"method state after epoch {epochs[-1]['epoch']} ({cfg.get('method', {}).get('name')})",
+        console.print(Text(f"method state after epoch {last['epoch']} ({cfg.get('method', {}).get('name')})",
                            style="bold"))
         for table in tables:
             console.print(table)

@@ -32,7 +32,8 @@ class ResultsScreen(Screen):
         from rich.text import Text
 
         from fairtui.home import short_id
-        from fairtui.report import exploratory_tables, per_class_tables
+        from fairtui.display import SHOW_EXPLORATORY
+        from fairtui.report import exploratory_groups, exploratory_tables, per_class_tables
         from fairtui.runfolder import RunView
 
         view = RunView.load(self.app.home / "runs" / self.run_id)
@@ -41,10 +42,14 @@ class ResultsScreen(Screen):
         self.query_one("#results-title", Static).update(f"{inert(view.name)} [{short_id(self.run_id)}]: per-class test "
                                                         "results (< marks the worst class)")
         parts: list = per_class_tables(view) or [Text("no test results yet: e evaluates the run")]
-        others = exploratory_tables(view)
-        if others:
+        groups = exploratory_groups(view)
+        if groups:
             parts.append(Text("other evaluations (not the run's result: settings differ from the profile)",
                               style="bold"))
-            parts += others
+            hidden = max(0, len(groups) - SHOW_EXPLORATORY)
+            if hidden:
+                parts.append(Text(f"{hidden} earlier exploratory tables not shown (the latest {SHOW_EXPLORATORY} "
+                                  f"are): fairtui show {self.run_id} --all"))
+            parts += exploratory_tables(view, groups[hidden:])  # only the tables shown are built
         self.query_one("#results-tables", Static).update(Group(*parts))
         self.query_one("#results-body").focus()

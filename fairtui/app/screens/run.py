@@ -61,7 +61,7 @@ class RunScreen(Screen):
                 # accuracies; on a small one the single plot cycles through both ([ and ]).
                 yield LinePlot(id="plot-state")
         yield Static("", id="results")
-        yield RichLog(id="log", max_lines=2000, wrap=True, markup=False)
+        yield RichLog(id="log", max_lines=self.LOG_LINES, wrap=True, markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -133,13 +133,18 @@ class RunScreen(Screen):
             self.query_one("#progress-bar", ProgressBar).update(progress=fraction)
             self.query_one("#progress-text", Static).update(" " + text)
 
+    LOG_LINES = 2000  # what the log keeps
+
     def on_events_arrived(self, message: EventsArrived) -> None:
         log = self.query_one(RichLog)
+        lines = []
         for event in message.events:
             self.state.ingest(event)
             line = self.state.log_line(event)
             if line:
-                log.write(line)
+                lines.append(line)
+        for line in lines[-self.LOG_LINES:]:  # a long run's replay: the log would drop the earlier lines anyway
+            log.write(line)
         self.refresh_widgets()
 
     def refresh_widgets(self) -> None:
