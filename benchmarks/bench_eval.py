@@ -64,7 +64,7 @@ def autoattack_rows(per_class: int) -> list[tuple[str, float]]:
 
     from engine.attacks.autoattack import make_autoattack
     from engine.checkpoint import CheckpointStore
-    from engine.config import load_profile
+    from engine.contract.config import load_profile
     from engine.data import load_splits
     from engine.models import build_model
 
@@ -101,7 +101,7 @@ def pgd_rows(images: int) -> list[tuple[str, float, float]]:
     import torch.nn.functional as F
 
     from engine.attacks.suite import AttackSettings, build_attack
-    from engine.config import ModelConfig, TrainConfig
+    from engine.contract.config import ModelConfig, TrainConfig
     from engine.data.tensors import TensorData
     from engine.evaluate import predict
     from engine.models import build_model

@@ -141,7 +141,7 @@ class Group:
         engine.json names for liveness and for `fairtui stop`."""
         import socket
 
-        from engine.procinfo import process_start_time
+        from engine.contract.procinfo import process_start_time
 
         visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         gpu = None

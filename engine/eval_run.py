@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.config import Profile, load_run_profile
+from engine.contract.config import Profile, load_run_profile
 from engine.contract import EvalRequest, RequestError, check_eps, scaled_step
 from engine.process import EXIT_USAGE, report_failure
 from engine.contract.profile_schema import ProfileError

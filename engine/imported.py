@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.config import Profile
+from engine.contract.config import Profile
 
 log = logging.getLogger("engine")
 
@@ -271,7 +271,7 @@ def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: i
 
 def import_run(run_dir: Path, request: dict) -> int:
     """Import the model of ``request`` into the (new) run folder ``run_dir``."""
-    from engine.config import load_profile
+    from engine.contract.config import load_profile
     from engine.process import EXIT_OK, EXIT_USAGE, report_failure, setup_logging
 
     setup_logging()

@@ -13,7 +13,7 @@ import socket
 import time
 from pathlib import Path
 
-from engine.atomic import atomic_write_json
+from engine.contract.atomic import atomic_write_json
 
 
 class Progress:

@@ -28,7 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     p_import = sub.add_parser("import", help="import the model named by the run folder's [source] table")
     p_import.add_argument("run_dir", type=Path)
     p_import.add_argument("--request", default="{}", help="JSON (reserved)")
+    p_check = sub.add_parser("check-weights", help="check that a checkpoint file loads safely (weights only, "
+                             "nothing run): exit 0, else 2 with the reason on stderr")
+    p_check.add_argument("checkpoint", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "check-weights":  # for the command line, which never imports torch itself
+        from engine.checkpoint import CheckpointError, load_checkpoint
+
+        try:
+            load_checkpoint(args.checkpoint, need=("model",))
+        except CheckpointError as err:
+            print(err, file=sys.stderr)
+            return EXIT_USAGE
+        return 0
     if not (args.run_dir / "profile.toml").exists():
         print(f"{args.run_dir}: not a run folder (no profile.toml)", file=sys.stderr)
         return EXIT_USAGE

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.config import load_run_profile, profile_warnings
+from engine.contract.config import load_run_profile, profile_warnings
 from engine.contract.events import EventWriter
 from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, clear_failures, exit_now,
                             guarded, setup_logging, write_process_file)
@@ -35,7 +35,7 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     for warning in profile_warnings(profile) if not group.active or group.is_main else ():
         log.warning(warning)
     if group.is_main and group.nodes > 1:
-        from engine.storage import local_filesystem
+        from engine.contract.storage import local_filesystem
 
         if fs := local_filesystem(run_dir):
             log.warning("%s is on %s, which looks local to this machine: a run across %d nodes needs its run folder "

@@ -14,7 +14,7 @@ from engine import metrics
 from engine.attacks.suite import AttackSettings, build_attack
 from engine.averaging import WeightAverage
 from engine.checkpoint import CheckpointStore
-from engine.config import Profile
+from engine.contract.config import Profile
 from engine.data import Splits, TensorData, load_splits
 from engine.data.augment import plan_epoch
 from engine.distributed import Group

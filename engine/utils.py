@@ -13,8 +13,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from engine.atomic import atomic_write
-from engine.config import TrainConfig
+from engine.contract.atomic import atomic_write
+from engine.contract.config import TrainConfig
 
 
 def seed_everything(seed: int) -> None:

@@ -4,7 +4,7 @@ stream, never the record, and never a reason for a run to fail or to change.
 The run's events are written first, as always; then rank 0 hands them on: `run_started` /
 `run_resumed` start the W&B run (id = the run id, so a resumed run continues the same W&B run; the
 run's name and tags, and the resolved profile as its config), each `epoch_end` is logged at
-step = epoch under :mod:`engine.scalars`' names, each headline `eval_result` goes into the run's
+step = epoch under :mod:`engine.contract.scalars`' names, each headline `eval_result` goes into the run's
 summary with its settings, `run_finished` finishes it (exit code 0 when completed). The mode is
 `train.wandb_mode`, "offline" by default (these machines often have no network): the files are in
 ``RUN_DIR/wandb/offline-run-*``, for `wandb sync` later.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.contract.results import describe, is_headline
-from engine.scalars import epoch_scalars, result_prefix, result_scalars
+from engine.contract.scalars import epoch_scalars, result_prefix, result_scalars
 
 log = logging.getLogger("engine")
 EXTRA = "pip install 'fairtui[wandb]'"

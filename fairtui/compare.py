@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import metrics
+from engine.contract import metrics
 from fairtui.runfolder import RunView
 
 

@@ -26,7 +26,7 @@ class NothingToDo(ControlError):
 def check_resumable(run_dir: Path) -> None:
     """ControlError unless the run can resume (stopped, failed or lost, with a whole profile): the one rule
     for `fairtui resume` and the app's `r`."""
-    from engine.config import load_run_profile
+    from engine.contract.config import load_run_profile
     from engine.contract.profile_schema import ProfileError
 
     try:
@@ -56,7 +56,7 @@ def queue_resume(run_dir: Path, queue) -> str:
 def queue_rerun(run_dir: Path, queue) -> Path:
     """A new run of the same resolved profile, name, tags and GPUs (the app's `R`), queued; its folder.
     ProfileError if the profile cannot start a run any more."""
-    from engine.config import load_profile
+    from engine.contract.config import load_profile
     from fairtui.launcher import GpuChoice, create_run
     from fairtui.store import RunIndex
 
@@ -104,7 +104,7 @@ def delete_run(run_dir: Path) -> str:
 
 def stop_requested(run_dir: Path) -> bool:
     """True when a stop was asked and the engine still runs: the next stop is a kill (`stop --now`)."""
-    from engine.process import STOP_MARKER
+    from engine.contract.protocol import STOP_MARKER
 
     return (run_dir / STOP_MARKER).exists() and engine_alive(run_dir)
 
@@ -133,7 +133,7 @@ def kill_run(run_dir: Path, timeout: float = 30.0) -> str:
     """SIGKILL the engine's process group (and its ranks): for an engine that hangs and ignores the stop it
     was asked for. The run keeps its last checkpoint, is recorded as stopped (killed) and resumes from it."""
     from engine.contract.events import EventWriter
-    from engine.process import STOP_MARKER
+    from engine.contract.protocol import STOP_MARKER
 
     if not engine_alive(run_dir):
         raise StopError(f"run {run_dir.name} is not running (status {RunView.load(run_dir).status()})")
@@ -181,7 +181,7 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
     if view.status() != "running" or not engine_alive(run_dir):
         raise StopError(f"run {run_dir.name} is not running (status {view.status()})")
     info = engine_process(run_dir)
-    from engine.process import STOP_MARKER
+    from engine.contract.protocol import STOP_MARKER
 
     (run_dir / STOP_MARKER).touch()  # the engine polls it with its signal flag: a stop it cannot miss
     if info.get("signals"):

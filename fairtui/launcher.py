@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.atomic import atomic_write_text
-from engine.config import Profile, check_data_root, dumps_profile
+from engine.contract.atomic import atomic_write_text
+from engine.contract.config import Profile, check_data_root, dumps_profile
 from engine.contract.profile_schema import ProfileError
 from fairtui.home import EngineRunning, new_run_id, runs_dir
 
@@ -118,7 +118,7 @@ def change_meta(run_dir: Path, change) -> dict:
     concurrent writers (tag, note, the queue, Slurm) never lose each other's updates."""
     import contextlib
 
-    from engine.locks import locked
+    from engine.contract.locks import locked
 
     with locked(run_dir / ".meta.lock"):
         path = run_dir / "meta.json"
@@ -143,7 +143,7 @@ def hold_engine_lock(run_dir: Path):
     inherits the open file and so holds the lock for its whole life, whoever started it and whatever
     happens to them: the lock is held from before the engine exists until it exits, with no gap a
     liveness check could fall into (engine.json is written only after the engine started)."""
-    from engine.locks import try_lock
+    from engine.contract.locks import try_lock
 
     lock = try_lock(run_dir / ENGINE_LOCK)
     if lock is None:
@@ -154,7 +154,7 @@ def hold_engine_lock(run_dir: Path):
 
 def engine_lock_held(run_dir: Path) -> bool:
     """True while an engine started by :func:`start_engine` (or a start of one) is alive for this run."""
-    from engine.locks import is_locked
+    from engine.contract.locks import is_locked
 
     return is_locked(run_dir / ENGINE_LOCK)
 
@@ -183,7 +183,7 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
             lock.close()  # the engine holds its own copy of the locked file
     if train:
         # Known to be alive from this moment; the engine rewrites the file with the same pid (and "signals").
-        from engine.process import write_process_file
+        from engine.contract.protocol import write_process_file
 
         write_process_file(run_dir, "train", pid=proc.pid, signals=False)
     return proc

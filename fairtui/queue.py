@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from engine.locks import locked, release, try_lock
+from engine.contract.locks import locked, release, try_lock
 from fairtui.home import EngineRunning, ReadOnlyHome
 from fairtui.launcher import GpuChoice, engine_lock_held, start_engine
 from fairtui.runfolder import RunView

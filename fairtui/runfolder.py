@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.procinfo import process_exited, process_start_time
+from engine.contract.procinfo import process_exited, process_start_time
 from fairtui.digest import CHUNK as DIGEST_CHUNK
 from fairtui.digest import Digest, read_digest
 
@@ -156,7 +156,7 @@ class RunView:
         if self.started:
             return self.started.get("config", {})
         try:
-            from engine.config import read_toml
+            from engine.contract.config import read_toml
 
             return read_toml(self.run_dir / "profile.toml")
         except Exception:  # a broken profile leaves the view usable

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-from engine import metrics
+from engine.contract import metrics
 from fairtui.runfolder import headline_results
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.contract.profile_schema import ProfileError
-from engine.storage import local_filesystem
+from engine.contract.storage import local_filesystem
 
 
 

@@ -24,8 +24,8 @@ from typing import Any, Iterator
 
 from tinydb import Query, TinyDB
 
-from engine.atomic import atomic_write_text
-from engine.locks import locked
+from engine.contract.atomic import atomic_write_text
+from engine.contract.locks import locked
 from tinydb.storages import Storage
 
 from fairtui.home import ReadOnlyHome, list_run_dirs, runs_dir

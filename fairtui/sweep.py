@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import apply_overrides, check_data_root, parse_override, profile_from_table, read_toml
+from engine.contract.config import apply_overrides, check_data_root, parse_override, profile_from_table, read_toml
 from engine.contract.profile_schema import ProfileError
 
 SWEEP_KEYS = ("grid", "seeds", "launcher", "per_gpu", "slurm")

@@ -11,7 +11,7 @@ import random
 import time
 from pathlib import Path
 
-from engine.config import Profile, dumps_profile
+from engine.contract.config import Profile, dumps_profile
 from engine.contract.results import requested_setting
 
 

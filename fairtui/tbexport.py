@@ -7,7 +7,7 @@ It uses only the `tensorboard` package's protocol buffers and event-file writer 
 
 - every epoch's numbers (step = epoch, wall time = the epoch's own) and, at the epoch of their
   checkpoint, the headline test results (the profile's own settings on the whole split, as every table
-  picks them), named as :mod:`engine.scalars` names them for every dashboard: per-class validation
+  picks them), named as :mod:`engine.contract.scalars` names them for every dashboard: per-class validation
   accuracy, its summary, the loss and lr, the method's class-wise state, ``test/<checkpoint>/<attack>/...``;
 - the resolved profile as hparams (flattened keys) and as text, and each result's settings as text
   (``settings/test/<checkpoint>/<attack>``: "pgd20, eps 0.0314, whole split @ best").
@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from engine.scalars import epoch_scalars, result_prefix, result_scalars, safe_name
+from engine.contract.scalars import epoch_scalars, result_prefix, result_scalars, safe_name
 from fairtui.compare import flatten, setting_label
 from fairtui.export import OutputError, outside_home
 from fairtui.runfolder import RunView

@@ -287,7 +287,7 @@ def load_stored(path: Path, fh, same_file: bool = False) -> Digest | None:
 def store(path: Path, digest: Digest, fh) -> None:
     """Store a fold of the stream open in ``fh`` atomically; a read-only folder or a full disk leaves the
     next reader to fold again."""
-    from engine.atomic import atomic_write
+    from engine.contract.atomic import atomic_write
 
     digest.fingerprint = fingerprint(fh, digest.offset)
     data = digest.dumps(stamp(fh))

@@ -92,7 +92,7 @@ class EventWriter:
             self.keeper = Keeper(self.path, self._fh) if keep_digest else None
 
     def _locked(self):
-        from engine.locks import locked
+        from engine.contract.locks import locked
 
         return locked(self._fh)
 

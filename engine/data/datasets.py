@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.config import DataConfig
+from engine.contract.config import DataConfig
 from engine.data.tensors import TensorData
 
 # Per-channel mean / std used by the model's first layer.

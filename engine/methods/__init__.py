@@ -15,11 +15,11 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (Natural, PGDAT, FA
 
 
 def build_method(ctx: MethodContext) -> Method:
-    """The method a profile names: built in, or from an installed package (engine.plugins)."""
+    """The method a profile names: built in, or from an installed package (engine.contract.plugins)."""
     params = ctx.profile.method
     cls = METHODS.get(params.name)
     if cls is None:
-        from engine import plugins
+        from engine.contract import plugins
 
         cls = plugins.load(params.name)
     return cls(params, ctx)

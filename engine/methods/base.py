@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.attacks.noise import WHOLE, Draws
-from engine.config import AttackConfig, Profile, training_attack_mode
-from engine.method_params import MethodParams
+from engine.contract.config import AttackConfig, Profile, training_attack_mode
+from engine.contract.method_params import MethodParams
 
 Tensor = torch.Tensor
 

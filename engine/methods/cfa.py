@@ -20,7 +20,7 @@ import torch
 from engine import metrics
 from engine.attacks.noise import WHOLE, Draws
 from engine.averaging import WeightAverage
-from engine.method_params import CFAParams, MethodParams, PGDATParams, TRADESParams
+from engine.contract.method_params import CFAParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult
 from engine.methods.standard import FAT, PGDAT, TRADES
 

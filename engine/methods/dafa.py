@@ -32,7 +32,7 @@ import torch
 from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.pgd import as_per_sample, ascent_step, project
 from engine.attacks.trades import trades_kl
-from engine.method_params import DAFAParams, MethodParams, PGDATParams, TRADESParams
+from engine.contract.method_params import DAFAParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample, clean_predictions
 from engine.methods.standard import PGDAT, TRADES
 from engine.contract.profile_schema import ProfileError

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.trades import trades_kl
-from engine.method_params import FAALParams, MethodParams, PGDATParams, TRADESParams
+from engine.contract.method_params import FAALParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample
 from engine.methods.frl import load_initial_weights
 from engine.methods.standard import PGDAT, TRADES, pretraining_method

@@ -17,16 +17,16 @@ exp(2 lambda) margins, and alpha1 / alpha2 halved every 40 fine-tuning epochs wi
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from engine.attacks.noise import WHOLE, Draws
-from engine.method_params import FRLParams, MethodParams
+from engine.contract.method_params import FRLParams, MethodParams
 from engine.methods.base import MethodContext, StepOutput, ValResult
 from engine.methods.standard import TRADES, pretraining_method
 from engine.contract.profile_schema import ProfileError
+from engine.contract.protocol import resolve_init_checkpoint
 
 Tensor = torch.Tensor
 
@@ -66,19 +66,6 @@ def violations(val: ValResult, tau1: float, tau2: float) -> tuple[Tensor, Tensor
     gamma_nat = torch.where(seen, clean_err - clean_err.mean() - tau1, 0.0)
     gamma_bndy = torch.where(seen, bndy_err - bndy_err.mean() - tau2, 0.0)
     return clean_err, bndy_err, gamma_nat, gamma_bndy
-
-
-def resolve_init_checkpoint(ref: str) -> Path:
-    """``init_from`` as a checkpoint file: a .pt file, or a run folder (its best checkpoint)."""
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        for name in ("best.pt", "last.pt"):
-            if (path / "checkpoints" / name).exists():
-                return path / "checkpoints" / name
-    if path.is_file():
-        return path
-    raise ProfileError("profile", "method.init_from", f"no checkpoint at {ref!r}: give a run (id or name, "
-                       "resolved by `fairtui run`), a run folder or a .pt file")
 
 
 def load_initial_weights(model: torch.nn.Module, ref: str, device: torch.device) -> None:

@@ -15,7 +15,7 @@ from engine.attacks.trades import TRADESAttack, trades_kl
 from engine.attacks.noise import WHOLE, Draws
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample, clean_predictions, \
     weighted_mean
-from engine.method_params import MethodParams, PGDATParams, TRADESParams
+from engine.contract.method_params import MethodParams, PGDATParams, TRADESParams
 from engine.contract.profile_schema import ProfileError
 
 Tensor = torch.Tensor

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from engine.attacks.trades import trades_kl
 from engine.attacks.noise import WHOLE, Draws
-from engine.method_params import MethodParams, WATParams
+from engine.contract.method_params import MethodParams, WATParams
 from engine.methods.base import MethodContext, StepOutput, ValResult, ce_per_sample
 from engine.methods.standard import TRADES
 from engine.utils import eval_mode

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from engine.config import ModelConfig
+from engine.contract.config import ModelConfig
 from engine.models.resnet import PreActResNet18, ResNet18
 from engine.models.small import MLP, SmallCNN
 from engine.models.wide_resnet import WideResNet

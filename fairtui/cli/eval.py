@@ -111,12 +111,12 @@ def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running:
     command = ["-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
     started = time.time()  # progress.json written before this is an earlier phase's, never shown as this one's
     proc = start_engine(run_dir, choice, command=[sys.executable, *command])
-    from engine.config import load_profile
+    from engine.contract.config import load_profile
 
     request["attacks"] = request["attacks"] or list(load_profile(run_dir / "profile.toml").eval.attacks)
     code = follow(run_dir, proc, json_out, eval_request=request, since=started)
     if code in (1, 2):  # the engine's one-line reason (a bad request; non-finite logits), as it recorded it
-        from engine.process import read_failure
+        from engine.contract.protocol import read_failure
 
         reason = read_failure(run_dir, "eval", since=started)
         if reason:

@@ -123,7 +123,7 @@ def import_model(
     import shutil
     from pathlib import Path
 
-    from engine.config import ARCHS, NUM_CLASSES, profile_from_table
+    from engine.contract.config import ARCHS, NUM_CLASSES, profile_from_table
     from engine.contract.profile_schema import ProfileError, parse_fraction
     from fairtui.home import resolve_home
     from fairtui.launcher import create_run
@@ -207,7 +207,7 @@ def import_model(
         raise fail(str(err)) from None
     returncode = check_in_engine(run_dir, check_timeout)
     if returncode != 0:
-        from engine.process import read_failure
+        from engine.contract.protocol import read_failure
 
         reason = read_failure(run_dir, "import")  # the engine's one-line reason, as it recorded it
         log = (run_dir / "engine.log").read_text(errors="replace") if not reason else ""

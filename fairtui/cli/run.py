@@ -31,7 +31,7 @@ def run(
     cluster: Optional[str] = Cluster,
     home: HomeT = Home,
 ) -> None:
-    from engine.config import apply_overrides, load_profile, pinned_form_keys, profile_warnings, read_toml
+    from engine.contract.config import apply_overrides, load_profile, pinned_form_keys, profile_warnings, read_toml
     from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home
@@ -129,7 +129,7 @@ def resolve_init_from(profile, path: str, home):
     if not ref:
         return profile
     if Path(ref).expanduser().exists():
-        from engine.methods.frl import resolve_init_checkpoint
+        from engine.contract.protocol import resolve_init_checkpoint
 
         check_init_checkpoint(resolve_init_checkpoint(ref), path)
         return profile
@@ -147,11 +147,15 @@ def resolve_init_from(profile, path: str, home):
 
 
 def check_init_checkpoint(checkpoint, path: str) -> None:
-    """The weights a run starts from load safely (weights only, nothing run) before its folder exists."""
-    from engine.checkpoint import CheckpointError, load_checkpoint
+    """The weights a run starts from load safely (weights only, nothing run) before its folder exists: checked
+    by the engine (`python -m engine check-weights`), so that this process never imports torch."""
+    import subprocess
+    import sys
+
     from engine.contract.profile_schema import ProfileError
 
-    try:
-        load_checkpoint(checkpoint, need=("model",))
-    except CheckpointError as err:
-        raise ProfileError(path, "method.init_from", str(err)) from None
+    out = subprocess.run([sys.executable, "-m", "engine", "check-weights", str(checkpoint)], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        reason = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+        raise ProfileError(path, "method.init_from", reason)

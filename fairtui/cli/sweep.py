@@ -39,7 +39,7 @@ def sweep(
 ) -> None:
     import json
 
-    from engine.config import apply_overrides, pinned_form_keys, profile_warnings
+    from engine.contract.config import apply_overrides, pinned_form_keys, profile_warnings
     from engine.contract.profile_schema import ProfileError
     from fairtui.home import resolve_home
     from fairtui.sweep import build_spec, expand, split_profile

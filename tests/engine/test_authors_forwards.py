@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from engine.config import AttackConfig, Profile
-from engine.method_params import CFAParams, FRLParams
+from engine.contract.config import AttackConfig, Profile
+from engine.contract.method_params import CFAParams, FRLParams
 from engine.methods.base import MethodContext, ValResult
 from engine.methods.cfa import CFA
 from engine.methods.frl import FRL

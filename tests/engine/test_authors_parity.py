@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from engine.config import Profile, AttackConfig, TrainConfig, load_profile, profile_from_table
-from engine.method_params import CFAParams, FRLParams
+from engine.contract.config import Profile, AttackConfig, TrainConfig, load_profile, profile_from_table
+from engine.contract.method_params import CFAParams, FRLParams
 from engine.methods.base import MethodContext, ValResult
 from engine.methods.cfa import CFA
 from engine.methods.frl import FRL
@@ -339,7 +339,7 @@ def authors_wat_loss(natural_logits, adv_logits, target, nat_w, bndy_w, beta):
 
 def test_wat_code_form_is_the_authors_loss_from_the_first_epoch():
     """Their weights start as torch.ones(K + 1) (sum K + 1), then K * exp(eta S) / sum (sum K)."""
-    from engine.method_params import WATParams
+    from engine.contract.method_params import WATParams
     from engine.methods.wat import WAT, hedge_weights
 
     k, beta, eta = 3, 6.0, 0.1

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from engine.attacks.pgd import PGD
 from engine.compiled import ShapeStableModel, compile_model
-from engine.config import TrainConfig
+from engine.contract.config import TrainConfig
 from engine.models import SmallCNN
 from engine.utils import make_runtime
 

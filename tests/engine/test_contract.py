@@ -45,7 +45,7 @@ def test_the_attack_grammar():
 
 
 def test_the_engine_takes_an_l2_eps_above_1_and_refuses_it_for_linf(tmp_path):
-    from engine.config import Profile, dumps_profile, load_run_profile
+    from engine.contract.config import Profile, dumps_profile, load_run_profile
     from engine.eval_run import EvalRequestError, check_request
 
     for norm, ok in (("l2", True), ("linf", False)):
@@ -53,7 +53,7 @@ def test_the_engine_takes_an_l2_eps_above_1_and_refuses_it_for_linf(tmp_path):
         run.mkdir()
         table = Profile(name=norm).to_table()
         table["attack"]["norm"] = norm
-        from engine.config import profile_from_table
+        from engine.contract.config import profile_from_table
 
         (run / "profile.toml").write_text(dumps_profile(profile_from_table(table, norm)))
         profile = load_run_profile(run)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.method_params import DAFAParams, FAALParams
+from engine.contract.method_params import DAFAParams, FAALParams
 from engine.methods.dafa import dafa_loss, dafa_weights
 from engine.methods.faal import faal_loss, probability_margin, worst_class_distribution
 
@@ -149,7 +149,7 @@ def test_faal_closed_form_matches_a_generic_optimiser(k, batch):
 
 
 def test_faal_lr_schedule_and_selection():
-    from engine.config import Profile, TrainConfig
+    from engine.contract.config import Profile, TrainConfig
     from engine.methods.base import MethodContext, ValResult
     from engine.methods.faal import FAAL
 
@@ -166,7 +166,7 @@ def test_faal_lr_schedule_and_selection():
 
 
 def test_profiles_refuse_what_cannot_run():
-    from engine.config import profile_from_table
+    from engine.contract.config import profile_from_table
     from engine.contract.profile_schema import ProfileError
 
     with pytest.raises(ProfileError, match="method.warmup_epochs"):
@@ -179,7 +179,7 @@ def test_profiles_refuse_what_cannot_run():
 
 
 def _dafa(**kw):
-    from engine.config import AttackConfig, Profile, TrainConfig
+    from engine.contract.config import AttackConfig, Profile, TrainConfig
     from engine.methods.base import MethodContext
     from engine.methods.dafa import DAFA
 

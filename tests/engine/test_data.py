@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import DataConfig
+from engine.contract.config import DataConfig
 from engine.data import DataError, load_splits
 from engine.data.augment import random_crop_flip
 

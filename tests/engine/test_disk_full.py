@@ -7,7 +7,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from engine.atomic import DiskFull, atomic_write
+from engine.contract.atomic import DiskFull, atomic_write
 from engine.utils import atomic_torch_save
 
 Usage = namedtuple("Usage", "total used free")

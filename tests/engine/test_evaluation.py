@@ -10,10 +10,10 @@ from torch import nn
 from engine.attacks.autoattack import AutoAttackAdapter, make_autoattack
 from engine.attacks.suite import AttackSettings
 from engine.data import load_splits
-from engine.config import DataConfig
+from engine.contract.config import DataConfig
 from engine.evaluate import per_class_result, predict
 from engine.utils import make_runtime
-from engine.config import TrainConfig
+from engine.contract.config import TrainConfig
 from tests.conftest import events_of, train_tiny
 
 

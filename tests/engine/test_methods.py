@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from engine.config import Profile, AttackConfig
-from engine.method_params import CFAParams, FRLParams, TRADESParams, WATParams
+from engine.contract.config import Profile, AttackConfig
+from engine.contract.method_params import CFAParams, FRLParams, TRADESParams, WATParams
 from engine.methods import METHODS
 from engine.methods.base import MethodContext, ValResult, weighted_mean
 from engine.methods.cfa import CFA
@@ -31,7 +31,7 @@ class FixedLogits(nn.Module):
 
 
 def test_registries_agree():
-    from engine.method_params import METHOD_PARAMS
+    from engine.contract.method_params import METHOD_PARAMS
 
     assert set(METHODS) == set(METHOD_PARAMS)
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from engine.config import ModelConfig
+from engine.contract.config import ModelConfig
 from engine.models import MODELS, Normalize, build_model
 
 
@@ -34,7 +34,7 @@ def test_wide_resnet_rejects_a_bad_depth():
 
 
 def test_cpu_runtime_ignores_cuda_only_options():
-    from engine.config import TrainConfig
+    from engine.contract.config import TrainConfig
     from engine.utils import make_runtime
 
     rt = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=True))
@@ -42,7 +42,7 @@ def test_cpu_runtime_ignores_cuda_only_options():
 
 
 def test_cuda_request_without_a_gpu_is_a_clear_error(monkeypatch):
-    from engine.config import TrainConfig
+    from engine.contract.config import TrainConfig
     from engine.utils import make_runtime
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -51,7 +51,7 @@ def test_cuda_request_without_a_gpu_is_a_clear_error(monkeypatch):
 
 
 def test_auto_device_picks_cuda_when_the_inventory_has_one(monkeypatch):
-    from engine.config import TrainConfig
+    from engine.contract.config import TrainConfig
     from engine.utils import make_runtime
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -63,7 +63,7 @@ def test_auto_device_picks_cuda_when_the_inventory_has_one(monkeypatch):
 def test_the_defaults_are_the_fast_path_on_cuda_and_fp32_eager_on_the_cpu(monkeypatch):
     """Issue #36's measurement made bf16 + channels-last + compile the CUDA default; the CPU keeps fp32 eager
     (its numbers must not change), and a DDP run stays eager (compiled DDP has not run on a GPU)."""
-    from engine.config import TrainConfig
+    from engine.contract.config import TrainConfig
     from engine.utils import make_runtime
 
     cpu = make_runtime(TrainConfig(device="cpu"))

@@ -1,4 +1,4 @@
-"""Methods from outside the repository (engine.plugins): an installed package's method trains, resumes
+"""Methods from outside the repository (engine.contract.plugins): an installed package's method trains, resumes
 and shows in compare; a broken or clashing plugin is reported in one line and the built-ins keep working."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def env_with(site: Path) -> dict:
 
 @pytest.fixture
 def plugin_path(site, monkeypatch):
-    from engine import plugins
+    from engine.contract import plugins
 
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setattr(plugins, "_loaded", None)
@@ -52,7 +52,7 @@ def engine(run_dir: Path, site: Path, **kw) -> subprocess.CompletedProcess:
 
 
 def test_an_installed_method_trains_resumes_and_shows_in_compare(tmp_path, tiny_profile, plugin_path):
-    from engine.config import load_profile
+    from engine.contract.config import load_profile
     from engine.contract.profile_schema import ProfileError
 
     profile = tiny_profile()
@@ -104,7 +104,7 @@ def test_a_broken_or_clashing_plugin_is_reported_in_one_line_and_builtins_work(t
         info.mkdir(parents=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
         (info / "entry_points.txt").write_text("[fairtui.methods]\n" + entries)
-    script = ("import sys\nfrom engine.config import load_profile\nfrom engine.contract.profile_schema import ProfileError\n"
+    script = ("import sys\nfrom engine.contract.config import load_profile\nfrom engine.contract.profile_schema import ProfileError\n"
               f"p = load_profile({str(tiny_profile())!r})\nprint('builtin', p.method.name)\n"
               "try:\n"
               f"    load_profile({str(tiny_profile())!r}, ['method.name=\"broken\"'])\n"
@@ -124,14 +124,43 @@ def test_a_broken_or_clashing_plugin_is_reported_in_one_line_and_builtins_work(t
     assert any("'wrong' (wrong-pkg 1.0) ignored" in line and "Method" in line for line in wrong.stderr.splitlines())
 
 
+def test_a_profile_naming_a_plugin_is_checked_without_its_method_or_torch(tiny_profile, site):
+    """The example declares its params in a torch-free module (entry point group fairtui.method_params): a
+    profile check (`fairtui run`, `sweep`, the launch dialog) imports neither the method nor torch."""
+    script = ("import sys\nfrom engine.contract.config import load_profile\n"
+              f"p = load_profile({str(tiny_profile())!r}, ['method.name=\"irw_at\"', 'method.momentum=0.25'])\n"
+              "print(p.method.name, p.method.momentum, 'torch' in sys.modules, 'fairtui_irw.method' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], env=env_with(site), cwd=ROOT, capture_output=True,
+                         text=True, timeout=HANG_S)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["irw_at", "0.25", "False", "False"], out.stdout + out.stderr
+    # a plugin that declares no params entry point still works, its method imported to read them, and says so
+    legacy = site.parent / "legacy-site"
+    info = legacy / "legacy_irw-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: legacy-irw\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[fairtui.methods]\nirw_old = legacy_irw:Method\n")
+    (legacy / "legacy_irw.py").write_text("from fairtui_irw.method import InverseRobustnessReweighting as M\n"
+                                          "from fairtui_irw.params import IRWParams\n"
+                                          "class P(IRWParams):\n    name = 'irw_old'\n"
+                                          "class Method(M):\n    name = 'irw_old'\n    params = P\n")
+    env = env_with(site)
+    env["PYTHONPATH"] = os.pathsep.join([str(legacy), env["PYTHONPATH"]])
+    old = subprocess.run([sys.executable, "-c", script.replace("irw_at", "irw_old")], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=HANG_S)
+    assert old.returncode == 0, old.stderr
+    assert old.stdout.split()[:2] == ["irw_old", "0.25"]
+    assert "declares no fairtui.method_params entry point" in old.stderr
+
+
 def test_a_misspelt_name_imports_no_plugin_and_a_plugin_can_neither_hang_nor_end_the_process(tmp_path,
                                                                                              monkeypatch):
     """A plugin that hangs or calls sys.exit at import: a typo in method.name lists the names without
     importing any plugin; naming the bad plugin reports it in one line, within LOAD_TIMEOUT_S."""
     import time
 
-    from engine import plugins
-    from engine.config import profile_from_table
+    from engine.contract import plugins
+    from engine.contract.config import profile_from_table
     from engine.contract.profile_schema import ProfileError
 
     site = tmp_path / "site"

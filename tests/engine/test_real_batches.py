@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from engine.config import AttackConfig, DataConfig, Profile
+from engine.contract.config import AttackConfig, DataConfig, Profile
 from engine.data import TensorData
-from engine.method_params import (CFAParams, DAFAParams, FAALParams, FATParams, FRLParams, NaturalParams,
+from engine.contract.method_params import (CFAParams, DAFAParams, FAALParams, FATParams, FRLParams, NaturalParams,
                                   PGDATParams, TRADESParams, WATParams)
 from engine.methods import build_method
 from engine.methods.base import MethodContext, ValResult

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attacks.trades import trades_kl
-from engine.config import ModelConfig
+from engine.contract.config import ModelConfig
 from engine.models import build_model
 
 

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from engine.config import load_profile
+from engine.contract.config import load_profile
 from engine.wandb_log import WandbMirror
 from tests.conftest import ROOT, TINY, events_of, train_tiny
 

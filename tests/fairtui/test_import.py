@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.config import DataConfig, ModelConfig
+from engine.contract.config import DataConfig, ModelConfig
 from engine.data import load_splits
 from engine.models import MODELS
 from tests.conftest import HANG_S, TINY, fairtui_cmd

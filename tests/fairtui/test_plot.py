@@ -13,7 +13,7 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.container import BarContainer  # noqa: E402
 
-from engine.config import Profile  # noqa: E402
+from engine.contract.config import Profile  # noqa: E402
 from fairtui.figures import PlotError, figure_format, require_matplotlib  # noqa: E402
 from fairtui.figures.draw import WORST_HATCH, to_bytes  # noqa: E402
 from fairtui.figures.make import PlotRequest, build  # noqa: E402

@@ -73,7 +73,7 @@ def test_stale_running_entries_become_lost(tmp_path):
 
 
 def test_live_process_is_running(tmp_path):
-    from engine.procinfo import process_start_time
+    from engine.contract.procinfo import process_start_time
 
     run_dir = make_run(tmp_path, "r1", status="running")
     (run_dir / "engine.json").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
@@ -101,7 +101,7 @@ def test_ready_listing_equals_the_reconciled_index_and_notices_changes(tmp_path)
     for i in range(3):
         make_run(tmp_path, f"r{i}", name=f"run{i}")
     running = make_run(tmp_path, "r9", status="running")
-    from engine.procinfo import process_start_time
+    from engine.contract.procinfo import process_start_time
 
     (running / "engine.json").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
                                                      "proc_start": process_start_time(os.getpid())}))
@@ -216,7 +216,7 @@ def test_a_killed_engine_that_is_not_reaped_yet_is_not_running(tmp_path):
     import subprocess
     import sys
 
-    from engine.procinfo import process_start_time
+    from engine.contract.procinfo import process_start_time
     from fairtui.runfolder import engine_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

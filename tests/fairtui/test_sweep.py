@@ -86,7 +86,7 @@ def test_slurm_launcher_without_submitit_is_a_clear_error(tmp_path, monkeypatch)
 def test_shared_storage_check():
     from pathlib import Path
 
-    from engine.storage import filesystem_type
+    from engine.contract.storage import filesystem_type
     from fairtui.slurm import shared_storage_warning
 
     fs = filesystem_type(Path("/"))

@@ -8,58 +8,7 @@ accuracy (floored at ``floor``), normalised to mean 1, and smoothed with ``momen
 and the next epoch trains with the loss (1/B) sum_i w_{y_i} CE(f(x'_i), y_i) on PGD examples x'.
 A class without validation samples keeps its weight. (A plain re-weighting baseline, in the family
 of FRL's "Baseline Reweight"; it is here to show the interface, not as a recommended method.)
+
+The package's `__init__` imports nothing: fairtui reads the method's params (`fairtui_irw.params`, torch-free)
+without importing the method (`fairtui_irw.method`, torch).
 """
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
-
-from engine.attacks.noise import WHOLE, Draws
-from engine.attacks.pgd import PGD
-from engine.method_params import MethodParams
-from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample
-from engine.contract.profile_schema import field
-
-
-@dataclass(frozen=True)
-class IRWParams(MethodParams):
-    """The `[method]` keys of `irw_at`, checked like fairtui's own (types, bounds, unknown keys)."""
-
-    name: ClassVar[str] = "irw_at"
-    momentum: float = field(0.5, min=0.0, max=1.0)
-    floor: float = field(0.05, gt=0.0, max=1.0)
-
-
-class InverseRobustnessReweighting(Method):
-    name = "irw_at"
-    params = IRWParams
-
-    def __init__(self, params: MethodParams, ctx: MethodContext):
-        super().__init__(params, ctx)
-        self.p: IRWParams = params  # type: ignore[assignment]
-        a = ctx.attack  # the profile's [attack]: the training attack
-        self.attack = PGD(ctx.attack_model, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,
-                          random_start=a.random_start, model_mode=ctx.training_attack_mode)
-
-    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, draws: Draws = WHOLE) -> StepOutput:
-        x_adv = self.attack.perturb(x, y, draws=draws)
-        logits_adv = model(x_adv)
-        loss = (self.weight_nat[y] * ce_per_sample(logits_adv, y)).mean()
-        return StepOutput(loss, logits_adv.detach(), None)
-
-    def start_epoch(self, epoch: int, val: ValResult | None) -> None:
-        if val is None:  # the first epoch: nothing measured yet, every weight 1
-            return
-        acc = val.robust_acc_per_class
-        seen = torch.tensor([a is not None for a in acc])
-        inv = torch.tensor([1.0 / max(a, self.p.floor) if a is not None else 0.0 for a in acc])
-        target = len(acc) * inv / inv.sum()
-        w = self.weight_nat.cpu()
-        new = torch.where(seen, self.p.momentum * w + (1 - self.p.momentum) * target, w)
-        self.weight_nat.copy_(new.to(self.weight_nat))
-
-    def method_state(self) -> dict[str, Any]:
-        return {"class_weight": self.weight_nat.tolist()}

@@ -1,13 +1,20 @@
-"""Methods from outside the repository, through Python's entry points (group ``fairtui.methods``).
+"""Methods from outside the repository, through Python's entry points (groups ``fairtui.methods`` and
+``fairtui.method_params``).
 
 A package declares, in its pyproject.toml::
 
     [project.entry-points."fairtui.methods"]
-    irw_at = "fairtui_irw:InverseRobustnessReweighting"
+    irw_at = "fairtui_irw.method:InverseRobustnessReweighting"
 
-The object is a :class:`engine.methods.base.Method` subclass whose ``name`` is the entry point's
-name and whose ``params`` is its :class:`engine.method_params.MethodParams` dataclass (with the same
-``name``). Once the package is installed, ``method.name = "irw_at"`` works in profiles like a built-in
+    [project.entry-points."fairtui.method_params"]
+    irw_at = "fairtui_irw.params:IRWParams"
+
+The first is a :class:`engine.methods.base.Method` subclass whose ``name`` is the entry point's
+name and whose ``params`` is its :class:`engine.contract.method_params.MethodParams` dataclass (with the same
+``name``). The second names that dataclass in a module that imports no torch (and whose package's
+``__init__`` imports none either): a profile is checked with it alone, so `fairtui run`, `sweep` and the
+app's launch dialog never import the method, nor torch. A plugin that declares no params entry point
+still works: its Method is imported to read its params, with a one-line note saying so. Once the package is installed, ``method.name = "irw_at"`` works in profiles like a built-in
 name: its keys are checked by the same schema, and run, resume, sweeps, DDP, the app, compare and
 export see its ``method_state``. docs/adding-a-method.md walks through one.
 
@@ -25,8 +32,9 @@ import threading
 from typing import Any
 
 GROUP = "fairtui.methods"
+PARAMS_GROUP = "fairtui.method_params"
 LOAD_TIMEOUT_S = 20.0
-_loaded: dict[str, Any] | None = None
+_loaded: dict[Any, Any] | None = None  # name -> Method; ("params", name) -> MethodParams
 _problems: list[str] = []
 
 
@@ -37,7 +45,7 @@ def _package(ep: Any) -> str:
 
 def _check(ep: Any, obj: Any, taken: set[str]) -> str | None:
     """Why ``obj`` (loaded from ``ep``) is not a usable method, or None."""
-    from engine.method_params import MethodParams
+    from engine.contract.method_params import MethodParams
 
     if ep.name in taken:
         return f"names the method {ep.name!r}, which is already taken"
@@ -50,19 +58,19 @@ def _check(ep: Any, obj: Any, taken: set[str]) -> str | None:
     params = getattr(obj, "params", None)
     if not (isinstance(params, type) and issubclass(params, MethodParams)) or params.name != ep.name:
         return (f"{ep.value} needs `params`: a MethodParams dataclass whose name is {ep.name!r} "
-                "(engine.method_params)")
+                "(engine.contract.method_params)")
     return None
 
 
-def _entry_points() -> dict[str, Any]:
-    """The installed plugins' entry points by name, from their packages' metadata (nothing imported); of
-    two with one name, the first (sorted by package) is kept and the other reported."""
+def _entry_points(group: str = GROUP) -> dict[str, Any]:
+    """The installed plugins' entry points of ``group`` by name, from their packages' metadata (nothing
+    imported); of two with one name, the first (sorted by package) is kept and the other reported."""
     from importlib.metadata import entry_points
 
-    from engine.method_params import METHOD_PARAMS
+    from engine.contract.method_params import METHOD_PARAMS
 
     out: dict[str, Any] = {}
-    for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.name, _package(e))):
+    for ep in sorted(entry_points(group=group), key=lambda e: (e.name, _package(e))):
         if ep.name in METHOD_PARAMS:
             _report(f"method plugin {ep.name!r} ({_package(ep)}) ignored: names the method {ep.name!r}, which is "
                     "already taken")
@@ -107,7 +115,7 @@ def _import(ep: Any) -> Any:
 def load(name: str) -> Any:
     """Plugin method ``name`` (its Method subclass), loaded alone and checked; None if no usable one."""
     global _loaded
-    from engine.method_params import METHOD_PARAMS
+    from engine.contract.method_params import METHOD_PARAMS
 
     _loaded = {} if _loaded is None else _loaded
     if name in _loaded:
@@ -135,9 +143,35 @@ def methods() -> dict[str, Any]:
 
 
 def params_class(name: str) -> Any:
-    """The MethodParams class of plugin method ``name``, or None."""
-    method = load(name)
-    return None if method is None else method.params
+    """The MethodParams class of plugin method ``name``, or None: from its ``fairtui.method_params`` entry
+    point, loaded alone (no Method, no torch); for a plugin that declares none, from its Method."""
+    from engine.contract.method_params import MethodParams
+
+    global _loaded
+    _loaded = {} if _loaded is None else _loaded
+    if ("params", name) in _loaded:  # cached beside the methods (tests reset both with _loaded = None)
+        return _loaded[("params", name)]
+    ep = _entry_points(PARAMS_GROUP).get(name)
+    cls = None
+    if ep is not None and name in _entry_points():
+        try:
+            cls = _import(ep)
+        except Exception as err:  # any error of a third-party import: reported, never fatal
+            _report(f"method plugin {name!r} ({_package(ep)}): its params failed to load: {type(err).__name__}: "
+                    f"{str(err).strip().splitlines()[0][:160] if str(err).strip() else ''}")
+        else:
+            if not (isinstance(cls, type) and issubclass(cls, MethodParams)) or cls.name != name:
+                _report(f"method plugin {name!r} ({_package(ep)}) ignored: its {PARAMS_GROUP} entry point "
+                        f"{ep.value} is not a MethodParams dataclass named {name!r}")
+                cls = None
+    elif ep is None and name in _entry_points():
+        method = load(name)
+        cls = None if method is None else method.params
+        if cls is not None:
+            _report(f"method plugin {name!r} ({_package(_entry_points()[name])}) declares no {PARAMS_GROUP} "
+                    "entry point: its Method, and torch, were imported to read its params")
+    _loaded[("params", name)] = cls
+    return cls
 
 
 def _report(line: str) -> None:

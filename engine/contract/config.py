@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from engine.method_params import METHOD_PARAMS, MethodParams
+from engine.contract.method_params import METHOD_PARAMS, MethodParams
 from engine.contract.profile_schema import ProfileError, build, field, to_table, unknown_key_message
 from engine.contract.request import CHECKPOINTS, RequestError, check_attack, check_eps
 
@@ -232,12 +232,12 @@ def _method_params(table: dict, file: str) -> MethodParams:
         raise ProfileError(file, "method", "expected a table")
     name = table.get("name", "pgd_at")
     cls = METHOD_PARAMS.get(name)
-    if cls is None and isinstance(name, str):  # a method from an installed package (engine.plugins)
-        from engine import plugins
+    if cls is None and isinstance(name, str):  # a method from an installed package (engine.contract.plugins)
+        from engine.contract import plugins
 
         cls = plugins.params_class(name)
     if cls is None:
-        from engine import plugins
+        from engine.contract import plugins
 
         known = list(METHOD_PARAMS) + [n for n in plugins.names() if n not in METHOD_PARAMS]  # nothing imported
         raise ProfileError(file, "method.name", f"unknown method {name!r}; choose from {', '.join(known)}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from engine import metrics
+from engine.contract import metrics
 
 
 def safe_name(text: str) -> str:

@@ -1,0 +1,152 @@
+"""The run folder's protocol between the engine and whoever starts, stops and watches it (torch-free): DESIGN.md's
+exit codes, the stop marker, ``engine.json`` (who runs the folder), the failure files through which a
+command tells the command line, and a rank tells rank 0, why it failed, and where a run's checkpoints are
+found (a fine-tune's ``init_from``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.contract.procinfo import process_start_time
+from engine.contract.profile_schema import ProfileError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
+
+STOP_MARKER = "stop.requested"  # `fairtui stop` leaves it: a stop asked before the engine could take a signal
+
+
+def write_process_file(run_dir: Path, command: str, pid: int | None = None, signals: bool = True,
+                       **extra: Any) -> None:
+    """``engine.json``: who is running this folder (for `fairtui stop` and liveness checks). Its one writer:
+    the launcher (``pid``: the engine it just started, ``signals`` False), the engine itself and the
+    supervisor of a multi-process run. ``signals``: the process's handler is installed, so SIGTERM stops
+    it cleanly (before that, `fairtui stop` leaves STOP_MARKER instead of a signal that would kill it)."""
+    from engine.contract.atomic import atomic_write_json
+
+    pid = os.getpid() if pid is None else pid
+    atomic_write_json(run_dir / "engine.json", {"pid": pid, "host": socket.gethostname(), "started": time.time(),
+                                                "command": command, "proc_start": process_start_time(pid),
+                                                **({"signals": True} if signals else {}), **extra})
+
+
+def add_ranks(run_dir: Path, ranks: list[dict[str, Any]]) -> None:
+    """Name every rank's process in ``engine.json`` (rank 0, once the group has formed)."""
+    import json
+
+    from engine.contract.atomic import atomic_write_json
+
+    try:
+        info = json.loads((run_dir / "engine.json").read_text())
+    except (OSError, ValueError):
+        return
+    atomic_write_json(run_dir / "engine.json", {**info, "world_size": len(ranks), "ranks": ranks})
+
+
+FAILURE_FILE = "command.failed.json"
+
+
+def report_failure(run_dir: Path, command: str, reason: str, code: int) -> int:
+    """A command (eval, import) that fails for a reason a user can act on: the one line on stderr (and
+    so in engine.log) and in ``<run>/command.failed.json`` for the CLI, which reads it there rather than
+    from log text. Returns ``code``, the exit code."""
+    from engine.contract.atomic import atomic_write_json
+
+    print(f"fairtui {command}: {reason}", file=sys.stderr)
+    try:
+        atomic_write_json(run_dir / FAILURE_FILE, {"command": command, "reason": reason, "code": code,
+                                                   "pid": os.getpid(), "t": time.time()})
+    except OSError:
+        pass
+    return code
+
+
+def read_failure(run_dir: Path, command: str, since: float = 0.0) -> str | None:
+    """The reason the latest ``command`` gave for failing, if it was written at ``since`` or later."""
+    import json
+
+    try:
+        doc = json.loads((run_dir / FAILURE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("command") != command or not isinstance(doc.get("t"), (int, float)) or doc["t"] < since:
+        return None
+    return f"fairtui {command}: {doc.get('reason')}"
+
+
+def failure_file(run_dir: Path, rank: int) -> Path:
+    """Where rank ``rank`` of a supervised run leaves the reason it failed."""
+    return run_dir / f".rank{rank}.failed"
+
+
+def write_failure(run_dir: Path, rank: int, reason: str, collective: bool) -> None:
+    """A rank's one-line reason for the supervisor; ``collective``: it only saw another rank fail."""
+    from engine.contract.atomic import atomic_write_json
+
+    try:
+        atomic_write_json(failure_file(run_dir, rank), {"rank": rank, "reason": reason, "collective": collective})
+    except OSError:
+        pass
+
+
+PEER_GRACE_S = 10.0  # how long rank 0 waits for its peers' failure files after a collective failed
+
+
+def clear_failures(run_dir: Path) -> None:
+    """Remove the ``.rank<r>.failed`` files of an earlier attempt (rank 0, before the group forms)."""
+    for path in run_dir.glob(".rank*.failed"):
+        path.unlink(missing_ok=True)
+
+
+def peer_failure(run_dir: Path, world: int, members: list[dict[str, Any]] | None, seen: str,
+                 grace_s: float = PEER_GRACE_S) -> str:
+    """Which rank made rank 0's collective fail, for a run whose launcher rank 0 cannot ask (torchrun on
+    several nodes, Slurm): the ranks share the run folder, and every rank that fails leaves its reason
+    there (:func:`write_failure`). Rank 0 waits up to ``grace_s`` for all of them, then names a rank's
+    own error, else the ranks that left nothing (killed, or their node was lost: ``members`` gives
+    their host and pid), else what rank 0 saw (``seen``)."""
+    import json
+
+    found: dict[int, dict] = {}
+    deadline = time.monotonic() + grace_s
+    while True:
+        for rank in range(1, world):
+            if rank not in found:
+                try:
+                    found[rank] = json.loads(failure_file(run_dir, rank).read_text())
+                except (OSError, ValueError):
+                    pass
+        own = [r for r in sorted(found) if not found[r].get("collective")]
+        if own or len(found) == world - 1 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    for rank in found:
+        failure_file(run_dir, rank).unlink(missing_ok=True)
+    if own:
+        return f"rank {own[0]}: {found[own[0]].get('reason')}"
+    silent = [r for r in range(1, world) if r not in found]
+    if not silent:
+        return seen
+    where = {m.get("rank"): m for m in members or [] if isinstance(m, dict)}
+    named = ", ".join(f"rank {r}" + (f" (pid {where[r].get('pid')} on {where[r].get('host')})" if r in where else "")
+                      for r in silent)
+    verb = "was" if len(silent) == 1 else "were"
+    return (f"{named} {verb} lost without recording an error (killed, or a node failed: that node's "
+            f"launcher output says how); rank 0 saw: {seen}")
+
+
+def resolve_init_checkpoint(ref: str) -> Path:
+    """``init_from`` as a checkpoint file: a .pt file, or a run folder (its best checkpoint)."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        for name in ("best.pt", "last.pt"):
+            if (path / "checkpoints" / name).exists():
+                return path / "checkpoints" / name
+    if path.is_file():
+        return path
+    raise ProfileError("profile", "method.init_from", f"no checkpoint at {ref!r}: give a run (id or name, "
+                       "resolved by `fairtui run`), a run folder or a .pt file")
