@@ -1,20 +1,17 @@
-"""Evaluation attacks by name: clean, fgsm, pgd<N>, cw<N>, tpgd<N>, aa, aa-fast.
+"""Evaluation attacks by name (engine.contract.attacks: clean, fgsm, pgd<N>, cw<N>, tpgd<N>, aa, aa-fast).
 
-``build_attack(name, model, settings)`` returns an object with
-``perturb(x, y, draws=WHOLE) -> x_adv``; the registry maps a name's family to its builder.
+``build_attack(name, model, settings)`` returns an object with ``perturb(x, y, draws=WHOLE) -> x_adv``,
+from the builder its row of the attack table names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
 from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.pgd import FGSM, PGD
 from engine.contract.request import parse_attack
-
 
 
 @dataclass(frozen=True)
@@ -43,30 +40,45 @@ class Clean:
         return x
 
 
-def _pgd(loss: str) -> Callable:
-    def build(model: torch.nn.Module, s: AttackSettings, steps: int) -> PGD:
-        return PGD(model, eps=s.eps, step=s.step, steps=steps, norm=s.norm, loss=loss, kappa=s.cw_kappa,
-                   temperature=1.0 / s.tpgd_inv_temperature, restarts=s.restarts)
-    return build
+# The builders of the attack table's rows (engine.contract.attacks): builder(model, settings, steps).
+
+def build_clean(model: torch.nn.Module, s: AttackSettings, steps: int) -> Clean:
+    return Clean()
 
 
-def _autoattack(fast: bool) -> Callable:
-    def build(model: torch.nn.Module, s: AttackSettings, steps: int):
-        from engine.attacks.autoattack import AutoAttackAdapter
-
-        return AutoAttackAdapter(model, s, fast=fast)
-    return build
+def build_fgsm(model: torch.nn.Module, s: AttackSettings, steps: int) -> FGSM:
+    return FGSM(model, s.eps, s.norm)
 
 
-ATTACKS: dict[str, Callable] = {
-    "clean": lambda model, s, steps: Clean(),
-    "fgsm": lambda model, s, steps: FGSM(model, s.eps, s.norm),
-    "pgd": _pgd("ce"),
-    "cw": _pgd("cw"),
-    "tpgd": _pgd("ce_t"),
-    "aa": _autoattack(fast=False),
-    "aa-fast": _autoattack(fast=True),
-}
+def _pgd(model: torch.nn.Module, s: AttackSettings, steps: int, loss: str) -> PGD:
+    return PGD(model, eps=s.eps, step=s.step, steps=steps, norm=s.norm, loss=loss, kappa=s.cw_kappa,
+               temperature=1.0 / s.tpgd_inv_temperature, restarts=s.restarts)
+
+
+def build_pgd(model: torch.nn.Module, s: AttackSettings, steps: int) -> PGD:
+    return _pgd(model, s, steps, "ce")
+
+
+def build_cw(model: torch.nn.Module, s: AttackSettings, steps: int) -> PGD:
+    return _pgd(model, s, steps, "cw")
+
+
+def build_tpgd(model: torch.nn.Module, s: AttackSettings, steps: int) -> PGD:
+    return _pgd(model, s, steps, "ce_t")
+
+
+def _autoattack(model: torch.nn.Module, s: AttackSettings, fast: bool):
+    from engine.attacks.autoattack import AutoAttackAdapter
+
+    return AutoAttackAdapter(model, s, fast=fast)
+
+
+def build_aa(model: torch.nn.Module, s: AttackSettings, steps: int):
+    return _autoattack(model, s, fast=False)
+
+
+def build_aa_fast(model: torch.nn.Module, s: AttackSettings, steps: int):
+    return _autoattack(model, s, fast=True)
 
 
 def parse_attack_name(name: str) -> tuple[str, int]:
@@ -75,5 +87,12 @@ def parse_attack_name(name: str) -> tuple[str, int]:
 
 
 def build_attack(name: str, model: torch.nn.Module, settings: AttackSettings):
-    family, steps = parse_attack_name(name)
-    return ATTACKS[family](model, settings, steps)
+    """The attack ``name`` names, from its row of the attack table (engine.contract.attacks)."""
+    import importlib
+
+    from engine.contract.attacks import find
+
+    parse_attack(name)  # a RequestError for a name the table does not admit
+    attack, steps = find(name)
+    module, function = attack.builder.split(":")
+    return getattr(importlib.import_module(module), function)(model, settings, steps)

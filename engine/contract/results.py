@@ -17,37 +17,29 @@ differs from the profile.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
+from engine.contract import attacks
 from engine.contract.request import scaled_step
 
 SUBSET_SEED = 0  # `--n-per-class` subsets are drawn with this seed (the same images for every run)
 
 
 def attack_family(attack: str) -> str:
-    m = re.match(r"^(clean|fgsm|aa-fast|aa|pgd|cw|tpgd)", attack)
-    return m.group(1) if m else attack
+    return attacks.family(attack)
 
 
 def attack_setting(attack: str, *, eps: float, norm: str, step: float, restarts: int, cw_kappa: float,
                    tpgd_inv_temperature: float, seed: int, n_per_class: int, batch_size: int) -> dict[str, Any]:
-    """The settings that change ``attack``'s numbers (and only those)."""
-    family = attack_family(attack)
+    """The settings that change ``attack``'s numbers (and only those: its row of the attack table)."""
+    values = {"eps": float(eps), "norm": norm, "step": float(step), "restarts": int(restarts),
+              "batch_size": int(batch_size), "seed": int(seed), "cw_kappa": float(cw_kappa),
+              "tpgd_inv_temperature": float(tpgd_inv_temperature)}
     out: dict[str, Any] = {"n_per_class": int(n_per_class)}
     if n_per_class:
         out["subset_seed"] = SUBSET_SEED
-    if family == "clean":
-        return out
-    out.update(eps=float(eps), norm=norm)
-    if family in ("pgd", "cw", "tpgd"):
-        out.update(step=float(step), restarts=int(restarts), batch_size=int(batch_size), seed=int(seed))
-    if family == "cw":
-        out["cw_kappa"] = float(cw_kappa)
-    if family == "tpgd":
-        out["tpgd_inv_temperature"] = float(tpgd_inv_temperature)
-    if family in ("aa", "aa-fast"):
-        out.update(batch_size=int(batch_size), seed=int(seed))
+    row = attacks.row(attack)
+    out.update((key, values[key]) for key in (row.setting if row else ("eps", "norm")))
     return out
 
 

@@ -118,8 +118,9 @@ class EvalDialog(ModalScreen[dict | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog eval"):
             yield Label(f"evaluate {self.run_name}")
-            yield LineInput(value="aa", placeholder="attacks: aa, pgd20, pgd100, cw20, tpgd20, aa-fast, clean",
-                        id="eval-attacks")
+            from engine.contract.attacks import known
+
+            yield LineInput(value="aa", placeholder=f"attacks: {known()}", id="eval-attacks")
             yield Select([(c, c) for c in self.checkpoints], value=self.checkpoints[0], allow_blank=False,
                          id="eval-checkpoint")
             yield Select([("test", "test"), ("val", "val")], value="test", allow_blank=False, id="eval-split")

@@ -6,9 +6,10 @@ from typing import List, Optional
 
 import typer
 
+from engine.contract.attacks import known
 from fairtui.cli.options import Gpus, Home, HomeT, Json, fail
 
-HELP = ("Evaluate a checkpoint under named attacks (clean, fgsm, pgd20, pgd100, cw, tpgd, aa, aa-fast); "
+HELP = (f"Evaluate a checkpoint under named attacks ({known()}); "
         "results are appended to the run and reused unless --force.")
 
 

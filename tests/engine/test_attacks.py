@@ -7,6 +7,7 @@ from torch import nn
 from engine.attacks.pgd import PGD, FGSM, cw_margin
 from engine.attacks.suite import AttackSettings, build_attack, parse_attack_name
 from engine.attacks.trades import TRADESAttack, trades_kl
+from engine.contract.request import RequestError
 
 
 def tiny_model() -> nn.Module:
@@ -127,3 +128,38 @@ def test_trades_attack_takes_its_first_gradient_at_the_unclamped_start():
     torch.testing.assert_close(first_step, start, rtol=0, atol=0)
     assert (first_step < 0).any() and (first_step > 1).any()  # the start really is outside [0, 1]
     assert 0 <= x_adv.min() and x_adv.max() <= 1 and distance(x_adv, x, "linf").max() <= 0.1 + 1e-6
+
+
+class _Toy:
+    def __init__(self, steps):
+        self.steps = steps
+
+    def perturb(self, x, y, draws=None):
+        return x
+
+
+def build_toy(model, settings, steps):
+    return _Toy(steps)
+
+
+def test_an_attack_is_one_row_of_the_table_and_one_builder(monkeypatch):
+    """Adding an attack: a row in engine.contract.attacks and its builder. The request's grammar, its help,
+    a result's identity (setting), the profile check and the engine's suite all follow from the row."""
+    from engine.contract import attacks
+    from engine.contract.config import profile_from_table
+    from engine.contract.request import EvalRequest, parse_attack
+    from engine.contract.results import attack_family, requested_setting
+
+    toy = attacks.Attack("toy", 3, ("eps", "norm", "seed"), "tests.engine.test_attacks:build_toy", "toy<N>")
+    monkeypatch.setattr(attacks, "ATTACKS", [*attacks.ATTACKS, toy])
+    assert parse_attack("toy") == ("toy", 3) and parse_attack("toy7") == ("toy", 7)
+    assert EvalRequest(attacks=("toy5", "pgd20")).attacks == ("toy5", "pgd20")
+    assert "toy<N>" in attacks.known() and attack_family("toy12") == "toy"
+    config = {"seed": 4, "attack": {"eps": 0.1, "step": 0.02, "norm": "linf"}, "eval": {}, "data": {}}
+    assert requested_setting(config, "toy5") == {"n_per_class": 0, "eps": 0.1, "norm": "linf", "seed": 4}
+    assert profile_from_table({"eval": {"attacks": ["toy2", "clean"]}}, "p.toml").eval.attacks == ("toy2", "clean")
+    built = build_attack("toy5", nn.Linear(2, 2), AttackSettings(eps=0.1, step=0.02))
+    assert isinstance(built, _Toy) and built.steps == 5
+    monkeypatch.undo()
+    with pytest.raises(RequestError, match="unknown attack 'toy5'"):
+        parse_attack("toy5")
