@@ -29,7 +29,6 @@ DATASETS = ("digits", "gaussian", "mnist", "fashion_mnist", "cifar10", "cifar100
 ARCHS = ("small_cnn", "mlp", "preact_resnet18", "resnet18", "wide_resnet")
 # Architectures of imported models only (`fairtui import`): the network comes from the source.
 IMPORTED_ARCHS = ("torchscript", "robustbench")
-# Attack names for evaluation: fixed names plus pgd<N> / cw<N> / tpgd<N> for any step count.
 # Classes of each data set whose class count the profile cannot change (gaussian: data.gaussian_classes).
 NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100, "svhn": 10,
                "stl10": 10, "tiny_imagenet": 200}

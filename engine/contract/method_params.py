@@ -234,7 +234,7 @@ class WATParams(MethodParams):
 
 
 # DAFA's values that differ between the paper (README Algorithms 1-2) and the authors' code
-# (rucy74/DAFA @ c60ba83; METHODS-DAFA-FAAL.md). A key given explicitly in the profile wins.
+# (rucy74/DAFA @ c60ba83; docs/reference/methods-dafa-faal.md). A key given explicitly in the profile wins.
 DAFA_FORMS: dict[str, dict[str, object]] = {
     "paper": {"tie_rule": "skip", "pgd_second_step": False},
     # utils.py l.50-51: the else branch takes ties; losses.py l.113-114: PGD-AT's second, unweighted move.

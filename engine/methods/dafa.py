@@ -15,7 +15,7 @@ W_y alpha, and W_y on the natural CE only, reduced as a sum over the batch divid
     TRADES: L = (1/B) sum_i W_{y_i} CE(f(x_i), y_i) + beta (1/B) sum_i KL(f(x_i) || f(x'_i))
     PGD-AT: L = (1/B) sum_i W_{y_i} CE(f(x'_i), y_i)
 
-``form = "code"`` is the authors' code where it differs (METHODS-DAFA-FAAL.md): ties subtract, and on
+``form = "code"`` is the authors' code where it differs (docs/reference/methods-dafa-faal.md): ties subtract, and on
 PGD-AT the attack starts at x + 0.001 N(0, I) and makes a second, unweighted move per iteration
 projected onto the global eps-ball. ``weight_formula = "legacy_code"`` is the code's subtract branch
 before commit 74657cd (-p_i(j) p_j(j)). There is no clamp: a weight at or below zero fails the run

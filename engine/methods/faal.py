@@ -44,7 +44,7 @@ def _log_expm1(x: float) -> float:
 def worst_class_distribution(c: Tensor, r: float, steps: int = 64) -> Tensor:
     """p* = argmax_p sum_k c_k p_k over the simplex with KL(u || p) <= r, u uniform. [K] float64
 
-    Closed form (METHODS-DAFA-FAAL.md): with g_k = max c - c_k, p*_k is proportional to 1 / (t* + g_k),
+    Closed form (docs/reference/methods-dafa-faal.md): with g_k = max c - c_k, p*_k is proportional to 1 / (t* + g_k),
     t* the root of H(t) = ln(mean 1/(t + g)) + mean ln(t + g) = r, found by ``steps`` bisection halvings
     in ln t on [s / (e^{K(r + ln K)} - 1), s / (e^r - 1)], s = max g. H decreases in t. On the tensor's
     device, no host synchronisation; uniform when r <= 0 or c is constant."""

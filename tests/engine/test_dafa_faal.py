@@ -1,4 +1,4 @@
-"""DAFA and FAAL: the worked examples of METHODS-DAFA-FAAL.md to 1e-6, the closed form of FAAL's inner
+"""DAFA and FAAL: the worked examples of docs/reference/methods-dafa-faal.md to 1e-6, the closed form of FAAL's inner
 problem against a generic optimiser, and the profiles' checks."""
 
 from __future__ import annotations
