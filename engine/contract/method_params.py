@@ -136,8 +136,7 @@ class FRLParams(MethodParams):
         if self.margin_floor > self.margin_cap:
             raise ProfileError(file, "method.margin_floor", f"must not exceed method.margin_cap "
                                f"({self.margin_cap}), got {self.margin_floor}")
-        if self.init_from and self.pretrain_epochs:
-            raise ProfileError(file, "method.init_from", "give either init_from or pretrain_epochs, not both")
+        validate_fine_tune(self, file)
 
     def form_values(self) -> dict[str, object]:
         values = dict(FRL_FORMS[self.form])
@@ -302,8 +301,14 @@ class FAALParams(MethodParams):
     pretrain_beta: float = field(6.0, min=0.0)
 
     def validate(self, file: str) -> None:
-        if self.init_from and self.pretrain_epochs:
-            raise ProfileError(file, "method.init_from", "give either init_from or pretrain_epochs, not both")
+        validate_fine_tune(self, file)
+
+
+def validate_fine_tune(params: MethodParams, file: str) -> None:
+    """A fine-tuning method's (FRL, FAAL; engine.methods.standard.FineTunePhase) start: an earlier model
+    (``init_from``) or pre-training in the run (``pretrain_epochs``), not both."""
+    if params.init_from and params.pretrain_epochs:
+        raise ProfileError(file, "method.init_from", "give either init_from or pretrain_epochs, not both")
 
 
 @dataclass(frozen=True)

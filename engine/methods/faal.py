@@ -30,8 +30,7 @@ from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.trades import trades_kl
 from engine.contract.method_params import FAALParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample
-from engine.methods.frl import load_initial_weights
-from engine.methods.standard import PGDAT, TRADES, pretraining_method
+from engine.methods.standard import PGDAT, TRADES, FineTunePhase
 
 Tensor = torch.Tensor
 
@@ -98,7 +97,7 @@ def faal_loss(logits_adv: Tensor, logits_clean: Tensor, y: Tensor, k: int, p: FA
     return (weights * per_sample).mean(), p_star, c
 
 
-class FAAL(Method):
+class FAAL(FineTunePhase, Method):
     name = "faal"
 
     def __init__(self, params: MethodParams, ctx: MethodContext):
@@ -107,7 +106,7 @@ class FAAL(Method):
         self.p: FAALParams = params
         self.base: Method = PGDAT(PGDATParams(), ctx) if params.base == "at" else \
             TRADES(TRADESParams(beta=params.beta), ctx)
-        self.pretrain = pretraining_method(params, ctx)
+        self.start_fine_tune_phase(params, ctx)
         k, dev = ctx.num_classes, ctx.device
         self.epoch = 0
         # The epoch's p* summary, on the device (no host sync per batch): sums, min and max of K p*, sum of c.
@@ -117,13 +116,7 @@ class FAAL(Method):
         self.c_sum = torch.zeros(k, dtype=torch.float64, device=dev)
         self.batches = torch.zeros((), dtype=torch.float64, device=dev)
 
-    # -- schedule -------------------------------------------------------------------------------------
-    def pretraining(self, epoch: int) -> bool:
-        return epoch <= self.p.pretrain_epochs
-
-    def selectable(self, epoch: int) -> bool:
-        return not self.pretraining(epoch)
-
+    # -- schedule (pre-training, selection, the fresh optimiser, init_from: FineTunePhase) --------------
     def lr_for(self, epoch: int, scheduled_lr: float) -> float:
         """The fine-tune's MultiStepLR(milestones=[epochs / 2]): finetune_lr, then x finetune_gamma."""
         if self.pretraining(epoch):
@@ -131,13 +124,6 @@ class FAAL(Method):
         done = epoch - self.p.pretrain_epochs - 1  # fine-tune epochs before this one
         total = self.ctx.profile.train.epochs - self.p.pretrain_epochs
         return self.p.finetune_lr * (self.p.finetune_gamma if done >= total / 2 else 1.0)
-
-    def fresh_optimizer(self, epoch: int) -> bool:
-        return self.p.pretrain_epochs > 0 and epoch == self.p.pretrain_epochs + 1
-
-    def initialize(self, model: torch.nn.Module) -> None:
-        if self.p.init_from:
-            load_initial_weights(model, self.p.init_from, self.ctx.device)
 
     def selection_score(self, val: ValResult) -> float:
         from engine import metrics
@@ -174,7 +160,7 @@ class FAAL(Method):
 
     def method_state(self) -> dict[str, Any]:
         if self.pretraining(self.epoch):
-            return {"phase": f"pretrain ({self.p.pretrain_method})"}
+            return self.pretrain_state()
         return {"phase": f"faal ({self.p.base})", "radius": self.p.radius}
 
     def measurements(self) -> dict[str, Any]:

@@ -24,9 +24,7 @@ import torch
 from engine.attacks.noise import WHOLE, Draws
 from engine.contract.method_params import FRLParams, MethodParams
 from engine.methods.base import MethodContext, StepOutput, ValResult
-from engine.methods.standard import TRADES, pretraining_method
-from engine.contract.profile_schema import ProfileError
-from engine.contract.protocol import resolve_init_checkpoint
+from engine.methods.standard import TRADES, FineTunePhase
 
 Tensor = torch.Tensor
 
@@ -68,23 +66,7 @@ def violations(val: ValResult, tau1: float, tau2: float) -> tuple[Tensor, Tensor
     return clean_err, bndy_err, gamma_nat, gamma_bndy
 
 
-def load_initial_weights(model: torch.nn.Module, ref: str, device: torch.device) -> None:
-    """The fine-tuned methods' (FRL, FAAL) starting weights: ``init_from``'s checkpoint into ``model``. A
-    checkpoint of another architecture is a ProfileError naming the key, not a traceback."""
-    from engine.checkpoint import CheckpointError, load_checkpoint
-
-    try:
-        state = load_checkpoint(resolve_init_checkpoint(ref), device)
-        model.load_state_dict(state["model"])
-    except CheckpointError as err:
-        raise ProfileError("profile", "method.init_from", str(err)) from None
-    except RuntimeError as err:  # load_state_dict: missing, unexpected or mis-shaped weights
-        first = str(err).strip().splitlines()[0][:200]
-        raise ProfileError("profile", "method.init_from", f"{ref}: its weights do not fit this profile's model "
-                           f"({first}); the profile's [model] must be the checkpoint's architecture") from None
-
-
-class FRL(TRADES):
+class FRL(FineTunePhase, TRADES):
     name = "frl"
     needs_initial_val = True
 
@@ -101,12 +83,9 @@ class FRL(TRADES):
         self.epoch = 0
         # the authors' train_model: clean, adversarial and clean again in train mode (the KL's target)
         self.kl_target_forward = self.p.form == "code"
-        self.pretrain = pretraining_method(params, ctx)
+        self.start_fine_tune_phase(params, ctx)
 
-    # -- schedule ---------------------------------------------------------------------------------
-    def pretraining(self, epoch: int) -> bool:
-        return epoch <= self.p.pretrain_epochs
-
+    # -- schedule (pre-training, selection, the fresh optimiser, init_from: FineTunePhase) ----------
     def decay(self, epoch: int) -> float:
         """lr and alphas x decay_factor every decay_every fine-tuning epochs (paper Sec. 5.1)."""
         return self.p.decay_factor ** ((epoch - self.p.pretrain_epochs - 1) // self.p.decay_every)
@@ -118,22 +97,12 @@ class FRL(TRADES):
         scale = self.decay(epoch)
         return scale, scale
 
-    def selectable(self, epoch: int) -> bool:
-        """Only FRL's own epochs: a pre-training epoch is a plain PGD-AT / TRADES model, which
-        neither the paper nor the authors' code selects."""
-        return not self.pretraining(epoch)
-
     def lr_for(self, epoch: int, scheduled_lr: float) -> float:
         return scheduled_lr if self.pretraining(epoch) else self.p.finetune_lr * self.decay(epoch)
 
     def fresh_optimizer(self, epoch: int) -> bool:
-        """Fine-tuning after in-run pre-training starts with a new optimiser (the authors' code)."""
-        return (self.p.pretrain_epochs > 0 and epoch == self.p.pretrain_epochs + 1
-                and self.p.finetune_optimizer == "fresh")
-
-    def initialize(self, model: torch.nn.Module) -> None:
-        if self.p.init_from:
-            load_initial_weights(model, self.p.init_from, self.ctx.device)
+        """The phase's new optimiser, unless `finetune_optimizer` keeps the pre-training's."""
+        return super().fresh_optimizer(epoch) and self.p.finetune_optimizer == "fresh"
 
     # -- the multiplier updates ---------------------------------------------------------------------
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:
@@ -186,7 +155,7 @@ class FRL(TRADES):
     # -- reporting and state ----------------------------------------------------------------------
     def method_state(self) -> dict[str, Any]:
         if self.pretraining(self.epoch):
-            return {"phase": f"pretrain ({self.p.pretrain_method})"}
+            return self.pretrain_state()
         state = {"phase": "frl", "clean_err_per_class": self.clean_err.tolist(),
                  "bndy_err_per_class": self.bndy_err.tolist(), "lambda_nat": self.lambda_nat.tolist(),
                  "lambda_bndy": self.lambda_bndy.tolist(), "weight_nat": self.weight_nat.tolist(),

@@ -17,6 +17,7 @@ from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample
     weighted_mean
 from engine.contract.method_params import MethodParams, PGDATParams, TRADESParams
 from engine.contract.profile_schema import ProfileError
+from engine.contract.protocol import resolve_init_checkpoint
 
 Tensor = torch.Tensor
 
@@ -118,6 +119,53 @@ class TRADES(Method):
         if getattr(self.params, "beta_per_class", ()):
             return {"beta_per_class": self.beta_per_class.tolist()}
         return {}
+
+
+def load_initial_weights(model: torch.nn.Module, ref: str, device: torch.device) -> None:
+    """The fine-tuned methods' (FRL, FAAL) starting weights: ``init_from``'s checkpoint into ``model``. A
+    checkpoint of another architecture is a ProfileError naming the key, not a traceback."""
+    from engine.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        state = load_checkpoint(resolve_init_checkpoint(ref), device)
+        model.load_state_dict(state["model"])
+    except CheckpointError as err:
+        raise ProfileError("profile", "method.init_from", str(err)) from None
+    except RuntimeError as err:  # load_state_dict: missing, unexpected or mis-shaped weights
+        first = str(err).strip().splitlines()[0][:200]
+        raise ProfileError("profile", "method.init_from", f"{ref}: its weights do not fit this profile's model "
+                           f"({first}); the profile's [model] must be the checkpoint's architecture") from None
+
+
+class FineTunePhase:
+    """The fine-tune phase that FRL and FAAL share (and any plugin may): the run starts from ``init_from``'s
+    weights, or pre-trains in the run for ``pretrain_epochs`` with ``pretrain_method`` (:func:`pretraining_method`)
+    and then fine-tunes with a new optimiser; pre-training epochs are never selected as the best checkpoint
+    (they are a plain PGD-AT / TRADES model). Mix in before the Method base; its params have ``init_from``,
+    ``pretrain_epochs``, ``pretrain_method`` and ``pretrain_beta``; ``self.epoch`` is the current epoch, and the
+    method calls :meth:`pretrain_loss` (or its own loss) and keeps ``self.pretrain`` from
+    :meth:`start_fine_tune_phase`."""
+
+    def start_fine_tune_phase(self, params: MethodParams, ctx: MethodContext) -> None:
+        self.pretrain = pretraining_method(params, ctx)
+
+    def pretraining(self, epoch: int) -> bool:
+        return epoch <= self.p.pretrain_epochs
+
+    def selectable(self, epoch: int) -> bool:
+        """Only the method's own epochs: neither paper's selection covers a pre-training epoch."""
+        return not self.pretraining(epoch)
+
+    def fresh_optimizer(self, epoch: int) -> bool:
+        """Fine-tuning after in-run pre-training starts with a new optimiser (both authors' codes)."""
+        return self.p.pretrain_epochs > 0 and epoch == self.p.pretrain_epochs + 1
+
+    def initialize(self, model: torch.nn.Module) -> None:
+        if self.p.init_from:
+            load_initial_weights(model, self.p.init_from, self.ctx.device)
+
+    def pretrain_state(self) -> dict[str, Any]:
+        return {"phase": f"pretrain ({self.p.pretrain_method})"}
 
 
 def pretraining_method(params: MethodParams, ctx: MethodContext) -> Method | None:
