@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.distributed import ENV_SUPERVISED
+from engine.contract.protocol import engine_args
 from engine.process import (EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, acquire_lock, failure_file,
                             write_process_file)
 
@@ -101,7 +102,7 @@ def launch(run_dir: Path, nproc: int, on_gpus: bool) -> tuple[dict[int, Any], bo
     signal.signal(signal.SIGINT, _terminate_process_handler)
     os.environ[ENV_SUPERVISED] = str(os.getpid())
     try:
-        elastic_launch(launch_config(run_dir, nproc, on_gpus), sys.executable)("-m", "engine", "train", str(run_dir))
+        elastic_launch(launch_config(run_dir, nproc, on_gpus), sys.executable)(*engine_args("train", run_dir))
     except ChildFailedError as err:
         return dict(err.failures), False
     except SignalException as err:

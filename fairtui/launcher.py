@@ -11,13 +11,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.contract.atomic import atomic_write_text
 from engine.contract.config import Profile, check_data_root, dumps_profile
+from engine.contract import protocol
 from engine.contract.profile_schema import ProfileError
 from fairtui.home import EngineRunning, new_run_id, runs_dir
 
@@ -132,7 +132,7 @@ def change_meta(run_dir: Path, change) -> dict:
 
 def engine_command(run_dir: Path, nproc: int = 1) -> list[str]:
     """The engine's command line; ``nproc`` > 1: one run on that many processes (DDP, one per GPU)."""
-    return [sys.executable, "-m", "engine", "train", str(run_dir)] + (["--nproc", str(nproc)] if nproc > 1 else [])
+    return protocol.engine_command("train", run_dir, *(["--nproc", str(nproc)] if nproc > 1 else []))
 
 
 ENGINE_LOCK = "engine.lock"

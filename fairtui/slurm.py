@@ -31,6 +31,7 @@ from typing import Any
 
 from engine.contract.profile_schema import ProfileError
 from engine.contract.storage import local_filesystem
+from engine.contract.protocol import engine_args
 
 
 
@@ -153,7 +154,7 @@ def node_command(run_dir: Path, nproc: int, nodes: int, endpoint: str, rdzv_id: 
     (the README's command for several nodes; under Slurm each task runs it)."""
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id, "--max-restarts", "0",
-            "-m", "engine", "train", str(run_dir)]
+            *engine_args("train", run_dir)]
 
 
 def rendezvous() -> tuple[str, str]:

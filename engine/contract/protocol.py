@@ -150,3 +150,14 @@ def resolve_init_checkpoint(ref: str) -> Path:
         return path
     raise ProfileError("profile", "method.init_from", f"no checkpoint at {ref!r}: give a run (id or name, "
                        "resolved by `fairtui run`), a run folder or a .pt file")
+
+
+def engine_args(command: str, target: Path | str, *options: str) -> list[str]:
+    """The engine's command line after the interpreter (``python -m engine COMMAND TARGET [OPTIONS]``): its
+    one spelling, for the launcher, the queue, Slurm's tasks, torch's launcher and the checks."""
+    return ["-m", "engine", command, str(target), *options]
+
+
+def engine_command(command: str, target: Path | str, *options: str) -> list[str]:
+    """:func:`engine_args` run by this interpreter."""
+    return [sys.executable, *engine_args(command, target, *options)]

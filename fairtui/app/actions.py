@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -77,10 +76,11 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
     def start(request: dict | None) -> None:
         if request is None:
             return
+        from engine.contract.protocol import engine_command
         from fairtui.follow import requested_results
         from fairtui.launcher import GpuChoice, start_engine
 
-        command = [sys.executable, "-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
+        command = engine_command("eval", run_dir, "--request", json.dumps(request))
         try:
             start_engine(run_dir, GpuChoice.parse(view.meta.get("gpus")), command=command)
         except OSError as err:

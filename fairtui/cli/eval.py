@@ -93,7 +93,6 @@ def evaluate(
 
 def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running: bool) -> int:
     import json
-    import sys
 
     from fairtui.follow import follow
     from fairtui.launcher import start_engine
@@ -109,9 +108,11 @@ def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running:
                    "its code", err=True)
     import time
 
-    command = ["-m", "engine", "eval", str(run_dir), "--request", json.dumps(request)]
+    from engine.contract.protocol import engine_command
+
+    command = engine_command("eval", run_dir, "--request", json.dumps(request))
     started = time.time()  # progress.json written before this is an earlier phase's, never shown as this one's
-    proc = start_engine(run_dir, choice, command=[sys.executable, *command])
+    proc = start_engine(run_dir, choice, command=command)
     from engine.contract.config import load_profile
 
     request["attacks"] = request["attacks"] or list(load_profile(run_dir / "profile.toml").eval.attacks)

@@ -60,18 +60,18 @@ def check_in_engine(run_dir, timeout: float) -> int:
     import shutil
     import signal
     import subprocess
-    import sys
 
     from fairtui.launcher import GpuChoice, start_engine
 
     def terminated(signum, frame):
         raise _Terminated()
 
+    from engine.contract.protocol import engine_command
+
     previous = signal.signal(signal.SIGTERM, terminated)
     proc = None
     try:
-        proc = start_engine(run_dir, GpuChoice(cpu=True), command=[sys.executable, "-m", "engine", "import",
-                                                                   str(run_dir)])
+        proc = start_engine(run_dir, GpuChoice(cpu=True), command=engine_command("import", run_dir))
         return proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt, _Terminated) as why:
         if proc is not None:

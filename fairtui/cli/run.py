@@ -150,11 +150,11 @@ def check_init_checkpoint(checkpoint, path: str) -> None:
     """The weights a run starts from load safely (weights only, nothing run) before its folder exists: checked
     by the engine (`python -m engine check-weights`), so that this process never imports torch."""
     import subprocess
-    import sys
 
     from engine.contract.profile_schema import ProfileError
+    from engine.contract.protocol import engine_command
 
-    out = subprocess.run([sys.executable, "-m", "engine", "check-weights", str(checkpoint)], capture_output=True,
+    out = subprocess.run(engine_command("check-weights", checkpoint), capture_output=True,
                          text=True)
     if out.returncode != 0:
         reason = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
