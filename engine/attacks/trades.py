@@ -62,3 +62,69 @@ class TRADESAttack:
                 delta = ascent_step(delta.detach(), grad, step_b, self.norm)
                 delta = (x + project(delta, eps_b, self.norm)).clamp(0, 1) - x
         return (x + project(delta, eps_b, self.norm)).clamp(0, 1).detach()  # (a no-op after any step)
+
+
+@dataclass
+class StoppingTRADESAttack:
+    """BAT's two early-stopped TRADES attacks (docs/reference/methods-bat-csr.md; the authors'
+    stop_to_lastclean.py and stop_to_firstadv.py, themselves after FAT's code). From clip(x + 0.001 N(0, 1),
+    0, 1), at most ``steps`` ascent steps on KL(f(x) || f(x')) (f(x) in the attack's mode, at the start),
+    each projected onto the eps-ball and [0, 1]; before every step each sample still stepping is checked:
+
+    - ``rule = "last_clean"``: a sample predicted wrong is output with its *previous* iterate (the last one
+      predicted right; the start itself for a sample wrong at the start) and stops;
+    - ``rule = "first_adv"``: a sample predicted wrong with its counter at 0 is output with its current iterate
+      and stops; one predicted wrong with a counter above 0 spends one and steps on (FAT's tau; the
+      authors' BAT uses tau = 1).
+
+    After the last step the samples still stepping are output with their last iterate, which is not checked.
+    Vectorised over the batch (only the samples still stepping go through the model, as in the loops), each
+    output in its sample's row. The model's mode during the attack: ``model_mode`` (BAT: eval)."""
+
+    model: torch.nn.Module
+    eps: float
+    step: float
+    steps: int
+    rule: str = "first_adv"
+    tau: int = 1
+    norm: str = "linf"
+    model_mode: str = "eval"
+
+    def perturb(self, x: torch.Tensor, y: torch.Tensor, draws: Draws = WHOLE) -> torch.Tensor:
+        if self.rule not in ("last_clean", "first_adv"):
+            raise ValueError(f"unknown stopping rule {self.rule!r}")
+        x = x.detach()
+        eps_b, step_b = as_per_sample(self.eps, x), as_per_sample(self.step, x)
+        with attack_mode(self.model, self.model_mode):
+            with torch.no_grad():
+                p_clean = self.model(x)
+            adv = (x + 0.001 * draws.randn_like(x)).clamp(0, 1)
+            out = adv.clone()
+            previous = adv.clone()  # the last iterate each sample was predicted right at (last_clean)
+            stepping = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
+            counter = torch.full((x.shape[0],), self.tau, dtype=torch.long, device=x.device)
+            for _ in range(self.steps):
+                idx = stepping.nonzero().squeeze(1)
+                if idx.numel() == 0:
+                    break
+                a = adv[idx].requires_grad_(True)
+                logits = self.model(a)
+                wrong = logits.argmax(1) != y[idx]
+                if self.rule == "last_clean":
+                    stop = wrong
+                    out[idx[stop]] = previous[idx[stop]]
+                else:
+                    stop = wrong & (counter[idx] == 0)
+                    counter[idx[wrong & ~stop]] -= 1
+                    out[idx[stop]] = a.detach()[stop]
+                stepping[idx[stop]] = False
+                go = ~stop
+                if not go.any():
+                    break
+                (grad,) = torch.autograd.grad(trades_kl(logits, p_clean[idx]).sum(), a)
+                moved = idx[go]
+                previous[moved] = a.detach()[go]
+                delta = ascent_step((a.detach() - x[idx])[go], grad[go], step_b[moved], self.norm)
+                adv[moved] = (x[moved] + project(delta, eps_b[moved], self.norm)).clamp(0, 1)
+            out[stepping] = adv[stepping]
+        return out.detach()

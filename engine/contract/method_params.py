@@ -318,11 +318,25 @@ class ImportedParams(MethodParams):
     name: ClassVar[str] = "imported"
 
 
+@dataclass(frozen=True)
+class BATParams(MethodParams):
+    """BAT (Sun et al., AAAI 2023), as its authors' code trains it (docs/reference/methods-bat-csr.md): two
+    early-stopped TRADES attacks per batch (the last example still classified right, and the first past
+    the boundary) and CE(last clean) + beta KL(clean || first adversarial) + the two predictions' KL to the
+    uniform distribution. The paper's rule could not be read: there is no `form`."""
+
+    name: ClassVar[str] = "bat"
+    beta: float = field(6.0, min=0.0)
+    # FAT's counter of the first-adversarial attack: steps taken past the first misclassified check (code: 1)
+    firstadv_tau: int = field(1, min=0)
+    uniform_weight: float = field(1.0, min=0.0)  # the two uniform KL terms' weight (code: 1, no parameter)
+
+
 METHOD_PARAMS: dict[str, type[MethodParams]] = {
     cls.name: cls for cls in (NaturalParams, PGDATParams, FATParams, TRADESParams, FRLParams, CFAParams,
-                          WATParams, DAFAParams, FAALParams, ImportedParams)
+                          WATParams, DAFAParams, FAALParams, BATParams, ImportedParams)
 }
 
 
-__all__ = ["CFAParams", "CFA_TRAIN_FORMS", "DAFAParams", "FAALParams", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
+__all__ = ["BATParams", "CFAParams", "CFA_TRAIN_FORMS", "DAFAParams", "FAALParams", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
            "ProfileError", "TRADESParams", "WATParams"]

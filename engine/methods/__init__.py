@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.methods.bat import BAT
 from engine.methods.base import Imported, Method, MethodContext, StepOutput, ValResult
 from engine.methods.cfa import CFA
 from engine.methods.dafa import DAFA
@@ -11,7 +12,7 @@ from engine.methods.standard import FAT, PGDAT, TRADES, Natural
 from engine.methods.wat import WAT
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (Natural, PGDAT, FAT, TRADES, FRL, CFA, WAT, DAFA,
-                                                               FAAL, Imported)}
+                                                               FAAL, BAT, Imported)}
 
 
 def build_method(ctx: MethodContext) -> Method:
