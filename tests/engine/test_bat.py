@@ -240,3 +240,51 @@ def test_bat_trains_and_resumes_to_the_same_weights(tmp_path, tiny_profile):
     (part / "profile.toml").write_text((whole / "profile.toml").read_text())
     assert run_engine(part).returncode == 0
     assert max_weight_difference(whole, part) == 0.0
+
+
+@pytest.mark.parametrize("rule", ["last_clean", "first_adv"])
+def test_samples_that_cross_the_boundary_midway_stop_as_the_authors_do(rule):
+    """Near-boundary samples on the linear model, whose KL ascent sends some across the boundary after a few
+    steps: their outputs (the last right iterate, or the first wrong one past tau) equal the authors' loop's,
+    and such mid-attack stops do happen here (the test would be vacuous otherwise)."""
+    model = Linear3()
+    gen = torch.Generator().manual_seed(7)
+    n = 64
+    margin = 0.002 + 0.03 * torch.rand(n, generator=gen)
+    x = torch.full((n, 3, 32, 32), 0.1)
+    x[:, 0] = (0.5 + margin).view(-1, 1, 1)
+    x[:, 1] = 0.5
+    y = torch.zeros(n, dtype=torch.long)
+    noise = torch.randn(x.shape, generator=gen)
+    start = (x + 0.001 * noise).clamp(0, 1)
+    ours = StoppingTRADESAttack(model, eps=EPS, step=STEP, steps=STEPS, rule=rule).perturb(x, y, FixedNoise(noise))
+    theirs = authors_stop(model, x, y, start, rule)
+    assert torch.allclose(ours, theirs, atol=1e-6)
+    moved = ((ours - start).abs().amax(dim=(1, 2, 3)) > 1e-6)
+    at_edge = ((ours - x).abs().amax(dim=(1, 2, 3)) > EPS - 1e-6)
+    wrong = model(ours).argmax(1) != y
+    if rule == "last_clean":  # stopped mid-way: moved, right, not yet at the ball's edge
+        assert (moved & ~wrong & ~at_edge).any()
+    else:  # stopped mid-way: moved, wrong, not at the edge
+        assert (moved & wrong & ~at_edge).any()
+
+
+def test_two_ranks_train_bat_as_one_process(tmp_path, tiny_profile):
+    """BAT under DDP: each rank attacks its shard with the whole batch's draws, so two ranks give the
+    one-process run's per-class numbers, and its weights to float rounding (cf. the DAFA test's tolerance).
+    One epoch: the all-reduced gradient rounds differently from the one-process one (weights 2.4e-4 apart
+    after it here, TRADES's 9e-5), and BAT's early stops turn such a difference into another stopping step
+    for a sample, so by the second epoch one validation image of the tiny split had flipped."""
+    from tests.conftest import make_run_dir
+    from tests.engine.test_distributed import events_of, max_weight_difference, train
+
+    profile = tiny_profile()
+    one, two = (make_run_dir(tmp_path, profile, name, ('method.name="bat"', "train.epochs=1"))
+                for name in ("one", "two"))
+    assert train(one, 1).returncode == 0
+    res = train(two, 2)
+    assert res.returncode == 0, res.stderr
+    for e1, e2 in zip(events_of(one, "epoch_end"), events_of(two, "epoch_end"), strict=True):
+        assert e2["val"]["robust_acc_per_class"] == e1["val"]["robust_acc_per_class"]
+        assert e2["distributed"]["world_size"] == 2
+    assert max_weight_difference(one, two) < 1e-3
