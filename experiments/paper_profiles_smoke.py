@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_PROFILES = ("at", "trades", "frl", "frl-rw", "frl-rm", "cfa-at", "cfa-trades", "cfa-fat", "wat", "tian-trades")
+PAPER_PROFILES = ("at", "trades", "frl", "frl-rw", "frl-rm", "cfa-at", "cfa-trades", "cfa-fat", "wat", "tian-trades", "bat")
 
 
 def overrides(profile: str, args) -> list[str]:
