@@ -6,11 +6,12 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from engine import metrics
+from engine.attacks.noise import Draws
 from engine.attacks.suite import AttackSettings, build_attack
 from engine.averaging import WeightAverage
 from engine.checkpoint import CheckpointStore
@@ -91,6 +92,22 @@ class Trainer:
                               seed=self.profile.seed)
 
     # -- one epoch ------------------------------------------------------------------------------
+    def epoch_batches(self, epoch: int, phase: str) -> Iterator[tuple[torch.Tensor, torch.Tensor, Draws]]:
+        """The epoch's training batches (its order and every crop and flip, as train_epoch takes them), this
+        rank's rows with their attack draws; every rank stops at the same batch; progress as ``phase``."""
+        data, group = self.train_data, self.group
+        plan = plan_epoch(len(data), self.profile.data.batch_size, tuple(data.x.shape[1:]), self.splits.augment,
+                          self.profile.seed, epoch).to(self.rt.device)
+        batches = group.usable_batches(len(data), plan.batch_size, plan.batches)
+        for b in range(batches):
+            draws = group.draws(min(plan.batch_size, len(data) - b * plan.batch_size))
+            x, y = plan.batch(b, data.images, data.y, rows=(draws.lo, draws.hi))
+            yield self.rt.input_format(x), y, draws
+            if group.any(self.stop_flag()):
+                raise StopRequested()
+            if self.progress.due():
+                self.progress.update(phase, epoch, b + 1, batches)
+
     def train_epoch(self, epoch: int) -> EpochStats:
         data, dev, group = self.train_data, self.rt.device, self.group
         # The order and every crop and flip of the epoch, drawn on the CPU and moved once.
@@ -216,6 +233,9 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         self.method.start_epoch(epoch, self.last_val)
+        prepared = time.time()
+        self.method.prepare_epoch(epoch, lambda: self.epoch_batches(epoch, "prepare"))
+        prepare_s = time.time() - prepared
         method_state = self.method.method_state()  # what epoch t trains with
         stats = self.train_epoch(epoch)
         self.group.broadcast_buffers(self.model)  # rank 0's BatchNorm statistics: one model on all ranks
@@ -240,6 +260,8 @@ class Trainer:
         }
         if distributed is not None:
             event["distributed"] = distributed
+        if prepare_s >= 0.05:  # a method's pass over the epoch's batches before training (CSR's C)
+            event["prepare_s"] = prepare_s
         self.store.save(self._checkpoint(epoch, event), best_model=self.model.state_dict() if is_best else None,
                         best_meta=self.best)
         self.events.emit("epoch_end", **event)

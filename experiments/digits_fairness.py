@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 from experiments.fairness_table import interval  # noqa: E402
 PROFILES = ["digits-at", "digits-trades", "digits-frl", "digits-frl-rw", "digits-frl-rm", "digits-cfa-at",
             "digits-cfa-trades", "digits-cfa-fat", "digits-wat", "digits-tian", "digits-dafa", "digits-faal",
-            "digits-bat"]
+            "digits-bat", "digits-csr"]
 # Fine-tunes of another row's run of the same seed (trained first: list it before them).
-FINE_TUNES = {"digits-faal": "digits-at"}
+FINE_TUNES = {"digits-faal": "digits-at", "digits-csr": "digits-trades"}
 
 
 def finished(name: str, home: Path) -> str | None:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_PROFILES = ("at", "trades", "frl", "frl-rw", "frl-rm", "cfa-at", "cfa-trades", "cfa-fat", "wat", "tian-trades", "bat")
+PAPER_PROFILES = ("at", "trades", "frl", "frl-rw", "frl-rm", "cfa-at", "cfa-trades", "cfa-fat", "wat", "tian-trades", "bat", "csr")
 
 
 def overrides(profile: str, args) -> list[str]:
@@ -28,6 +28,9 @@ def overrides(profile: str, args) -> list[str]:
            'eval.attacks=["pgd20"]', 'eval.checkpoints=["last"]']
     if profile.startswith("frl"):
         out += ["method.pretrain_epochs=1"]
+    if profile == "csr":  # a fine-tune: pre-train one epoch in the run instead of naming a TRADES run
+        out += ["method.pretrain_epochs=1", 'method.init_from=""', "method.pretrain_method=\"trades\"",
+                f"train.epochs={args.epochs + 1}"]
     return out + list(args.set)
 
 

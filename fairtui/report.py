@@ -27,12 +27,14 @@ def epoch_line(event: dict, names: list[str]) -> str:
     worst = _argmin(robust)
     worst_name = names[worst] if worst is not None and worst < len(names) else worst
     best = " *" if event.get("is_best") else ""
+    # a method's pass over the epoch before training (CSR's confusion matrix), within the epoch's seconds
+    prepared = f" ({event['prepare_s']:.0f}s before training)" if event.get("prepare_s") else ""
     # accuracies as clean/robust (EPOCH_LEGEND says so once): the line fits 120 columns
     return (f"epoch {event['epoch']:>3}/{event.get('epochs', '?')} loss {_fmt(train.get('loss'), 4)} | "
             f"train {_fmt(train.get('clean_acc'))}/{_fmt(train.get('robust_acc'))} | "
             f"val {_fmt(val.get('avg_clean'))}/{_fmt(val.get('avg_robust'))} "
             f"worst {_fmt(val.get('worst_robust'))} ({worst_name}) | "
-            f"lr {event.get('lr', 0):.3g} {event.get('time_s', 0):.0f}s{best}")
+            f"lr {event.get('lr', 0):.3g} {event.get('time_s', 0):.0f}s{prepared}{best}")
 
 
 EPOCH_LEGEND = ("each epoch: loss | train clean/robust accuracy | val clean/robust, worst class (its name) | "

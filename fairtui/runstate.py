@@ -164,6 +164,7 @@ def progress_line(p: dict, now: float | None = None) -> tuple[str, float | None]
     if p.get("aa"):
         return autoattack_line(p), min(1.0, batch / batches)
     what = {"train": f"train epoch {p.get('epoch')}", "val": f"validate epoch {p.get('epoch')}",
+            "prepare": f"prepare epoch {p.get('epoch')}",
             "test": f"test {p.get('attack', '')}", "eval": f"evaluate {p.get('attack', '')}"}.get(phase, phase)
     fraction = min(1.0, batch / batches)
     text = f"{what}: {batch}/{batches} batches, {fraction:.0%}"

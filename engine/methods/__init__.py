@@ -5,6 +5,7 @@ from __future__ import annotations
 from engine.methods.bat import BAT
 from engine.methods.base import Imported, Method, MethodContext, StepOutput, ValResult
 from engine.methods.cfa import CFA
+from engine.methods.csr import CSR
 from engine.methods.dafa import DAFA
 from engine.methods.faal import FAAL
 from engine.methods.frl import FRL
@@ -12,7 +13,7 @@ from engine.methods.standard import FAT, PGDAT, TRADES, Natural
 from engine.methods.wat import WAT
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (Natural, PGDAT, FAT, TRADES, FRL, CFA, WAT, DAFA,
-                                                               FAAL, BAT, Imported)}
+                                                               FAAL, BAT, CSR, Imported)}
 
 
 def build_method(ctx: MethodContext) -> Method:

@@ -132,6 +132,12 @@ class Method:
         """Whether ``epoch`` starts with a new optimiser (momentum dropped), e.g. FRL's fine-tuning."""
         return False
 
+    def prepare_epoch(self, epoch: int, batches: Any) -> None:
+        """Before epoch ``epoch`` trains (after :meth:`start_epoch`): ``batches()`` iterates over the epoch's
+        training batches, in its order and augmentation, as (x, y, draws) of this rank's rows (the caller
+        sums across the ranks what it counts: ``ctx.group``). The trainer times it (the epoch event's
+        ``prepare_s``). Default: nothing; CSR builds its confusion matrix here."""
+
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:
         """Set the class-wise state epoch ``epoch`` (1-based) trains with."""
 
