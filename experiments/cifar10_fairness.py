@@ -153,7 +153,7 @@ class Table:
     def job(self, method: str, seed: int) -> None:
         name = self.name(method, seed)
         try:
-            shown = self.train(method, seed)
+            self.train(method, seed)
             if self.args.aa_per_class:
                 self.autoattack(method, seed, fairtui(["show", name], self.home))
             self.say(f"collected {name} into {self.collect(method, fairtui(['show', name], self.home))}")
