@@ -46,7 +46,7 @@ from experiments.fairness_table import markdown  # noqa: E402
 SCALES = {"cpu": ("cifar10-cpu", ROOT / "experiments" / "results" / "cifar10-cpu"),
           "short": ("cifar10-short", ROOT / "experiments" / "results" / "cifar10")}
 # Fine-tunes of the same seed's PGD-AT run; the fine-tune's own epochs come from its profile.
-FINE_TUNES = {"frl": "at", "faal": "at"}
+FINE_TUNES = {"frl": "at", "faal": "at", "csr": "trades"}
 RESUMABLE = {"stopped", "failed", "lost"}
 SMALL_FILES = ("events.jsonl", "profile.toml", "meta.json")
 

@@ -35,7 +35,7 @@ from fairtui.runfolder import RunView  # noqa: E402
 METHODS = ["at", "trades", "wat", "cfa-trades", "dafa", "frl", "cfa-at", "tian", "faal", "bat", "csr"]
 LABELS = {"at": "PGD-AT", "trades": "TRADES", "frl": "FRL (RW+RM, from PGD-AT)", "cfa-at": "CFA on AT",
           "cfa-trades": "CFA on TRADES", "wat": "WAT", "tian": "Tian et al. (TRADES, class-wise beta)",
-          "dafa": "DAFA on TRADES", "faal": "FAAL (from PGD-AT)", "bat": "BAT", "csr": "CSR"}
+          "dafa": "DAFA on TRADES", "faal": "FAAL (from PGD-AT)", "bat": "BAT", "csr": "CSR (from TRADES)"}
 # The figure's panels: each fairness method beside the base it builds on (at most 8 series a panel).
 FIGURES = {"at": ["at", "frl", "cfa-at", "faal"], "trades": ["trades", "wat", "cfa-trades", "dafa", "tian", "bat",
                                                              "csr"]}
