@@ -82,7 +82,7 @@ def train(run_dir: Path, nproc: int = 1) -> int:
         trainer = Trainer(run_dir, profile, runtime, events, Progress(run_dir / "progress.json"), stop, group)
         trainer.fit()
         group.close()  # the test evaluation runs on rank 0 alone; the other ranks are done
-        if group.is_main:
+        if group.is_main and profile.eval.test_at_end:
             final_evaluation(trainer)
 
     try:

@@ -164,6 +164,9 @@ class EvalConfig:
     cw_kappa: float = field(50.0, min=0.0)
     tpgd_inv_temperature: float = field(5.0, gt=0.0)
     restarts: int = field(1, min=1)
+    # false: the run ends without touching the test split (a tuning trial: `fairtui tune` evaluates the best
+    # trial's run once, at the end); `fairtui eval` evaluates such a run any time.
+    test_at_end: bool = field(True)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from fairtui.cli import resume as _resume
 from fairtui.cli import run as _run
 from fairtui.cli import show as _show
 from fairtui.cli import sweep as _sweep
+from fairtui.cli import tune as _tune
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
                   help="fairtui: fairness-aware adversarial training runs, from the terminal.")
@@ -40,6 +41,7 @@ app.command("reindex", help=_manage.REINDEX_HELP)(_manage.reindex)
 app.command("tag", help=_manage.TAG_HELP)(_manage.tag)
 app.command("note", help=_manage.NOTE_HELP)(_manage.note)
 app.command("sweep", help=_sweep.HELP)(_sweep.sweep)
+app.command("tune", help=_tune.HELP)(_tune.tune)
 app.command("queue-worker", hidden=True)(_sweep.queue_worker)
 
 

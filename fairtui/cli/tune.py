@@ -1,0 +1,124 @@
+"""`fairtui tune PROFILE --space KEY=SPEC ... --trials N --objective NAME`: a study on Optuna (fairtui.tune)."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from fairtui.cli.options import Gpus, Home, HomeT, Json, fail
+
+HELP = ("Tune a profile with the same budget for every method: Optuna's TPE over --space KEY=LOW:HIGH[:log] or "
+        "KEY=A,B,..., --trials runs on the validation split (the test split once, for the best), pruned each "
+        "epoch; `fairtui tune STUDY --resume`, `fairtui tune show STUDY`, `fairtui tune finish STUDY`.")
+
+
+def tune(
+    target: str = typer.Argument(..., metavar="PROFILE|STUDY|show|finish"),
+    study_ref: Optional[str] = typer.Argument(None, metavar="[STUDY]", help="after show or finish"),
+    space: List[str] = typer.Option([], "--space", help="KEY=LOW:HIGH[:log] (a float or int range) or KEY=A,B,... "
+                                    "(choices); repeatable"),
+    trials: int = typer.Option(0, "--trials", min=0, help="the study's budget of trials"),
+    objective: str = typer.Option("avg_worst", "--objective", help="worst, avg_worst, or worst_at_avg:FLOOR "
+                                  "(a fraction, or RUN-POINTS: a baseline run's validation average minus points)"),
+    parallel: int = typer.Option(1, "--parallel", min=1, help="trials at once (through the queue)"),
+    study: Optional[str] = typer.Option(None, "--study", help="the study's name (default: the profile's name and "
+                                        "a time stamp)"),
+    pruner: str = typer.Option("median", "--pruner", help="median, hyperband or none"),
+    seed: int = typer.Option(0, "--seed", min=0, help="the sampler's seed"),
+    set_: List[str] = typer.Option([], "--set", help="KEY=VALUE for every trial, as fairtui run's"),
+    resume: bool = typer.Option(False, "--resume", help="continue the study named STUDY"),
+    gpus: Optional[str] = Gpus,
+    json_out: bool = Json,
+    home: HomeT = Home,
+) -> None:
+    import json
+    import time
+    from pathlib import Path
+
+    from fairtui import tune as t
+    from fairtui.home import resolve_home
+
+    home_dir = resolve_home(home)
+    say = (lambda line: typer.echo(line, err=True))
+    try:
+        if target in ("show", "finish") and study_ref:
+            st, req = t.load(home_dir, study_ref)
+            if target == "finish":
+                record = t.finish(st, req, say)
+                if json_out:
+                    typer.echo(json.dumps(record))
+                return
+            doc = t.summary(st, req)
+            typer.echo(json.dumps(doc) if json_out else render(doc))
+            return
+        if resume:
+            st, req = t.load(home_dir, target)
+        else:
+            if not Path(target).is_file():
+                raise t.TuneError("PROFILE", f"no profile file {target!r} (to continue a study: fairtui tune STUDY "
+                                  "--resume)")
+            if trials < 1:
+                raise t.TuneError("--trials", "give the study's budget, at least 1")
+            if not space:
+                raise t.TuneError("--space", "give at least one KEY=SPEC to search")
+            dims = [t.parse_dimension(item) for item in space]
+            if len({d.key for d in dims}) < len(dims):
+                raise t.TuneError("--space", "a key is given twice")
+            from engine.contract.config import load_profile
+            from engine.contract.profile_schema import ProfileError
+
+            try:
+                profile = load_profile(target, list(set_))
+            except ProfileError as err:
+                raise t.TuneError("--set", str(err)) from None
+            name = study or f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            if not t.NAME.match(name):
+                raise t.TuneError("--study", f"{name!r}: letters, digits, '.', '_' and '-' (64 at most)")
+            t.check_space(target, list(set_), dims)
+            req = t.Request(home=home_dir, study=name, profile_path=str(Path(target).resolve()), space=dims,
+                            base=list(set_), trials=trials, objective=t.parse_objective(objective, home_dir),
+                            parallel=parallel, pruner=pruner, seed=seed, gpus=gpus)
+            t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
+            st = t.create(req)
+            say(f"study {name}: {trials} trials of {target}, objective {req.objective.label()}, "
+                f"{home_dir / t.STUDIES / (name + '.journal')}")
+        driver = t.Driver(st, req, say)
+        try:
+            driver.run()
+        except KeyboardInterrupt:
+            driver.stop()
+            raise fail(f"stopped; the trials' runs stop after their batch: fairtui tune {req.study} --resume "
+                       "continues the study", 130) from None
+        record = t.finish(st, req, say)
+        doc = t.summary(st, req)
+        typer.echo(json.dumps({**doc, "finished": record}) if json_out else render(doc))
+    except t.TuneError as err:
+        raise fail(str(err)) from None
+
+
+def render(doc: dict) -> str:
+    """The trials table, the best trial and the parameters' importance, as text."""
+    keys = list(doc["space"])
+    lines = [f"study {doc['study']} ({doc['profile_path']}): objective {doc['objective']} on validation, "
+             f"{len(doc['trials'])} of {doc['budget']} trials"]
+    head = ["trial", "state", "value", *keys, "run"]
+    rows = [[str(r["trial"]), r["state"], "-" if r["value"] is None else f"{r['value']:.4f}",
+             *(_cell(r["params"].get(k)) for k in keys), r["run_id"] or "-"] for r in doc["trials"]]
+    best = (doc.get("best") or {}).get("trial")
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + ("  <- best" if r[0] == str(best) else ""))
+    if doc.get("importance"):
+        lines.append("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in doc["importance"].items()))
+    if doc.get("finished"):
+        f = doc["finished"]
+        lines.append(f"test split: trial {f['trial']}'s run {f['run_id']} ({f['attacks']}): fairtui show {f['run_id']}")
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,531 @@
+"""`fairtui tune`: the same tuning budget for every method, on validation, with Optuna.
+
+A study searches a profile's keys (``--space KEY=SPEC``) with Optuna's TPE sampler (seeded), every trial an
+ordinary fairtui run (tagged ``study:NAME`` and ``trial:N``) that trains through the local queue,
+``--parallel`` at a time, and never touches the test split (``eval.test_at_end = false``). Each epoch's
+validation numbers give the trial's objective (:data:`OBJECTIVES`), reported to Optuna's pruner (median or
+Hyperband), which may stop a hopeless trial: its run is stopped and tagged ``pruned``. A trial's value is its
+objective at its last epoch. When the study has its trials, the best trial's run is evaluated on the test split
+once, at its profile's own settings (``fairtui tune finish STUDY`` does it for a study stopped before).
+
+The study lives in Optuna's own journal storage, ``<home>/studies/<name>.journal`` (optuna-dashboard opens it;
+several processes may add trials to it). The driver records each trial's run id in the trial, so
+``fairtui tune STUDY --resume`` after a crash, a Ctrl-C or a kill -9 follows the trials whose runs still train,
+resumes those that were stopped, records those that ended, and asks for new ones only up to the budget: no
+trial is lost or run twice.
+
+Optuna is an extra (``pip install 'fairtui[tune]'``); only this module imports it, and only when a study runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+STUDIES = "studies"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+EXTRA = "pip install 'fairtui[tune]'"
+# keys a study may not search: what the run is (its data, its name, its seed) and how it is measured
+FIXED = ("name", "seed", "description", "data.", "eval.", "source.", "train.device", "train.threads",
+         "train.deterministic", "train.log_to", "train.wandb_")
+
+
+class TuneError(ValueError):
+    """A bad study request, in one line naming the option (exit 2)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+def optuna():
+    try:
+        import optuna as module
+    except ImportError:
+        raise TuneError("tune", f"needs Optuna: {EXTRA}") from None
+    module.logging.set_verbosity(module.logging.WARNING)
+    return module
+
+
+# -- the search space ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Dimension:
+    key: str
+    kind: str  # "float", "int" or "choice"
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    choices: tuple = ()
+
+    def suggest(self, trial) -> Any:
+        if self.kind == "float":
+            return trial.suggest_float(self.key, self.low, self.high, log=self.log)
+        if self.kind == "int":
+            return trial.suggest_int(self.key, self.low, self.high, log=self.log)
+        return trial.suggest_categorical(self.key, list(self.choices))
+
+    def spec(self) -> str:
+        if self.kind == "choice":
+            return ",".join(map(str, self.choices))
+        return f"{self.low}:{self.high}" + (":log" if self.log else "")
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(text) from None
+        return value
+
+
+def parse_dimension(item: str) -> Dimension:
+    """``KEY=LOW:HIGH[:log]`` (floats, or ints when both ends are), or ``KEY=A,B,C`` (choices)."""
+    if "=" not in item:
+        raise TuneError("--space", f"expected KEY=SPEC (LOW:HIGH[:log] or A,B,...), got {item!r}")
+    key, spec = (part.strip() for part in item.split("=", 1))
+    if not key or not spec:
+        raise TuneError("--space", f"expected KEY=SPEC, got {item!r}")
+    if any(key == f or (f.endswith((".", "_")) and key.startswith(f)) for f in FIXED):
+        raise TuneError("--space", f"{key} is not tunable: a study compares configurations of one run setting (its "
+                        "data, seed and evaluation stay fixed)")
+    if ":" in spec:
+        parts = spec.split(":")
+        log = len(parts) == 3 and parts[2] == "log"
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
+            raise TuneError("--space", f"{key}: expected LOW:HIGH or LOW:HIGH:log, got {spec!r}")
+        try:
+            low, high = _number(parts[0]), _number(parts[1])
+        except ValueError:
+            raise TuneError("--space", f"{key}: {spec!r} is not a range of numbers") from None
+        if not low < high:
+            raise TuneError("--space", f"{key}: an empty or inverted range {spec!r} (LOW must be below HIGH)")
+        if log and low <= 0:
+            raise TuneError("--space", f"{key}: a log range needs LOW > 0, got {spec!r}")
+        kind = "int" if isinstance(low, int) and isinstance(high, int) else "float"
+        return Dimension(key, kind, low, high, log)
+    choices = tuple(c.strip() for c in spec.split(","))
+    if len(choices) < 2 or any(not c for c in choices):
+        raise TuneError("--space", f"{key}: a choice needs at least two values, got {spec!r}")
+    return Dimension(key, "choice", choices=tuple(_choice(c) for c in choices))
+
+
+def _choice(text: str) -> Any:
+    import tomllib
+
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def override(key: str, value: Any) -> str:
+    """A trial's value as a `--set` item (TOML)."""
+    if isinstance(value, str):
+        return f'{key}="{value}"'
+    if isinstance(value, bool):
+        return f"{key}={'true' if value else 'false'}"
+    return f"{key}={value!r}"
+
+
+def check_space(profile_path: str, base: list[str], space: list[Dimension]) -> None:
+    """Every dimension's ends (or choices) checked against the profile schema, as `--set` is, before anything
+    exists: a key the profile does not have, or a value it refuses, is one line naming the option."""
+    from engine.contract.config import load_profile
+    from engine.contract.profile_schema import ProfileError
+
+    for dim in space:
+        for value in ((dim.low, dim.high) if dim.kind != "choice" else dim.choices):
+            try:
+                load_profile(profile_path, [*base, override(dim.key, value)])
+            except ProfileError as err:
+                raise TuneError("--space", f"{dim.key}={dim.spec()}: {err}") from None
+
+
+# -- objectives -----------------------------------------------------------------------------------------------
+
+OBJECTIVES = ("worst", "avg_worst", "worst_at_avg")
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What a trial maximises, from an epoch's validation numbers (never the test split):
+
+    - ``worst``: the worst class's robust accuracy;
+    - ``avg_worst``: average + worst-class robust accuracy (the methods' common selection score);
+    - ``worst_at_avg``: the worst class's robust accuracy among configurations whose average robust accuracy
+      reaches ``floor``; below it the value is the (negative) shortfall, so that every configuration that
+      reaches the floor ranks above every one that does not."""
+
+    name: str
+    floor: float | None = None
+
+    def value(self, epoch_event: dict) -> float | None:
+        val = epoch_event.get("val") or {}
+        avg, worst = val.get("avg_robust"), val.get("worst_robust")
+        if avg is None or worst is None:
+            return None
+        if self.name == "worst":
+            return float(worst)
+        if self.name == "avg_worst":
+            return float(avg) + float(worst)
+        return float(worst) if avg >= self.floor else float(avg) - self.floor
+
+    def label(self) -> str:
+        return f"worst_at_avg (avg >= {self.floor:.4f})" if self.name == "worst_at_avg" else self.name
+
+
+def parse_objective(text: str, home: Path) -> Objective:
+    """``worst``, ``avg_worst``, ``worst_at_avg:X`` (X a fraction, 0.35) or ``worst_at_avg:RUN-D`` (RUN's best
+    validation average robust accuracy minus D points: ``worst_at_avg:my-pgd-at-2``)."""
+    name, _, arg = text.partition(":")
+    if name not in OBJECTIVES:
+        raise TuneError("--objective", f"unknown objective {text!r}; choose from worst, avg_worst, "
+                        "worst_at_avg:FLOOR (a fraction, or RUN-POINTS: a baseline run's average minus points)")
+    if name != "worst_at_avg":
+        if arg:
+            raise TuneError("--objective", f"{name} takes no argument, got {text!r}")
+        return Objective(name)
+    if not arg:
+        raise TuneError("--objective", "worst_at_avg needs its floor: worst_at_avg:0.35, or worst_at_avg:RUN-2 "
+                        "(RUN's validation average minus 2 points)")
+    try:
+        floor = float(arg)
+    except ValueError:
+        floor = None
+    if floor is not None:
+        if not 0 <= floor <= 1:
+            raise TuneError("--objective", f"a floor is a fraction in [0, 1], got {arg}")
+        return Objective(name, floor)
+    ref, _, points = arg.rpartition("-")
+    try:
+        drop = float(points)
+    except ValueError:
+        raise TuneError("--objective", f"expected worst_at_avg:FRACTION or worst_at_avg:RUN-POINTS, got {text!r}") \
+            from None
+    from fairtui.home import RunNotFound, find_run
+    from fairtui.runfolder import RunView
+
+    try:
+        view = RunView.load(find_run(home, ref, unique_name=True))
+    except RunNotFound as err:
+        raise TuneError("--objective", f"no baseline run {ref!r}: {err}") from None
+    averages = [e["val"]["avg_robust"] for e in view.epochs if (e.get("val") or {}).get("avg_robust") is not None]
+    if not averages:
+        raise TuneError("--objective", f"baseline run {ref!r} has no validation epoch yet")
+    best = view.epochs[-1].get("best_epoch")
+    base = next((e["val"]["avg_robust"] for e in view.epochs if e.get("epoch") == best), max(averages))
+    return Objective(name, base - drop / 100)
+
+
+# -- the study ----------------------------------------------------------------------------------------------
+
+def study_path(home: Path, name: str) -> Path:
+    return home / STUDIES / f"{name}.journal"
+
+
+def storage(home: Path, name: str):
+    opt = optuna()
+    from optuna.storages.journal import JournalFileBackend
+
+    path = study_path(home, name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return opt.storages.JournalStorage(JournalFileBackend(str(path)))
+    except OSError as err:
+        raise TuneError("--study", f"cannot use {path}: {err.strerror or err}") from None
+
+
+def sampler_and_pruner(seed: int, pruner: str):
+    opt = optuna()
+    prune = {"median": lambda: opt.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1),
+             "hyperband": lambda: opt.pruners.HyperbandPruner(),
+             "none": lambda: opt.pruners.NopPruner()}
+    if pruner not in prune:
+        raise TuneError("--pruner", f"choose median, hyperband or none, got {pruner!r}")
+    return opt.samplers.TPESampler(seed=seed), prune[pruner]()
+
+
+@dataclasses.dataclass
+class Request:
+    """A new study (``profile_path`` given) or a resumed one (the rest read back from the study)."""
+
+    home: Path
+    study: str
+    profile_path: str = ""
+    space: list[Dimension] = dataclasses.field(default_factory=list)
+    base: list[str] = dataclasses.field(default_factory=list)  # --set items of every trial
+    trials: int = 0
+    objective: Objective = Objective("avg_worst")
+    parallel: int = 1
+    pruner: str = "median"
+    seed: int = 0
+    gpus: str | None = None
+    interval: float = 1.0
+
+
+def create(req: Request):
+    """The study, made and described (its profile, space, objective, budget), or refused when its name is
+    another profile's study."""
+    opt = optuna()
+    sampler, pruner = sampler_and_pruner(req.seed, req.pruner)
+    described = {"profile_path": req.profile_path, "space": [dataclasses.asdict(d) for d in req.space],
+                 "base": req.base, "trials": req.trials, "objective": dataclasses.asdict(req.objective),
+                 "parallel": req.parallel, "pruner": req.pruner, "seed": req.seed, "gpus": req.gpus}
+    store = storage(req.home, req.study)
+    existing = {s.study_name: s for s in opt.get_all_study_summaries(store)}
+    if req.study in existing:
+        old = existing[req.study].user_attrs
+        if old.get("profile_path") != req.profile_path:
+            raise TuneError("--study", f"{req.study!r} is a study of {old.get('profile_path')!r}; choose another name "
+                            f"(or `fairtui tune {req.study} --resume` to continue it)")
+        raise TuneError("--study", f"{req.study!r} exists: `fairtui tune {req.study} --resume` continues it")
+    study = opt.create_study(study_name=req.study, storage=store, direction="maximize", sampler=sampler,
+                             pruner=pruner)
+    for key, value in described.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+def load(home: Path, name: str) -> tuple[Any, Request]:
+    """A study and the request it was made with."""
+    opt = optuna()
+    if not study_path(home, name).exists():
+        raise TuneError("STUDY", f"no study {name!r} in {home / STUDIES}")
+    store = storage(home, name)
+    try:
+        attrs = opt.load_study(study_name=name, storage=store).user_attrs
+    except KeyError:
+        raise TuneError("STUDY", f"no study {name!r} in {study_path(home, name)}") from None
+    req = Request(home=home, study=name, profile_path=attrs["profile_path"],
+                  space=[Dimension(**{**d, "choices": tuple(d["choices"])}) for d in attrs["space"]],
+                  base=list(attrs["base"]), trials=int(attrs["trials"]), objective=Objective(**attrs["objective"]),
+                  parallel=int(attrs["parallel"]), pruner=attrs["pruner"], seed=int(attrs["seed"]),
+                  gpus=attrs.get("gpus"))
+    sampler, pruner = sampler_and_pruner(req.seed, req.pruner)
+    return opt.load_study(study_name=name, storage=store, sampler=sampler, pruner=pruner), req
+
+
+class Driver:
+    """Runs a study's trials to its budget: asks Optuna, starts runs through the queue, reports each epoch,
+    prunes, and tells Optuna how each trial ended."""
+
+    def __init__(self, study, req: Request, say: Callable[[str], None] = lambda line: None):
+        from fairtui.queue import LocalQueue
+
+        self.study, self.req, self.say = study, req, say
+        self.queue = LocalQueue(req.home, per_gpu=req.parallel)
+        self.active: dict[int, dict] = {}  # trial number -> {"trial", "run_id", "reported"}
+
+    # a trial's run
+    def _start(self, trial) -> None:
+        from engine.contract.config import load_profile
+        from fairtui.launcher import GpuChoice, create_run
+
+        params = {d.key: d.suggest(trial) for d in self.req.space}
+        sets = [*self.req.base, *(override(k, v) for k, v in params.items()), "eval.test_at_end=false"]
+        profile = load_profile(self.req.profile_path, sets)
+        gpus = GpuChoice.parse(self.req.gpus)
+        run_dir = create_run(self.req.home, profile, self.req.profile_path, f"{self.req.study}-t{trial.number}",
+                             [f"study:{self.req.study}", f"trial:{trial.number}"], gpus,
+                             extra_meta={"study": self.req.study, "trial": trial.number, "params": params})
+        trial.set_user_attr("run_id", run_dir.name)
+        pool = ["cpu"] if gpus is None or gpus.cpu else [str(g) for g in gpus.devices]  # any one device of them
+        self.queue.submit(run_dir, None, pool=pool)
+        self.active[trial.number] = {"trial": trial, "run_id": run_dir.name, "reported": 0}
+        self.say(f"trial {trial.number}: run {run_dir.name} {params}")
+
+    def _adopt(self, frozen) -> None:
+        """A trial a crashed driver left running: follow its run, resuming it if it stopped."""
+        opt = optuna()
+        run_id = frozen.user_attrs.get("run_id") or self._run_of(frozen.number)
+        trial = opt.trial.Trial(self.study, frozen._trial_id)
+        if run_id and not frozen.user_attrs.get("run_id"):  # killed between making the run and recording it
+            trial.set_user_attr("run_id", run_id)
+        if not run_id or not (self.req.home / "runs" / run_id).exists():  # killed before its run existed
+            trial.set_user_attr("no_run", True)  # it does not count against the budget ...
+            self.study.tell(frozen.number, state=opt.trial.TrialState.FAIL)
+            if frozen.params:
+                self.study.enqueue_trial(frozen.params)  # ... and its configuration is tried next
+            self.say(f"trial {frozen.number}: the driver was killed before its run was made; its configuration "
+                     "is tried again")
+            return
+        from fairtui.runfolder import RunView
+
+        from fairtui.launcher import engine_lock_held
+
+        run_dir = self.req.home / "runs" / run_id
+        status = RunView.load(run_dir).status()
+        if status == "lost" and engine_lock_held(run_dir):
+            status = "running"  # started by the killed driver; its engine has not written engine.json yet
+        if status in ("stopped", "lost", "failed") and "pruned" not in self._tags(run_id):
+            from fairtui.launcher import GpuChoice
+
+            gpus = GpuChoice.parse(self.req.gpus)
+            pool = ["cpu"] if gpus is None or gpus.cpu else [str(g) for g in gpus.devices]
+            self.queue.submit(self.req.home / "runs" / run_id, None, pool=pool)  # resumes from its checkpoint
+            self.say(f"trial {frozen.number}: resuming run {run_id} ({status})")
+        self.active[frozen.number] = {"trial": trial, "run_id": run_id,
+                                      "reported": max((int(s) for s in frozen.intermediate_values), default=0)}
+
+    def _run_of(self, number: int) -> str | None:
+        """The run made for trial ``number`` of this study, from the runs' own meta.json."""
+        import json
+
+        for meta_path in sorted((self.req.home / "runs").glob("*/meta.json")):
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("study") == self.req.study and meta.get("trial") == number:
+                return meta_path.parent.name
+        return None
+
+    def _tags(self, run_id: str) -> list[str]:
+        import json
+
+        try:
+            return json.loads((self.req.home / "runs" / run_id / "meta.json").read_text()).get("tags", [])
+        except (OSError, ValueError):
+            return []
+
+    def _follow(self, number: int) -> bool:
+        """Report new epochs, prune, or record the end; True when the trial is done."""
+        from fairtui.launcher import change_meta, engine_lock_held
+        from fairtui.runfolder import RunView
+
+        opt = optuna()
+        entry = self.active[number]
+        run_dir = self.req.home / "runs" / entry["run_id"]
+        view = RunView.load(run_dir)
+        # the status with the events it was read with: reporting can wait on the study's lock (seconds), after
+        # which a fresh liveness check against these events would call a run that finished meanwhile lost
+        status = view.status()
+        trial = entry["trial"]
+        for event in view.epochs:
+            if event["epoch"] <= entry["reported"]:
+                continue
+            value = self.req.objective.value(event)
+            entry["reported"] = event["epoch"]
+            if value is None:
+                continue
+            trial.report(value, event["epoch"])
+            if trial.should_prune() and status == "running":
+                from fairtui.control import StopError, stop_run
+
+                change_meta(run_dir, lambda m: m.update(tags=[*m.get("tags", []), "pruned"], pruned=True))
+                try:
+                    stop_run(run_dir, wait=False)
+                except StopError:
+                    pass
+                self.study.tell(number, state=opt.trial.TrialState.PRUNED)
+                self.say(f"trial {number}: pruned after epoch {event['epoch']} ({value:.4f})")
+                return True
+        if status == "lost" and engine_lock_held(run_dir):  # an engine is starting: engine.json comes next
+            return False
+        if status == "completed":
+            values = [self.req.objective.value(e) for e in view.epochs]
+            value = values[-1] if values and values[-1] is not None else None
+            if value is None:
+                self.study.tell(number, state=opt.trial.TrialState.FAIL)
+            else:
+                self.study.tell(number, value)
+                self.say(f"trial {number}: {value:.4f}")
+            return True
+        if status in ("failed", "lost") or (status == "stopped" and "pruned" not in self._tags(entry["run_id"])):
+            if status == "stopped":  # stopped by hand: the driver takes it as the user's choice
+                self.say(f"trial {number}: its run was stopped; recorded as failed")
+            self.study.tell(number, state=opt.trial.TrialState.FAIL)
+            self.say(f"trial {number}: run {entry['run_id']} {status}")
+            return True
+        return False
+
+    def run(self) -> None:
+        opt = optuna()
+        states = opt.trial.TrialState
+        for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,)):
+            self._adopt(frozen)
+        while True:
+            finished = [t for t in self.study.get_trials(deepcopy=False)
+                        if t.state in (states.COMPLETE, states.PRUNED, states.FAIL) and not t.user_attrs.get("no_run")]
+            while len(self.active) < self.req.parallel and len(finished) + len(self.active) < self.req.trials:
+                self._start(self.study.ask())
+            if not self.active:
+                return
+            self.queue.tick()
+            for number in list(self.active):
+                if self._follow(number):
+                    del self.active[number]
+            time.sleep(self.req.interval)
+
+    def stop(self) -> None:
+        """Ctrl-C: the trials' runs stop cleanly; the study keeps them as running, and --resume continues."""
+        from fairtui.control import StopError, stop_run
+
+        for entry in self.active.values():
+            self.queue.cancel(entry["run_id"])
+            try:
+                stop_run(self.req.home / "runs" / entry["run_id"], wait=False)
+            except StopError:
+                pass
+
+
+def finish(study, req: Request, say: Callable[[str], None] = lambda line: None) -> dict | None:
+    """Evaluate the best trial's run on the test split, once, at its profile's own settings (the attacks of
+    the profile's [eval]), on its last checkpoint (the trial's value is its last epoch's); record it."""
+    import subprocess
+    import sys
+
+    from engine.contract.config import load_profile
+
+    done = study.user_attrs.get("finished")
+    if done:
+        say(f"the study was finished before: run {done['run_id']} (trial {done['trial']})")
+        return done
+    try:
+        best = study.best_trial
+    except ValueError:
+        raise TuneError("STUDY", f"{req.study!r} has no completed trial yet") from None
+    run_id = best.user_attrs["run_id"]
+    attacks = ",".join(load_profile(req.profile_path, req.base).eval.attacks)
+    say(f"best trial {best.number} ({best.value:.4f}, {best.params}): run {run_id} on the test split ({attacks})")
+    out = subprocess.run([sys.executable, "-m", "fairtui.cli", "eval", run_id, "--attack", attacks,
+                          "--checkpoint", "last", "--home", str(req.home)], text=True, capture_output=True)
+    if out.returncode != 0:
+        raise TuneError("finish", f"the test evaluation of run {run_id} exited {out.returncode}: "
+                        f"{out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ''}")
+    record = {"trial": best.number, "run_id": run_id, "value": best.value, "params": best.params,
+              "attacks": attacks, "t": time.time()}
+    study.set_user_attr("finished", record)
+    return record
+
+
+def summary(study, req: Request) -> dict:
+    """The trials table, the best trial so far and the parameters' importance (Optuna's; None until it can be
+    computed)."""
+    opt = optuna()
+    rows = [{"trial": t.number, "state": t.state.name.lower(), "value": t.value, "params": t.params,
+             "run_id": t.user_attrs.get("run_id")} for t in study.get_trials(deepcopy=False)]
+    try:
+        best = study.best_trial
+        best_row = {"trial": best.number, "value": best.value, "params": best.params,
+                    "run_id": best.user_attrs.get("run_id")}
+    except ValueError:
+        best_row = None
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "importances will be equal" while trials tie
+            importance = dict(opt.importance.get_param_importances(study)) if len(req.space) > 1 else None
+    except (RuntimeError, ValueError, ZeroDivisionError):
+        importance = None
+    return {"study": req.study, "profile_path": req.profile_path, "objective": req.objective.label(),
+            "budget": req.trials, "space": {d.key: d.spec() for d in req.space}, "trials": rows, "best": best_row,
+            "importance": importance, "finished": study.user_attrs.get("finished")}

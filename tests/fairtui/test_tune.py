@@ -1,0 +1,159 @@
+"""`fairtui tune`: a study on Optuna whose trials are ordinary runs through the queue, measured on validation
+only (the test split once, for the best trial), with bad input refused before anything exists, a pruned trial
+marked as pruned, and a driver killed with SIGKILL resumed with no trial lost or run twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
+
+optuna = pytest.importorskip("optuna")
+
+from fairtui import tune as t  # noqa: E402
+
+
+def untouched(home) -> bool:
+    return not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+# -- the space, the objective ----------------------------------------------------------------------------
+
+def test_space_items_parse_to_ranges_and_choices():
+    assert t.parse_dimension("train.lr=0.01:0.1:log") == t.Dimension("train.lr", "float", 0.01, 0.1, True)
+    assert t.parse_dimension("attack.steps=3:10") == t.Dimension("attack.steps", "int", 3, 10)
+    assert t.parse_dimension("method.beta=1:6.5").kind == "float"
+    assert t.parse_dimension("method.variant=reweight,reweight_remargin").choices == ("reweight", "reweight_remargin")
+    assert t.parse_dimension("attack.steps=3,5,10").choices == (3, 5, 10)
+
+
+@pytest.mark.parametrize("item, words", [
+    ("train.lr=0.1:0.01", "empty or inverted range"), ("train.lr=0.1:0.1", "empty or inverted range"),
+    ("train.lr=0:1:log", "log range needs LOW > 0"), ("train.lr=a:b", "not a range of numbers"),
+    ("seed=0:10", "not tunable"), ("data.dataset=digits,mnist", "not tunable"), ("eval.eps=0.1:0.2", "not tunable"),
+    ("method.variant=reweight", "at least two values"), ("train.lr", "expected KEY=SPEC"),
+    ("train.lr=0.1:1:exp", "LOW:HIGH:log")])
+def test_a_bad_space_item_is_one_line_naming_the_option(item, words):
+    with pytest.raises(t.TuneError, match=words) as err:
+        t.parse_dimension(item)
+    assert str(err.value).startswith("--space:")
+
+
+def test_objectives_read_an_epochs_validation_numbers(tmp_path):
+    epoch = {"val": {"avg_robust": 0.4, "worst_robust": 0.1}}
+    assert t.Objective("worst").value(epoch) == 0.1
+    assert t.Objective("avg_worst").value(epoch) == pytest.approx(0.5)
+    assert t.Objective("worst_at_avg", 0.35).value(epoch) == 0.1
+    assert t.Objective("worst_at_avg", 0.45).value(epoch) == pytest.approx(-0.05)  # below every feasible one
+    assert t.parse_objective("worst_at_avg:0.3", tmp_path).floor == 0.3
+    for bad in ("best", "worst:1", "worst_at_avg", "worst_at_avg:1.5", "worst_at_avg:norun-2"):
+        with pytest.raises(t.TuneError, match="--objective"):
+            t.parse_objective(bad, tmp_path)
+
+
+# -- the command --------------------------------------------------------------------------------------------
+
+STUDY = ("--set", "train.epochs=2", "--space", "train.lr=0.02:0.1:log", "--space", "attack.steps=2,3")
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--space", "train.lr=0.1:0.01", "--trials", "2"), "--space: train.lr: an empty or inverted range"),
+    (("--space", "seed=0:9", "--trials", "2"), "seed is not tunable"),
+    (("--space", "method.lambda9=0.1:0.3", "--trials", "2"), "method.lambda9"),
+    (("--space", "train.lr=0.01:0.1", "--trials", "2", "--objective", "fairness"), "--objective"),
+    (("--space", "train.lr=0.01:0.1", "--trials", "0"), "--trials"),
+    (("--trials", "2"), "--space"),
+    (("--space", "train.lr=0.01:0.1", "--trials", "2", "--pruner", "sometimes"), "--pruner"),
+    (("--space", "train.lr=0.01:0.1", "--trials", "2", "--study", "a/b"), "--study")])
+def test_bad_input_is_refused_before_anything_exists(tmp_path, tiny_profile, args, words):
+    home = tmp_path / "home"
+    proc = fairtui_cmd("tune", str(tiny_profile()), *args, home=home)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert untouched(home) and not (home / "studies").exists()
+
+
+def test_a_study_runs_its_trials_through_the_queue_and_touches_the_test_split_once(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    proc = fairtui_cmd("tune", str(tiny_profile()), *STUDY, "--trials", "3", "--parallel", "2", "--study", "s1",
+                       "--objective", "avg_worst", "--pruner", "none", "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["state"] for r in doc["trials"]] == ["complete"] * 3 and doc["budget"] == 3
+    runs = {r["run_id"]: r for r in doc["trials"]}
+    assert len(runs) == 3
+    best = doc["finished"]["run_id"]
+    assert best == doc["best"]["run_id"]
+    for run_id, row in runs.items():
+        meta = json.loads((home / "runs" / run_id / "meta.json").read_text())
+        assert meta["tags"] == ["study:s1", f"trial:{row['trial']}"] and meta["params"] == row["params"]
+        tests = [json.loads(line) for line in (home / "runs" / run_id / "events.jsonl").read_text().splitlines()
+                 if '"eval_result"' in line and '"split":"test"' in line.replace(" ", "")]
+        assert bool(tests) == (run_id == best), run_id  # the test split: the best trial's run alone
+    # the same study again is refused; `show` reads it back
+    again = fairtui_cmd("tune", str(tiny_profile()), *STUDY, "--trials", "3", "--study", "s1", home=home)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    other = tmp_path / "other.toml"
+    other.write_text(tiny_profile().read_text())
+    clash = fairtui_cmd("tune", str(other), *STUDY, "--trials", "3", "--study", "s1", home=home)
+    assert clash.returncode == 2 and "a study of" in clash.stderr
+    shown = fairtui_cmd("tune", "show", "s1", home=home)
+    assert shown.returncode == 0 and "<- best" in shown.stdout and "3 of 3 trials" in shown.stdout
+
+
+def test_a_pruned_trial_is_marked_pruned_not_failed(tmp_path, tiny_profile):
+    """A pruner that prunes at the first report (Optuna's ThresholdPruner): the trial is PRUNED in the study, its
+    run stopped and tagged `pruned`, and the study goes on to its budget."""
+    home = tmp_path / "home"
+    req = t.Request(home=home, study="p1", profile_path=str(tiny_profile()), space=[t.parse_dimension(
+        "train.lr=0.02:0.1")], base=["train.epochs=30"], trials=2, objective=t.Objective("avg_worst"),
+        interval=0.2)
+    study = t.create(req)
+    study.pruner = optuna.pruners.ThresholdPruner(upper=-1.0)  # every value is above: prune at once
+    t.Driver(study, req).run()
+    trials = study.get_trials()
+    assert [tr.state for tr in trials] == [optuna.trial.TrialState.PRUNED] * 2
+    for tr in trials:
+        run_dir = home / "runs" / tr.user_attrs["run_id"]
+        meta = json.loads((run_dir / "meta.json").read_text())
+        assert "pruned" in meta["tags"] and meta["pruned"] is True
+        deadline = time.time() + HANG_S
+        from fairtui.runfolder import RunView
+
+        while RunView.load(run_dir).status() == "running" and time.time() < deadline:
+            time.sleep(0.2)
+        assert RunView.load(run_dir).status() == "stopped"
+        assert len([e for e in RunView.load(run_dir).epochs]) < 30
+
+
+def test_a_driver_killed_mid_study_resumes_with_no_trial_lost_or_run_twice(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    cmd = [sys.executable, "-m", "fairtui.cli", "tune", str(tiny_profile()), *STUDY, "--set", "train.epochs=4",
+           "--trials", "3", "--study", "k1", "--pruner", "none", "--home", str(home)]
+    driver = subprocess.Popen(cmd, cwd=ROOT, env=engine_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    deadline = time.time() + HANG_S
+    while time.time() < deadline and not (home / "runs").exists():
+        time.sleep(0.05)
+    while time.time() < deadline and not any((home / "runs").iterdir()):
+        time.sleep(0.05)
+    os.kill(driver.pid, signal.SIGKILL)  # the driver alone: its trial's engine trains on, detached
+    driver.wait(timeout=HANG_S)
+    proc = fairtui_cmd("tune", "k1", "--resume", "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    # killed after its first trial's run was made: three complete trials; killed while it was being made (the
+    # staging folder): that trial failed without a run, and its configuration was tried again
+    complete = [r for r in doc["trials"] if r["state"] == "complete"]
+    assert len(complete) == 3 and all(r["run_id"] is None for r in doc["trials"] if r["state"] != "complete"), \
+        (doc["trials"], proc.stderr)
+    run_ids = [r["run_id"] for r in complete]
+    assert len(set(run_ids)) == 3 and sorted(p.name for p in (home / "runs").iterdir() if p.is_dir()
+                                             and not p.name.startswith(".")) == sorted(run_ids)
