@@ -11,11 +11,12 @@ from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClas
 
 HELP = ("Draw a paper figure from runs: classes (per-class bars), curves (per-class accuracy over epochs), "
         "state (a method's class-wise state), confusion (robustness confusion matrix), tradeoff (average vs "
-        "worst class). PDF, SVG or PNG by the suffix of -o.")
+        "worst class); or from a tuning study: study STUDY (the objective over the trials, and --key's effect). "
+        "PDF, SVG or PNG by the suffix of -o.")
 
 
 def plot(
-    kind: str = typer.Argument(..., metavar="KIND", help="classes, curves, state, confusion or tradeoff"),
+    kind: str = typer.Argument(..., metavar="KIND", help="classes, curves, state, confusion, tradeoff or study"),
     runs: List[str] = typer.Argument(None, metavar="RUN..."),
     output: Path = typer.Option(..., "-o", "--output", help="the figure file: .pdf, .svg or .png (never inside "
                                 "the home; an existing file only with --force)"),
@@ -25,7 +26,8 @@ def plot(
     n_per_class: int = NPerClass,
     clean: bool = typer.Option(False, "--clean", help="classes: clean bars above the robust ones; "
                                "curves: clean accuracy"),
-    key: Optional[str] = typer.Option(None, "--key", help="state: the method_state key (default: the first)"),
+    key: Optional[str] = typer.Option(None, "--key", help="state: the method_state key (default: the first); "
+                                      "study: the parameter (default: the first)"),
     width: Optional[float] = typer.Option(None, "--width", help="inches: 3.3 one column, 6.9 two (default "
                                           "6.9; 3.3 for confusion and tradeoff)"),
     tag: Optional[str] = typer.Option(None, "--tag", help="every completed run with this tag"),
@@ -37,13 +39,15 @@ def plot(
     from fairtui.figures import KINDS, PlotError, figure_format, require_matplotlib
     from fairtui.home import resolve_home
 
-    if kind not in KINDS:
-        raise fail(f"unknown figure {kind!r}; choose {', '.join(KINDS)}")
+    if kind not in KINDS and kind != "study":
+        raise fail(f"unknown figure {kind!r}; choose {', '.join(KINDS)} or study")
     try:
         fmt = figure_format(str(output))
         require_matplotlib()
     except PlotError as err:
         raise fail(str(err)) from None
+    if kind == "study":  # a tuning study (fairtui tune): its objective over the trials, and one parameter's effect
+        raise typer.Exit(_plot_study(runs, output, fmt, key, width, force, home))
     dirs = collect_runs(home, runs, tag, sweep)
     if not dirs:
         raise fail("name the runs to draw (or --tag TAG, or --sweep ID)")
@@ -57,3 +61,22 @@ def plot(
     except (PlotError, OutputError) as err:
         raise fail(str(err)) from None
     typer.echo(f"wrote {written}", err=True)
+
+
+def _plot_study(names: list[str] | None, output: Path, fmt: str, key: str | None, width: float | None, force: bool,
+                home: HomeT) -> int:
+    from fairtui import tune
+    from fairtui.export import OutputError, write_output
+    from fairtui.figures import PlotError, draw
+    from fairtui.home import resolve_home
+
+    if not names or len(names) != 1:
+        raise fail("plot study STUDY: name one study")
+    try:
+        study, req = tune.load(resolve_home(home), names[0])
+        fig = draw.study(tune.summary(study, req), key, width or 6.9)
+        written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)
+    except (tune.TuneError, PlotError, OutputError) as err:
+        raise fail(str(err)) from None
+    typer.echo(f"wrote {written}", err=True)
+    return 0

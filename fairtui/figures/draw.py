@@ -180,6 +180,59 @@ def heatmaps(maps: list[Heatmap], caption: str, width: float = 3.3) -> "Figure":
     return fig
 
 
+def study(doc: dict, key: str | None, width: float = 6.9) -> "Figure":
+    """A tuning study (fairtui.tune.summary): the objective of each trial in order, with the best so far, and
+    the objective against one parameter (``key``; default the first of the space). Pruned and failed trials
+    are marked at the bottom: they have no value."""
+    from fairtui.figures import PlotError
+
+    space = doc["space"]
+    key = key or next(iter(space), None)
+    if key not in space:
+        raise PlotError(f"study {doc['study']} searches {', '.join(space) or 'nothing'}; --key {key!r} is not one")
+    done = [r for r in doc["trials"] if r["state"] == "complete" and r["value"] is not None]
+    if not done:
+        raise PlotError(f"study {doc['study']} has no completed trial yet")
+    with paper_style():
+        fig = _new_figure(width, 0.42 * width)
+        ax, bx = fig.subplots(1, 2)
+        xs, ys = [r["trial"] for r in done], [r["value"] for r in done]
+        ax.plot(xs, ys, "o", color=PALETTE[0], ms=3, label="completed")
+        best, steps = -math.inf, []
+        for y in ys:
+            best = max(best, y)
+            steps.append(best)
+        ax.step(xs, steps, where="post", color=PALETTE[3], lw=1, label="best so far")
+        floor = min(ys)
+        others = [r for r in doc["trials"] if r["state"] in ("pruned", "fail")]
+        if others:
+            ax.plot([r["trial"] for r in others], [floor] * len(others), "x", color=PALETTE[7], ms=3,
+                    label="pruned or failed")
+        from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("trial")
+        ax.set_ylabel(doc["objective"])
+        ax.legend(frameon=False)
+        values = [r["params"].get(key) for r in done]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if numeric:
+            bx.plot(values, ys, "o", color=PALETTE[0], ms=3)
+            if space[key].endswith(":log"):
+                bx.set_xscale("log")
+                # a range within a decade has no major tick: label 1, 2 and 5 times powers of ten, plainly
+                bx.xaxis.set_minor_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                bx.xaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+        else:
+            labels = sorted({str(v) for v in values})
+            bx.plot([labels.index(str(v)) for v in values], ys, "o", color=PALETTE[0], ms=3)
+            bx.set_xticks(range(len(labels)), labels)
+        bx.set_xlabel(key)
+        fig.suptitle(_wrap(f"study {doc['study']}: {doc['objective']} on the validation split, {len(done)} of "
+                           f"{doc['budget']} trials completed", width))
+    return fig
+
+
 def to_bytes(fig: "Figure", fmt: str) -> bytes:
     """The figure as a PDF, SVG or PNG (300 dpi) file's bytes, with no date in them."""
     metadata = {"pdf": {"Creator": "fairtui", "Producer": "fairtui", "CreationDate": None},

@@ -157,3 +157,29 @@ def test_a_driver_killed_mid_study_resumes_with_no_trial_lost_or_run_twice(tmp_p
     run_ids = [r["run_id"] for r in complete]
     assert len(set(run_ids)) == 3 and sorted(p.name for p in (home / "runs").iterdir() if p.is_dir()
                                              and not p.name.startswith(".")) == sorted(run_ids)
+
+
+def test_plot_study_draws_the_objective_over_trials_and_a_parameters_effect(tmp_path, tiny_profile):
+    """`fairtui plot study STUDY`: a figure of a study's trials (here made directly in its storage: completed,
+    pruned and failed), and one line for a parameter the study does not search."""
+    pytest.importorskip("matplotlib")
+    home = tmp_path / "home"
+    req = t.Request(home=home, study="fig", profile_path=str(tiny_profile()),
+                    space=[t.parse_dimension("train.lr=0.01:0.1:log"), t.parse_dimension("attack.steps=2,3")],
+                    trials=4, objective=t.Objective("worst"))
+    study = t.create(req)
+    dists = {"train.lr": optuna.distributions.FloatDistribution(0.01, 0.1, log=True),
+             "attack.steps": optuna.distributions.CategoricalDistribution([2, 3])}
+    states = optuna.trial.TrialState
+    for i, (lr, steps, value, state) in enumerate([(0.02, 2, 0.3, states.COMPLETE), (0.05, 3, 0.4, states.COMPLETE),
+                                                   (0.08, 2, None, states.PRUNED), (0.03, 3, None, states.FAIL)]):
+        study.add_trial(optuna.trial.create_trial(params={"train.lr": lr, "attack.steps": steps}, distributions=dists,
+                                                  value=value, state=state, user_attrs={"run_id": f"r{i}"}))
+    out = tmp_path / "study.png"
+    proc = fairtui_cmd("plot", "study", "fig", "-o", str(out), "--key", "attack.steps", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = fairtui_cmd("plot", "study", "fig", "-o", str(tmp_path / "b.png"), "--key", "train.momentum", home=home)
+    assert bad.returncode == 2 and "--key 'train.momentum' is not one" in bad.stderr
+    none = fairtui_cmd("plot", "study", "nope", "-o", str(tmp_path / "c.png"), home=home)
+    assert none.returncode == 2 and "no study 'nope'" in none.stderr
