@@ -72,10 +72,26 @@ def setup_logging(rank: int | None = None) -> None:
 
 
 def acquire_lock(run_dir: Path) -> Any:
-    """An exclusive lock on ``<run>/.lock`` for the life of the process; None if another engine holds it."""
-    from engine.contract.locks import try_lock
+    """The run's engine lock (``<run>/engine.lock``, engine.contract.protocol.ENGINE_LOCK) for the life of the
+    process: the one the launcher took and handed down (its descriptor in LOCK_FD_ENV), else taken here; None
+    if another engine holds it."""
+    import fcntl
 
-    return try_lock(run_dir / ".lock")
+    from engine.contract.locks import try_lock
+    from engine.contract.protocol import ENGINE_LOCK, LOCK_FD_ENV
+
+    path = run_dir / ENGINE_LOCK
+    handed = os.environ.pop(LOCK_FD_ENV, None)  # the ranks and any child start without it
+    if handed is not None:
+        with contextlib.suppress(ValueError, OSError):
+            fd = int(handed)
+            held = os.fstat(fd)
+            mine = os.stat(path)
+            if (held.st_dev, held.st_ino) == (mine.st_dev, mine.st_ino):
+                fh = os.fdopen(fd, "a")
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # already ours: the same open file description
+                return fh
+    return try_lock(path)
 
 
 def exit_now(code: int) -> NoReturn:

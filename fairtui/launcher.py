@@ -18,6 +18,7 @@ from pathlib import Path
 from engine.contract.atomic import atomic_write_text
 from engine.contract.config import Profile, check_data_root, dumps_profile
 from engine.contract import protocol
+from engine.contract.protocol import ENGINE_LOCK, LOCK_FD_ENV  # the run's one engine lock
 from engine.contract.profile_schema import ProfileError
 from fairtui.home import EngineRunning, new_run_id, runs_dir
 
@@ -135,9 +136,6 @@ def engine_command(run_dir: Path, nproc: int = 1) -> list[str]:
     return protocol.engine_command("train", run_dir, *(["--nproc", str(nproc)] if nproc > 1 else []))
 
 
-ENGINE_LOCK = "engine.lock"
-
-
 def hold_engine_lock(run_dir: Path):
     """``<run>/engine.lock``, locked (an open file), for a training engine about to start. The engine
     inherits the open file and so holds the lock for its whole life, whoever started it and whatever
@@ -174,6 +172,8 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
     try:
         if train:
             (run_dir / "stop.requested").unlink(missing_ok=True)  # a stop of an earlier engine is not this one's
+        if lock is not None:
+            env[LOCK_FD_ENV] = str(lock.fileno())  # the engine holds this lock: it takes no second one
         with open(run_dir / "engine.log", "ab") as log:
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                     start_new_session=True, cwd=os.getcwd(),

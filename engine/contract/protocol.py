@@ -17,6 +17,12 @@ from engine.contract.profile_schema import ProfileError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
 
+# The one lock for "an engine trains this run folder": taken by whoever starts a training engine (the launcher,
+# before the engine exists, handing the open file down: LOCK_FD_ENV names its descriptor) or by the engine
+# itself when started by hand (`python -m engine train RUN`); held until the engine exits.
+ENGINE_LOCK = "engine.lock"
+LOCK_FD_ENV = "FAIRTUI_ENGINE_LOCK_FD"
+
 STOP_MARKER = "stop.requested"  # `fairtui stop` leaves it: a stop asked before the engine could take a signal
 
 

@@ -229,6 +229,34 @@ def test_second_engine_on_the_same_folder_is_refused(tmp_path, tiny_profile):
         proc.wait()
 
 
+def test_one_lock_whoever_starts_the_engine(tmp_path, tiny_profile, monkeypatch):
+    """The launcher takes engine.lock before the engine exists and hands it down: its engine trains (it does
+    not refuse its own lock), and an engine started by hand on the same folder meanwhile is refused, as is a
+    second launch; once the engine exits the lock is free."""
+    from engine.contract.locks import is_locked
+    from fairtui.home import EngineRunning
+    from fairtui.launcher import GpuChoice, start_engine
+
+    run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=("train.epochs=100000",))
+    monkeypatch.chdir(ROOT)
+    for key, value in engine_env().items():
+        monkeypatch.setenv(key, value)
+    proc = start_engine(run_dir, GpuChoice.parse("cpu"))
+    try:
+        wait_for(lambda: proc.poll() is not None or (run_dir / "events.jsonl").exists()
+                 and '"epoch_end"' in (run_dir / "events.jsonl").read_text(), timeout=300)
+        assert proc.poll() is None, (run_dir / "engine.log").read_text()[-2000:]  # it did not refuse its own lock
+        assert is_locked(run_dir / "engine.lock")
+        by_hand = run_engine(run_dir)
+        assert by_hand.returncode == 2 and "already running" in by_hand.stderr
+        with pytest.raises(EngineRunning):
+            start_engine(run_dir, GpuChoice.parse("cpu"))
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not is_locked(run_dir / "engine.lock")
+
+
 def test_lr_schedules():
     from engine.contract.config import Profile, TrainConfig
     from engine.trainer import lr_at
