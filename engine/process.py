@@ -91,7 +91,7 @@ def acquire_lock(run_dir: Path) -> Any:
                 fh = os.fdopen(fd, "a")
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # already ours: the same open file description
                 return fh
-    return try_lock(path)
+    return try_lock(path, patience=0.5)  # a reader's probe holds it for an instant
 
 
 def exit_now(code: int) -> NoReturn:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.distributed import ENV_SUPERVISED
-from engine.contract.protocol import engine_args
+from engine.contract.protocol import clear_end, engine_args
 from engine.process import (EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, acquire_lock, failure_file,
                             write_process_file)
 
@@ -198,6 +198,7 @@ def supervise(run_dir: Path, nproc: int) -> int:
     for rank in range(nproc):
         failure_file(run_dir, rank).unlink(missing_ok=True)
     write_process_file(run_dir, "train", world_size=nproc)
+    clear_end(run_dir)  # an end recorded beside the stream (a refused start, a kill) was the last session's
     log.info("run %s: starting %d ranks with torch.distributed's launcher", run_dir.name, nproc)
     try:
         launcher, stopped = launch(run_dir, nproc, devices is not None)

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.contract.config import load_run_profile, profile_warnings
 from engine.contract.events import EventWriter
+from engine.contract.protocol import clear_end
 from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, clear_failures, exit_now,
                             guarded, setup_logging, write_process_file)
 from engine.contract.profile_schema import ProfileError
@@ -55,15 +56,18 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     stop.install()
     if owner:
         write_process_file(run_dir, "train")
+        clear_end(run_dir)  # an end recorded beside the stream (a refused start, a kill) was the last session's
         if group.active:
             clear_failures(run_dir)  # an earlier attempt's: the ranks' failure files name this one's
     from engine.distributed import NoEvents
 
     events: Any = EventWriter(run_dir / "events.jsonl", run_dir.name) if group.is_main else NoEvents()
-    if group.is_main and profile.train.log_to:
-        from engine.wandb_log import mirrored
+    mirrors: list = []
+    if group.is_main and profile.train.log_to:  # dashboards: each event, once written, handed on (engine.sinks)
+        from engine.sinks import live_mirrors
 
-        events = mirrored(events, run_dir, profile)
+        mirrors = live_mirrors(run_dir, profile)
+        events.listeners.extend(mirrors)
 
     def body() -> None:
         from engine.final_eval import final_evaluation
@@ -88,9 +92,11 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     try:
         code = guarded(run_dir, events, body, group)
     finally:
+        for mirror in mirrors:
+            mirror.close()
         events.close()
         if owner and stop.requested:
             (run_dir / STOP_MARKER).unlink(missing_ok=True)  # honoured: the next resume starts clean
-    if group.active or getattr(events, "abandoned", False):
-        exit_now(code)  # a W&B call that never returned would hold the interpreter's exit (its atexit hooks)
+    if group.active or any(mirror.abandoned for mirror in mirrors):
+        exit_now(code)  # a dashboard call that never returned would hold the interpreter's exit (its atexit hooks)
     return code

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from fairtui.runfolder import RunView, engine_alive, engine_process
+from fairtui.runfolder import RunView, engine_alive, engine_process, process_alive
 
 
 class ControlError(RuntimeError):
@@ -72,9 +72,7 @@ def queue_rerun(run_dir: Path, queue) -> Path:
 
 def check_deletable(run_dir: Path) -> None:
     """ControlError if the run trains (its engine alive, or holding engine.lock while it starts)."""
-    from fairtui.launcher import engine_lock_held
-
-    if RunView.load(run_dir).status() == "running" or engine_lock_held(run_dir):
+    if RunView.load(run_dir).status() == "running":  # its engine alive, or holding engine.lock as it starts
         raise ControlError(f"run {run_dir.name} is running; `fairtui stop {run_dir.name}` first")
 
 
@@ -132,11 +130,13 @@ def engine_processes(run_dir: Path) -> tuple[int | None, list[int]]:
 def kill_run(run_dir: Path, timeout: float = 30.0) -> str:
     """SIGKILL the engine's process group (and its ranks): for an engine that hangs and ignores the stop it
     was asked for. The run keeps its last checkpoint, is recorded as stopped (killed) and resumes from it."""
-    from engine.contract.events import EventWriter
-    from engine.contract.protocol import STOP_MARKER
+    from engine.contract.protocol import STOP_MARKER, record_end
 
     if not engine_alive(run_dir):
         raise StopError(f"run {run_dir.name} is not running (status {RunView.load(run_dir).status()})")
+    if not process_alive(engine_process(run_dir)):
+        raise StopError(f"run {run_dir.name}: its engine is starting and has not said its pid yet; try again in a "
+                        "moment, or `fairtui stop` it (it stops at its first batch)")
     group, pids = engine_processes(run_dir)
     try:
         if group is not None:
@@ -153,14 +153,9 @@ def kill_run(run_dir: Path, timeout: float = 30.0) -> str:
         time.sleep(0.1)
     if engine_alive(run_dir):
         raise StopError(f"run {run_dir.name}: its engine (pid {pids[0]}) survived SIGKILL for {timeout:.0f} s")
-    if RunView.load(run_dir).status() == "lost":  # nothing closed the session: say how it ended
-        writer = EventWriter(run_dir / "events.jsonl", run_dir.name)
-        try:
-            writer.emit("run_finished", status="stopped", killed=True,
-                        error="killed (SIGKILL) by fairtui stop --now: the engine did not stop when asked; it "
-                              "resumes from its last checkpoint")
-        finally:
-            writer.close()
+    if RunView.load(run_dir).status() == "lost":  # nothing closed the session: say how it ended, beside the stream
+        record_end(run_dir, "stopped", "killed (SIGKILL) by fairtui stop --now: the engine did not stop when asked; "
+                                       "it resumes from its last checkpoint", killed=True)
     (run_dir / STOP_MARKER).unlink(missing_ok=True)  # the resumed run must not stop at its first batch
     from fairtui.store import RunIndex
 
@@ -184,10 +179,10 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
     from engine.contract.protocol import STOP_MARKER
 
     (run_dir / STOP_MARKER).touch()  # the engine polls it with its signal flag: a stop it cannot miss
-    if info.get("signals"):
+    if process_alive(info) and info.get("signals"):
         os.kill(info["pid"], signal.SIGTERM)
-    # else the engine is still starting (its handler not yet installed): a SIGTERM now would kill it
-    # with nothing recorded; it stops at its first batch instead
+    # else the engine is still starting (no engine.json of its own yet, or its handler not installed): a
+    # SIGTERM now would kill it with nothing recorded; it stops at its first batch instead
     if not wait:
         return "stopping"
     end = time.time() + timeout

@@ -140,21 +140,14 @@ def hold_engine_lock(run_dir: Path):
     """``<run>/engine.lock``, locked (an open file), for a training engine about to start. The engine
     inherits the open file and so holds the lock for its whole life, whoever started it and whatever
     happens to them: the lock is held from before the engine exists until it exits, with no gap a
-    liveness check could fall into (engine.json is written only after the engine started)."""
+    liveness check could fall into (engine.json is written by the engine, once it has started)."""
     from engine.contract.locks import try_lock
 
-    lock = try_lock(run_dir / ENGINE_LOCK)
+    lock = try_lock(run_dir / ENGINE_LOCK, patience=0.5)  # a reader's probe holds it for an instant
     if lock is None:
         raise EngineRunning(f"run {run_dir.name}: an engine already trains it (it holds {ENGINE_LOCK}); "
                             "`fairtui stop` it first") from None
     return lock
-
-
-def engine_lock_held(run_dir: Path) -> bool:
-    """True while an engine started by :func:`start_engine` (or a start of one) is alive for this run."""
-    from engine.contract.locks import is_locked
-
-    return is_locked(run_dir / ENGINE_LOCK)
 
 
 def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str] | None = None) -> subprocess.Popen:
@@ -181,12 +174,7 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
     finally:
         if lock is not None:
             lock.close()  # the engine holds its own copy of the locked file
-    if train:
-        # Known to be alive from this moment; the engine rewrites the file with the same pid (and "signals").
-        from engine.contract.protocol import write_process_file
-
-        write_process_file(run_dir, "train", pid=proc.pid, signals=False)
-    return proc
+    return proc  # until the engine writes engine.json, the lock it holds says it is starting
 
 
 def write_json(path: Path, obj: dict) -> None:

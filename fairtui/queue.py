@@ -31,7 +31,8 @@ from typing import Callable, Iterator
 
 from engine.contract.locks import locked, release, try_lock
 from fairtui.home import EngineRunning, ReadOnlyHome
-from fairtui.launcher import GpuChoice, engine_lock_held, start_engine
+from fairtui.launcher import GpuChoice, start_engine
+from fairtui.runfolder import engine_starting
 from fairtui.runfolder import RunView
 
 CPU = "cpu"
@@ -207,7 +208,7 @@ class LocalQueue:
 def _was_started(run_dir: Path, entry: dict) -> bool:
     """Whether the start an entry records (``starting``: when it began) started an engine: one holds the
     run's engine.lock now, or one wrote engine.json after the start began (and has ended since)."""
-    if engine_lock_held(run_dir):
+    if engine_starting(run_dir):
         return True
     try:
         info = json.loads((run_dir / "engine.json").read_text())

@@ -97,9 +97,19 @@ def process_alive(info: dict | None) -> bool:
     return info.get("proc_start") is None or process_start_time(pid) == info.get("proc_start")
 
 
+def engine_starting(run_dir: Path) -> bool:
+    """True while an engine for this run holds its engine lock on this host: from before it exists (the
+    launcher takes the lock and hands it down) until it exits; engine.json names it once it has started."""
+    from engine.contract.locks import is_locked
+    from engine.contract.protocol import ENGINE_LOCK
+
+    return is_locked(run_dir / ENGINE_LOCK)
+
+
 def engine_alive(run_dir: Path) -> bool:
-    """True when the engine recorded in ``engine.json`` is alive on this host (pid and start time match)."""
-    return process_alive(engine_process(run_dir))
+    """True when the engine recorded in ``engine.json`` is alive on this host (pid and start time match), or
+    an engine is starting for the run (:func:`engine_starting`)."""
+    return process_alive(engine_process(run_dir)) or engine_starting(run_dir)
 
 
 @dataclass
@@ -183,10 +193,16 @@ class RunView:
 
     @property
     def finished(self) -> dict | None:
-        """The `run_finished` that closes the latest session, if any."""
-        return self.digest.finished
+        """The `run_finished` that closes the latest session, if any: the engine's, or the end recorded
+        beside the stream when no engine could write it (a start Slurm refused, an engine killed:
+        engine.contract.protocol.record_end)."""
+        from engine.contract.protocol import read_end
+
+        return read_end(self.run_dir) or self.digest.finished
 
     def status(self) -> str:
+        if engine_starting(self.run_dir):  # a training engine holds the run's lock: alive, or starting (a resume
+            return "running"               # before its run_started, a new run before its engine.json)
         if self.finished is not None and not (self.run_dir / "queued").exists():
             status = self.finished.get("status", "failed")
             # an imported model (`fairtui import`): "completed" in its stream, told apart everywhere
@@ -197,9 +213,7 @@ class RunView:
         if info and info.get("host") != socket.gethostname():
             # On another node (Slurm): alive while its heartbeat (progress.json, events) is fresh.
             return "running" if self.heartbeat_age() < HEARTBEAT_S else "lost"
-        if engine_alive(self.run_dir):
-            return "running"
-        return "lost"
+        return "running" if process_alive(info) else "lost"
 
     def heartbeat_age(self) -> float:
         import time

@@ -316,14 +316,11 @@ def submit_run(home: Path, run_dir: Path, settings: SlurmSettings) -> Any:
 
 
 def _not_submitted(run_dir: Path, err: Exception) -> None:
-    from engine.contract.events import EventWriter
+    """sbatch refused the job: the run is failed with the reason, recorded beside its stream (no engine ran)."""
+    from engine.contract.protocol import record_end
 
+    record_end(run_dir, "failed", f"not submitted to Slurm: {err}".splitlines()[0])
     (run_dir / "queued").unlink(missing_ok=True)
-    writer = EventWriter(run_dir / "events.jsonl", run_dir.name)
-    try:
-        writer.emit("run_finished", status="failed", error=f"not submitted to Slurm: {err}".splitlines()[0])
-    finally:
-        writer.close()
 
 
 def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:

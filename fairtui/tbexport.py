@@ -19,8 +19,9 @@ import os
 import shutil
 from pathlib import Path
 
-from engine.contract.scalars import epoch_scalars, result_prefix, result_scalars, safe_name
-from fairtui.compare import flatten, setting_label
+from engine.contract.scalars import safe_name
+from engine.contract.sinks import Feed, RunInfo, Sink
+from fairtui.compare import flatten
 from fairtui.export import OutputError, outside_home
 from fairtui.runfolder import RunView
 
@@ -31,21 +32,56 @@ class TensorBoardError(OutputError):
     """An export that cannot be written; the message says why in one line."""
 
 
-def run_scalars(view: RunView) -> list[tuple[int, float, dict[str, float]]]:
-    """(step, wall time, {tag: value}) for every epoch and, at the end, the headline test results (at the
-    epoch of their checkpoint)."""
-    names = view.class_names()
-    out = [(e["epoch"], float(e.get("t", 0.0)), epoch_scalars(e, names)) for e in view.epochs]
-    last_epoch, last_t = (out[-1][0], out[-1][1]) if out else (0, 0.0)
-    for r in view.results().values():
-        out.append((int(r.get("epoch") or last_epoch), float(r.get("t", last_t)), result_scalars(r, names)))
-    return out
+class TensorBoardSink:
+    """A run's numbers as one TensorBoard event file (engine.contract.sinks.Sink): fed by :class:`Feed` from
+    the run folder, as the engine feeds W&B live."""
+
+    def __init__(self, folder: Path, profile_text: str):
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.writer = EventFileWriter(str(folder))
+        self.profile_text = profile_text
+        self.t0, self.run_id, self.params = 0.0, "", {}
+        self.result_tags: set[str] = set()
+
+    def _add(self, wall_time: float, step: int, summary) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        self.writer.add_event(Event(wall_time=wall_time, step=step, summary=summary))
+
+    def open(self, run: RunInfo) -> None:
+        from tensorboard.plugins.hparams import summary_v2 as hp
+        from tensorboard.plugins.text import summary_v2 as text
+
+        self.t0, self.run_id, self.params = run.t, run.run_id, hparams(run.config)
+        self._add(self.t0, 0, hp.hparams_pb(self.params, trial_id=run.run_id, start_time_secs=self.t0))
+        self._add(self.t0, 0, text.text_pb("profile", f"```\n{self.profile_text}\n```"))
+
+    def epoch(self, step: int, wall_time: float, scalars: dict[str, float]) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        self._add(wall_time or self.t0, step,
+                  Summary(value=[Summary.Value(tag=tag, simple_value=v) for tag, v in sorted(scalars.items())]))
+
+    def result(self, step: int, wall_time: float, key: str, label: str, scalars: dict[str, float]) -> None:
+        from tensorboard.plugins.text import summary_v2 as text
+
+        self._add(self.t0, 0, text.text_pb(f"settings/{key}", label))
+        self.result_tags.update(k for k in scalars if k.rsplit("/", 1)[-1] in ("avg_robust", "worst_robust"))
+        self.epoch(step, wall_time, scalars)
+
+    def close(self, status: str | None) -> None:
+        from tensorboard.plugins.hparams import summary_v2 as hp
+
+        # the experiment's config names the results as metrics: known once every result has been seen
+        self._add(self.t0, 0, hp.hparams_config_pb(hparams=[hp.HParam(k) for k in self.params],
+                                                   metrics=[hp.Metric(t) for t in sorted(self.result_tags)]))
 
 
-def hparams(view: RunView) -> dict[str, object]:
+def hparams(config: dict) -> dict[str, object]:
     """The resolved profile, flattened to TensorBoard's hparam types (lists as text)."""
     out: dict[str, object] = {}
-    for key, value in flatten(view.config).items():
+    for key, value in flatten(config).items():
         if isinstance(value, (bool, int, float, str)):
             out[key] = value
         elif value is not None:
@@ -54,35 +90,30 @@ def hparams(view: RunView) -> dict[str, object]:
 
 
 def write_run(view: RunView, folder: Path) -> None:
-    """One run's event file in ``folder`` (which exists and is empty)."""
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    from tensorboard.plugins.hparams import summary_v2 as hp
-    from tensorboard.plugins.text import summary_v2 as text
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    writer = EventFileWriter(str(folder))
+    """One run's event file in ``folder`` (which exists and is empty): its epochs, then its headline results,
+    through the one feed every dashboard shares."""
+    profile = (view.run_dir / "profile.toml").read_text() if (view.run_dir / "profile.toml").exists() else ""
+    sink = TensorBoardSink(folder, profile)
     try:
-        scalars = run_scalars(view)
-        t0 = float((view.started or {}).get("t", scalars[0][1] if scalars else 0.0))
-        params = hparams(view)
-        result_tags = sorted({k for _, _, vals in scalars for k in vals
-                              if k.startswith("test/") and k.rsplit("/", 1)[-1] in ("avg_robust", "worst_robust")})
-        config = hp.hparams_config_pb(hparams=[hp.HParam(k) for k in params],
-                                      metrics=[hp.Metric(t) for t in result_tags])
-        writer.add_event(Event(wall_time=t0, step=0, summary=config))
-        writer.add_event(Event(wall_time=t0, step=0, summary=hp.hparams_pb(params, trial_id=view.run_id,
-                                                                            start_time_secs=t0)))
-        profile = (view.run_dir / "profile.toml").read_text() if (view.run_dir / "profile.toml").exists() else ""
-        writer.add_event(Event(wall_time=t0, step=0, summary=text.text_pb("profile", f"```\n{profile}\n```")))
-        for r in view.results().values():
-            writer.add_event(Event(wall_time=t0, step=0, summary=text.text_pb(
-                f"settings/{result_prefix(r)}", f"{setting_label(r)} @ {r.get('checkpoint')}")))
-        for step, wall, values in scalars:
-            summary = Summary(value=[Summary.Value(tag=tag, simple_value=v) for tag, v in sorted(values.items())])
-            writer.add_event(Event(wall_time=wall or t0, step=step, summary=summary))
+        feed_run(view, sink)
     finally:
-        writer.close()
+        sink.writer.close()
+
+
+def feed_run(view: RunView, sink: Sink) -> None:
+    """A finished run's numbers from its folder into ``sink``: the calls the engine's live feed made, with
+    each epoch and each headline result once (the latest), closed with the session's status."""
+    feed = Feed(sink, view.run_id, view.name, view.meta.get("tags", []), view.config)
+    started = dict(view.started or {"type": "run_started", "t": 0.0})
+    started.setdefault("class_names", view.class_names())
+    feed(started)
+    for event in view.epochs:
+        feed(event)
+    for result in view.results().values():
+        feed(result)
+    if view.finished is not None:
+        feed({"type": "run_finished", "status": view.finished.get("status")})
+    feed.end()
 
 
 def export(views: list[RunView], out_dir: Path, home: Path, force: bool = False) -> list[Path]:

@@ -358,12 +358,8 @@ class Driver:
             return
         from fairtui.runfolder import RunView
 
-        from fairtui.launcher import engine_lock_held
-
         run_dir = self.req.home / "runs" / run_id
-        status = RunView.load(run_dir).status()
-        if status == "lost" and engine_lock_held(run_dir):
-            status = "running"  # started by the killed driver; its engine has not written engine.json yet
+        status = RunView.load(run_dir).status()  # "running" too for an engine the killed driver was starting
         if status in ("stopped", "lost", "failed") and "pruned" not in self._tags(run_id):
             from fairtui.launcher import GpuChoice
 
@@ -397,7 +393,7 @@ class Driver:
 
     def _follow(self, number: int) -> bool:
         """Report new epochs, prune, or record the end; True when the trial is done."""
-        from fairtui.launcher import change_meta, engine_lock_held
+        from fairtui.launcher import change_meta
         from fairtui.runfolder import RunView
 
         opt = optuna()
@@ -427,8 +423,6 @@ class Driver:
                 self.study.tell(number, state=opt.trial.TrialState.PRUNED)
                 self.say(f"trial {number}: pruned after epoch {event['epoch']} ({value:.4f})")
                 return True
-        if status == "lost" and engine_lock_held(run_dir):  # an engine is starting: engine.json comes next
-            return False
         if status == "completed":
             values = [self.req.objective.value(e) for e in view.epochs]
             value = values[-1] if values and values[-1] is not None else None

@@ -18,6 +18,7 @@ from typing import Any, Optional
 from engine.contract.method_params import METHOD_PARAMS, MethodParams
 from engine.contract.profile_schema import ProfileError, build, field, to_table, unknown_key_message
 from engine.contract.request import CHECKPOINTS, RequestError, check_attack, check_eps
+from engine.contract.sinks import LIVE_SINKS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -135,7 +136,7 @@ class TrainConfig:
     # Dashboards that also get each epoch's numbers, besides the run folder (which stays the record):
     # "wandb" (Weights & Biases, the extra `fairtui[wandb]`), in `wandb_mode` "offline" by default (synced
     # later with `wandb sync RUN_DIR/wandb/offline-run-*`). A dashboard never fails or changes a run.
-    log_to: tuple[str, ...] = field((), items_choices=("wandb",))
+    log_to: tuple[str, ...] = field((), items_choices=tuple(LIVE_SINKS))
     wandb_project: str = field("fairtui", max_len=128)
     wandb_entity: str = field("", max_len=128)  # "": the account's default entity
     wandb_mode: str = field("offline", choices=("offline", "online"))

@@ -7,7 +7,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from engine.contract.digest import Keeper
 
@@ -84,6 +84,8 @@ class EventWriter:
     def __init__(self, path: str | Path, run_id: str, keep_digest: bool = True):
         self.path = Path(path)
         self.run_id = run_id
+        # called with each event once it is written (the engine's live dashboards: engine.sinks)
+        self.listeners: list[Callable[[dict], None]] = []
         self._fh = open(self.path, "a+b")
         with self._locked():
             self._repair_tail()
@@ -124,6 +126,8 @@ class EventWriter:
             if self.keeper is not None:
                 self.keeper.appended(self._fh, event, offset, len(line))
         self.seq += 1
+        for listener in self.listeners:
+            listener(event)
         return event
 
     def emit_lost_epoch_end(self, event: dict) -> None:

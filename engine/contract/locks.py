@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import time
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -32,27 +33,37 @@ def locked(target: str | Path | IO, exclusive: bool = True) -> Iterator[IO]:
             fh.close()
 
 
-def try_lock(path: str | Path) -> IO | None:
-    """An exclusive lock on ``path`` without waiting: the open file that holds it (close it, or exit,
-    to release), or None when another holder has it."""
+def try_lock(path: str | Path, patience: float = 0.0) -> IO | None:
+    """An exclusive lock on ``path`` without waiting (or for at most ``patience`` seconds): the open file
+    that holds it (close it, or exit, to release), or None when another holder has it. A lock that
+    stands for a process's life is taken with some patience, so that an :func:`is_locked` probe, which
+    holds the lock for an instant, is never taken for a holder."""
     fh = open(path, "a")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        return None
-    return fh
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fh
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                fh.close()
+                return None
+        time.sleep(0.01)
 
 
 def is_locked(path: str | Path) -> bool:
-    """True while another open file holds a lock on ``path`` (False too when it cannot be opened)."""
+    """True while another open file holds a lock on ``path``; False when it does not, or the file does
+    not exist or cannot be read (a probe never creates the file)."""
     try:
-        fh = try_lock(path)
+        fh = open(path)
     except OSError:
         return False
-    if fh is None:
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    fh.close()
+    finally:
+        fh.close()
     return False
 
 

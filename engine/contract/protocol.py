@@ -28,10 +28,10 @@ STOP_MARKER = "stop.requested"  # `fairtui stop` leaves it: a stop asked before 
 
 def write_process_file(run_dir: Path, command: str, pid: int | None = None, signals: bool = True,
                        **extra: Any) -> None:
-    """``engine.json``: who is running this folder (for `fairtui stop` and liveness checks). Its one writer:
-    the launcher (``pid``: the engine it just started, ``signals`` False), the engine itself and the
-    supervisor of a multi-process run. ``signals``: the process's handler is installed, so SIGTERM stops
-    it cleanly (before that, `fairtui stop` leaves STOP_MARKER instead of a signal that would kill it)."""
+    """``engine.json``: who is running this folder (for `fairtui stop` and liveness checks). Written by the
+    engine alone (itself, or the supervisor of a multi-process run); before it is, the run's ENGINE_LOCK
+    says that an engine is starting. ``signals``: the process's handler is installed, so SIGTERM stops it
+    cleanly (before that, `fairtui stop` leaves STOP_MARKER instead of a signal that would kill it)."""
     from engine.contract.atomic import atomic_write_json
 
     pid = os.getpid() if pid is None else pid
@@ -51,6 +51,37 @@ def add_ranks(run_dir: Path, ranks: list[dict[str, Any]]) -> None:
     except (OSError, ValueError):
         return
     atomic_write_json(run_dir / "engine.json", {**info, "world_size": len(ranks), "ranks": ranks})
+
+
+ENDED = "ended.json"
+
+
+def record_end(run_dir: Path, status: str, error: str, **extra: Any) -> None:
+    """The end of a session that no engine could record in the event stream, recorded beside it instead:
+    a start that Slurm refused (``failed``), an engine killed by SIGKILL (``stopped``, ``killed``). Written
+    by whoever saw it, read by every reader of the run as the session's ``run_finished``
+    (:func:`read_end`), removed by the next engine as it starts (:func:`clear_end`): the event stream has
+    one writer, the engine."""
+    from engine.contract.atomic import atomic_write_json
+
+    atomic_write_json(run_dir / ENDED, {"type": "run_finished", "status": status, "error": error, "t": time.time(),
+                                        **extra})
+
+
+def read_end(run_dir: Path) -> dict[str, Any] | None:
+    """The end :func:`record_end` recorded after the run's last engine started, or None."""
+    import json
+
+    try:
+        doc = json.loads((run_dir / ENDED).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("status"), str) else None
+
+
+def clear_end(run_dir: Path) -> None:
+    """The engine, as it starts: an end recorded for an earlier session is history."""
+    (run_dir / ENDED).unlink(missing_ok=True)
 
 
 FAILURE_FILE = "command.failed.json"

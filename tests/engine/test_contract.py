@@ -62,3 +62,26 @@ def test_the_engine_takes_an_l2_eps_above_1_and_refuses_it_for_linf(tmp_path):
         else:
             with pytest.raises(EvalRequestError, match=r"eps: must be in \(0, 1\]"):
                 check_request({"eps": 2.0}, profile)
+
+
+def test_a_lock_probe_creates_nothing_and_is_never_taken_for_a_holder(tmp_path):
+    """`is_locked` on a run folder without the file makes no file (a reader must not change the folder it
+    reads); a probe holds the lock for an instant, which a starter's patience waits out, while a real holder
+    (another open file) still refuses it."""
+    import threading
+
+    from engine.contract.locks import is_locked, try_lock
+
+    path = tmp_path / "engine.lock"
+    assert not is_locked(path) and not path.exists()
+    probe = open(path, "a")
+    import fcntl
+
+    fcntl.flock(probe, fcntl.LOCK_EX)  # a probe caught in the act
+    assert try_lock(path) is None  # no patience: refused
+    threading.Timer(0.1, probe.close).start()  # the probe lets go while the starter waits
+    held = try_lock(path, patience=60.0)
+    assert held is not None and is_locked(path)
+    assert try_lock(path, patience=0.2) is None  # a holder for good is still refused after the patience
+    held.close()
+    assert not is_locked(path)

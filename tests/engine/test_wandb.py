@@ -10,7 +10,6 @@ import types
 import pytest
 
 from engine.contract.config import load_profile
-from engine.wandb_log import WandbMirror
 from tests.conftest import ROOT, TINY, events_of, train_tiny
 
 
@@ -92,16 +91,25 @@ def test_mirroring_does_not_change_the_runs_numbers(mirrored_run, tmp_path):
     assert numbers(plain) == numbers(mirrored_run)
 
 
-class FakeEvents:
-    def __init__(self):
-        self.emitted, self.closed = [], False
+class Mirrored:
+    """The engine's wiring in small: each event recorded first, then handed to W&B's live mirror."""
+
+    def __init__(self, run_dir, profile):
+        from engine.sinks import LiveMirror
+        from engine.wandb_log import WandbSink
+
+        self.run_dir, self.emitted, self.closed = run_dir, [], False
+        self.events = self
+        self.mirror = LiveMirror("wandb", WandbSink(run_dir, profile), run_dir, profile)
 
     def emit(self, type_, **payload):
         event = {"type": type_, **payload}
         self.emitted.append(event)
+        self.mirror(event)
         return event
 
     def close(self):
+        self.mirror.close()
         self.closed = True
 
 
@@ -110,7 +118,7 @@ def mirror(tmp_path, monkeypatch, fake_wandb):
     profile_path.write_text(TINY)
     profile = load_profile(profile_path, ['train.log_to=["wandb"]'])
     monkeypatch.setitem(sys.modules, "wandb", fake_wandb)
-    return WandbMirror(FakeEvents(), tmp_path / "20260101-000000-abcdef", profile)
+    return Mirrored(tmp_path / "20260101-000000-abcdef", profile)
 
 
 def test_wandb_failing_is_one_warning_and_the_events_are_all_written(tmp_path, monkeypatch, caplog):

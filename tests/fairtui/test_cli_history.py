@@ -394,6 +394,8 @@ def test_a_hung_engine_is_killed_by_stop_now_or_a_second_stop_and_resumes(tmp_pa
     import signal
     import time
 
+    from fairtui.runfolder import RunView
+
     home = tmp_path / "home"
     for second_stop in (False, True):
         started = fairtui_cmd("run", str(tiny_profile()), "--set", "train.epochs=6", "--name", f"hung{second_stop}",
@@ -424,11 +426,17 @@ def test_a_hung_engine_is_killed_by_stop_now_or_a_second_stop_and_resumes(tmp_pa
                 pass
         assert out.returncode == 0 and "stopped (killed)" in out.stderr, out.stderr
         assert out.stderr.index("killing its engine") < out.stderr.index("stopped (killed)")  # said before done
-        finished = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()][-1]
+        # recorded beside the stream (the engine is its one writer), read as the session's end by every reader
+        assert '"run_finished"' not in (run_dir / "events.jsonl").read_text()
+        finished = RunView.load(run_dir).finished
         assert finished["type"] == "run_finished" and finished["status"] == "stopped" and finished["killed"]
+        shown = json.loads(cli("show", run_id, "--json", home=home).stdout)
+        assert shown["status"] == "stopped" and "killed (SIGKILL)" in shown["error"]
         assert not (run_dir / "stop.requested").exists()
         resumed = cli("resume", run_id, home=home)
         assert resumed.returncode == 0, resumed.stderr
+        assert not (run_dir / "ended.json").exists()  # the resumed engine cleared it as it started
+        assert RunView.load(run_dir).status() == "completed"
         events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
         assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
         assert max(e["epoch"] for e in events if e["type"] == "epoch_end") == 6

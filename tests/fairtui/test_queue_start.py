@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fairtui.launcher import GpuChoice, engine_lock_held, start_engine
+from fairtui.launcher import GpuChoice, start_engine
 from fairtui.home import EngineRunning
 from fairtui.queue import LocalQueue
-from fairtui.runfolder import RunView
+from fairtui.runfolder import RunView, engine_starting
 from fairtui.synthetic import make_run
 from tests.conftest import HANG_S, engine_env
 
@@ -76,7 +76,7 @@ def _starts(run: Path, at_least: int) -> list[str]:
 def _stop(run: Path) -> None:
     (run / "stop.requested").touch()
     end = time.time() + HANG_S
-    while time.time() < end and engine_lock_held(run):
+    while time.time() < end and engine_starting(run):
         time.sleep(0.05)
 
 
@@ -109,12 +109,12 @@ def test_a_second_engine_for_a_run_is_refused_while_the_first_lives(tmp_path, fa
     monkeypatch.chdir(fake)
     start_engine(run, GpuChoice.parse("cpu"))
     try:
-        assert _starts(run, 1) and engine_lock_held(run)
+        assert _starts(run, 1) and engine_starting(run)
         with pytest.raises(EngineRunning, match="already trains it"):
             start_engine(run, GpuChoice.parse("cpu"))
     finally:
         _stop(run)
-    assert not engine_lock_held(run)
+    assert not engine_starting(run)
     assert len(_starts(run, 1)) == 1
 
 

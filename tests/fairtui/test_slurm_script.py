@@ -110,3 +110,30 @@ def test_run_and_sweep_refuse_an_injected_partition_before_anything_exists(tmp_p
         out.stderr
     assert not (home / "runs").exists() or not list((home / "runs").iterdir())
     assert not (home / "slurm").exists()
+
+
+def test_a_job_sbatch_refuses_leaves_a_failed_run_with_the_reason_and_the_stream_to_the_engine(tmp_path):
+    """sbatch refuses the job (a fake sbatch on PATH): `run` exits 2 with the reason, and the run reads as failed
+    with it everywhere (`show`, `ls`), recorded beside the event stream, which only the engine writes."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: nowhere' >&2\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    (fake / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "srun").chmod(0o755)
+    profile = tmp_path / "p.toml"
+    profile.write_text(TINY)
+    home = tmp_path / "home"
+    env_path = f"{fake}:{__import__('os').environ['PATH']}"
+    out = fairtui_cmd("run", str(profile), "--launcher", "slurm", "--partition", "nowhere", "--name", "refused",
+                      home=home, env_extra={"PATH": env_path})
+    assert out.returncode == 2 and "not submitted" in out.stderr, out.stderr
+    (run_dir,) = (home / "runs").iterdir()
+    assert not (run_dir / "queued").exists()
+    assert not (run_dir / "events.jsonl").exists() or '"run_finished"' not in (run_dir / "events.jsonl").read_text()
+    import json
+
+    shown = json.loads(fairtui_cmd("show", "refused", "--json", home=home).stdout)
+    assert shown["status"] == "failed" and "not submitted to Slurm" in shown["error"], shown
+    listed = json.loads(fairtui_cmd("ls", "--json", home=home).stdout)
+    assert [r["status"] for r in listed] == ["failed"]
