@@ -64,7 +64,7 @@ def autoattack_rows(per_class: int) -> list[tuple[str, float]]:
 
     from engine.attacks.autoattack import make_autoattack
     from engine.checkpoint import CheckpointStore
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.data import load_splits
     from engine.models import build_model
 

@@ -57,7 +57,7 @@ def synthetic_cifar(n_train: int, n_test: int):
 
 
 def load(profile_name: str, precision: str, args, compiled: bool):
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
 
     overrides = [*PRECISIONS[precision], f'train.device="{args.device}"', f'train.compile="{"on" if compiled else "off"}"',
                  "train.ema_start_epoch=1", *(TINY if args.tiny else ())]

@@ -49,7 +49,7 @@ def make_trainer(arch: str, batches: int, run_dir: Path):
     import torch  # noqa: F401
 
     from engine import trainer as trainer_mod
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.events import EventWriter
     from engine.progress import Progress
     from engine.utils import make_runtime

@@ -26,7 +26,7 @@ single-process semantics where they must:
 
 ``train.sync_bn`` turns BatchNorm into statistics over the whole global batch:
 PyTorch's SyncBatchNorm on CUDA, and on the CPU (gloo, where SyncBatchNorm
-does not run) :class:`GroupBatchNorm`, the same computation with a
+does not run) :class:`engine.sync_bn.GroupBatchNorm`, the same computation with a
 differentiable all-reduce.
 """
 
@@ -192,6 +192,8 @@ class Group:
     def prepare_model(self, model: nn.Module, device: torch.device, sync_bn: bool) -> tuple[nn.Module, bool]:
         """``model`` with its BatchNorm synchronised across ranks when the profile asks for it and there
         is a group and a BatchNorm (SyncBatchNorm on CUDA, GroupBatchNorm on the CPU); whether it is."""
+        from engine.sync_bn import convert_sync_bn, has_batchnorm
+
         if not (sync_bn and self.active and has_batchnorm(model)):
             return model, False
         return convert_sync_bn(model, device), True
@@ -206,10 +208,23 @@ class Group:
 
         return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    def writers(self, events: Any, progress: Any) -> tuple[Any, Any]:
-        """The event stream and the progress file, on rank 0; on the other ranks, writers of nothing
-        (rank 0 alone writes the run folder)."""
-        return (events, progress) if self.is_main else (NoEvents(), NoProgress())
+    # -- who writes the run folder: decided here alone --------------------------------------------------
+    @property
+    def owns_folder(self) -> bool:
+        """Whether this process takes the run folder's lock and writes engine.json (and clears what an
+        earlier session left): the process of a one-process run, or rank 0 under a launcher other than
+        the supervisor (torchrun, srun); a supervised rank runs under its supervisor's."""
+        return self.is_main and not self.supervised
+
+    def writers(self, run_dir: Any) -> tuple[Any, Any]:
+        """The run's event stream and progress file, opened on rank 0; on the other ranks, writers of
+        nothing (rank 0 alone writes the run folder)."""
+        if not self.is_main:
+            return NoEvents(), NoProgress()
+        from engine.contract.events import EventWriter
+        from engine.progress import Progress
+
+        return EventWriter(run_dir / "events.jsonl", run_dir.name), Progress(run_dir / "progress.json")
 
     def payload(self, sync_bn: bool, batch_size: int) -> dict[str, Any]:
         """What run_started and run_resumed record of the group (nothing for one process)."""
@@ -343,89 +358,3 @@ def fingerprint(named: dict[str, Any]) -> tuple[list[str], torch.Tensor]:
         parts.append(torch.stack([v.sum(), (v * position).sum()]).cpu())
     prints = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
     return [name for name, _ in flat], prints
-
-
-# -- synchronised BatchNorm on the CPU ----------------------------------------------------------------
-class _SumAcrossRanks(torch.autograd.Function):
-    """all_reduce(sum) whose gradient is the all-reduced gradient (each rank's loss depends on every
-    rank's statistics), as SyncBatchNorm's backward does."""
-
-    @staticmethod
-    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        out = t.clone()
-        dist.all_reduce(out)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
-
-
-class GroupBatchNorm(nn.modules.batchnorm._BatchNorm):
-    """BatchNorm whose training-mode statistics are those of the whole global batch across ranks.
-
-    What ``torch.nn.SyncBatchNorm`` computes, for the CPU (gloo), where SyncBatchNorm refuses to run:
-    the per-channel sum, sum of squares and count of every rank are all-reduced, the mean and the
-    biased variance normalise, and the running variance takes the unbiased one. Eval mode, and a
-    process outside a group, is plain BatchNorm.
-    """
-
-    def _check_input_dim(self, input: torch.Tensor) -> None:
-        if input.dim() < 2:
-            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return super().forward(x)
-        dims = [0] + list(range(2, x.dim()))
-        count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype, device=x.device)
-        stats = torch.cat([x.sum(dims), (x * x).sum(dims), count])
-        total = _SumAcrossRanks.apply(stats)
-        c = x.shape[1]
-        n = total[2 * c]
-        mean = total[:c] / n
-        var = (total[c:2 * c] / n - mean * mean).clamp_min(0)
-        if self.track_running_stats and self.running_mean is not None:
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
-                self.running_mean.mul_(1 - m).add_(mean.detach(), alpha=m)
-                self.running_var.mul_(1 - m).add_(var.detach() * (n / max(float(n) - 1, 1.0)), alpha=m)
-        shape = [1, c] + [1] * (x.dim() - 2)
-        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
-        if self.affine:
-            y = y * self.weight.view(shape) + self.bias.view(shape)
-        return y
-
-
-def convert_sync_bn(model: nn.Module, device: torch.device) -> nn.Module:
-    """Every BatchNorm of ``model`` synchronised across ranks: SyncBatchNorm on CUDA, GroupBatchNorm
-    on the CPU. Parameter and buffer names do not change, so checkpoints load either way."""
-    if device.type == "cuda":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    return _convert_cpu(model)
-
-
-def _convert_cpu(module: nn.Module) -> nn.Module:
-    out = module
-    if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(module, GroupBatchNorm):
-        out = GroupBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
-                             module.track_running_stats)
-        if module.affine:
-            with torch.no_grad():
-                out.weight.copy_(module.weight)
-                out.bias.copy_(module.bias)
-        if module.track_running_stats:
-            out.running_mean.copy_(module.running_mean)
-            out.running_var.copy_(module.running_var)
-            out.num_batches_tracked.copy_(module.num_batches_tracked)
-        out.train(module.training)
-    for name, child in module.named_children():
-        out.add_module(name, _convert_cpu(child))
-    return out
-
-
-def has_batchnorm(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())

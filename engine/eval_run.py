@@ -9,6 +9,7 @@ AutoAttack that takes hours) continues where it stopped when run again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -19,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.contract.config import Profile, load_run_profile
+from engine.contract.config import Profile
+from engine.contract.profile_io import load_run_profile
 from engine.contract import EvalRequest, RequestError, check_eps, scaled_step
 from engine.process import EXIT_USAGE, report_failure
 from engine.contract.profile_schema import ProfileError
@@ -32,25 +34,25 @@ class EvalRequestError(ValueError):
     """A bad request: exit 2 with a message that says what exists instead."""
 
 
-def check_request(request: dict, profile: Profile) -> dict:
-    """The request (engine.contract.EvalRequest) with the profile's own values filled in."""
+def check_request(request: dict, profile: Profile) -> EvalRequest:
+    """The request (engine.contract.EvalRequest), typed, with the profile's own values filled in: its
+    attacks, eps (bounded by the run's norm), eval batch size and seed."""
     try:
         req = EvalRequest.from_json(request)
         eps = check_eps(req.eps or profile.eval.eps, profile.attack.norm)
+        return dataclasses.replace(req, attacks=req.attacks or tuple(profile.eval.attacks), eps=eps,
+                                   batch_size=req.batch_size or profile.data.eval_batch_size,
+                                   seed=profile.seed if req.seed is None else req.seed)
     except RequestError as err:
         raise EvalRequestError(f"{err.field}: {err}") from None
-    return {"attacks": list(req.attacks) or list(profile.eval.attacks), "eps": eps, "split": req.split,
-            "checkpoint": req.checkpoint, "n_per_class": req.n_per_class,
-            "batch_size": req.batch_size or profile.data.eval_batch_size, "force": req.force,
-            "seed": profile.seed if req.seed is None else req.seed}
 
 
-def _same(event: dict, req: dict, attack: str, epoch: int, setting: dict) -> bool:
+def _same(event: dict, req: EvalRequest, attack: str, epoch: int, setting: dict) -> bool:
     """The stored result has this result's whole identity (engine.contract.results): it can be reused."""
     from engine.contract.results import same_setting
 
-    return (event.get("type") == "eval_result" and event.get("split") == req["split"]
-            and event.get("checkpoint") == req["checkpoint"] and event.get("attack") == attack
+    return (event.get("type") == "eval_result" and event.get("split") == req.split
+            and event.get("checkpoint") == req.checkpoint and event.get("attack") == attack
             and event.get("epoch") == epoch and isinstance(event.get("setting"), dict)
             and same_setting(event["setting"], setting))
 
@@ -63,7 +65,7 @@ class PredictionCache:
         folder.mkdir(exist_ok=True)
         self.path = folder / f"{key['checkpoint']}-{key['split']}-{key['attack']}-{digest}.pt"
         self.key = key
-        self.batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.batches: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         if self.path.exists():
             from engine.checkpoint import CheckpointError, load_checkpoint
 
@@ -97,7 +99,7 @@ def evaluate_run(run_dir: Path, request: dict) -> int:
 
     store = CheckpointStore(run_dir / "checkpoints")
     try:
-        weights, epoch = store.weights(req["checkpoint"])
+        weights, epoch = store.weights(req.checkpoint)
     except CheckpointError as err:
         return report_failure(run_dir, "eval", str(err), EXIT_USAGE)
     from engine.process import StopFlag
@@ -111,10 +113,8 @@ def evaluate_run(run_dir: Path, request: dict) -> int:
         events.close()
 
 
-def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: int, events: EventWriter,
+def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, epoch: int, events: EventWriter,
               stop: Any) -> int:
-    import dataclasses
-
     from engine.attacks.suite import AttackSettings, build_attack
     from engine.data import load_splits
     from engine.data.datasets import stratified_pick
@@ -126,9 +126,9 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
 
     runtime = make_runtime(profile.train).for_evaluation()  # fp32 and eager, whatever the run trained with
     splits = load_splits(profile.data, profile.seed)
-    data = splits.test if req["split"] == "test" else splits.val
-    if req["n_per_class"]:
-        data = data.subset(stratified_pick(data.y.numpy(), req["n_per_class"], 1.0,
+    data = splits.test if req.split == "test" else splits.val
+    if req.n_per_class:
+        data = data.subset(stratified_pick(data.y.numpy(), req.n_per_class, 1.0,
                                            np.random.default_rng(SUBSET_SEED),
                                            splits.num_classes))
     from engine.imported import ImportFailed, build
@@ -140,70 +140,59 @@ def _evaluate(run_dir: Path, profile: Profile, req: dict, weights: dict, epoch: 
     model.load_state_dict(weights)
     model.to(runtime.device).eval()
     e = profile.eval
-    settings = AttackSettings(eps=req["eps"], step=scaled_step(e.step, e.eps, req["eps"]), norm=profile.attack.norm,
+    settings = AttackSettings(eps=req.eps, step=scaled_step(e.step, e.eps, req.eps), norm=profile.attack.norm,
                               cw_kappa=e.cw_kappa, tpgd_inv_temperature=e.tpgd_inv_temperature,
-                              restarts=e.restarts, seed=req["seed"])
+                              restarts=e.restarts, seed=req.seed)
     progress = Progress(run_dir / "progress.json")
     existing, _ = read_events(run_dir / "events.jsonl")
-    for attack_name in req["attacks"]:
-        setting = settings.result_setting(attack_name, req["n_per_class"], req["batch_size"])
-        if not req["force"] and any(_same(ev, req, attack_name, epoch, setting) for ev in existing):
+    for attack_name in req.attacks:
+        setting = settings.result_setting(attack_name, req.n_per_class, req.batch_size)
+        if not req.force and any(_same(ev, req, attack_name, epoch, setting) for ev in existing):
             log.info("%s @ %s on %s: reusing the stored result (--force to recompute)", attack_name,
-                     req["checkpoint"], req["split"])
+                     req.checkpoint, req.split)
             continue
-        key = {"checkpoint": req["checkpoint"], "epoch": epoch, "split": req["split"], "attack": attack_name,
-               "eps": req["eps"], "n_per_class": req["n_per_class"], "batch_size": req["batch_size"],
+        key = {"checkpoint": req.checkpoint, "epoch": epoch, "split": req.split, "attack": attack_name,
+               "eps": req.eps, "n_per_class": req.n_per_class, "batch_size": req.batch_size,
                "settings": dataclasses.asdict(settings), "draws": "per batch, seeded"}  # cf. evaluate.seeded_draws
         cache = PredictionCache(run_dir / "eval_cache", key)
         attack = build_attack(attack_name, model, settings)
         started = time.perf_counter()
         try:
-            clean, adv, conf_var = _predict_cached(model, data, attack, runtime, req["batch_size"], cache,
-                                                   progress, stop, attack_name, settings.seed)
+            clean, adv, conf_var = _predict(model, data, attack, runtime, req.batch_size, cache, progress, stop,
+                                            attack_name, settings.seed)
         except KeyboardInterrupt:
             log.warning("evaluation stopped; finished batches are kept and a rerun continues from them")
             return EXIT_STOPPED
         except NonFiniteLogits as err:
-            return report_failure(run_dir, "eval", f"{attack_name} @ {req['checkpoint']}: {err}", 1)
+            return report_failure(run_dir, "eval", f"{attack_name} @ {req.checkpoint}: {err}", 1)
         result = per_class_result(data.y, clean, adv, splits.num_classes, conf_var)
-        events.emit("eval_result", split=req["split"], checkpoint=req["checkpoint"], epoch=epoch,
-                    attack=attack_name, eps=req["eps"], n_per_class=req["n_per_class"], setting=setting,
+        events.emit("eval_result", split=req.split, checkpoint=req.checkpoint, epoch=epoch,
+                    attack=attack_name, eps=req.eps, n_per_class=req.n_per_class, setting=setting,
                     time_s=time.perf_counter() - started, **result)
         cache.remove()
-        log.info("%s %s @ %s (epoch %d): clean %.3f robust %.3f worst %.3f", req["split"], attack_name,
-                 req["checkpoint"], epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])
+        log.info("%s %s @ %s (epoch %d): clean %.3f robust %.3f worst %.3f", req.split, attack_name,
+                 req.checkpoint, epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])
     progress.update("done", epoch, 0, 0)
     return EXIT_OK
 
 
-def _predict_cached(model, data, attack, runtime, batch_size, cache, progress, stop, attack_name, seed):
-    from engine.evaluate import check_logits, confidence_variance, seeded_draws
+def _predict(model: Any, data: Any, attack: Any, runtime: Any, batch_size: int, cache: PredictionCache,
+             progress: Any, stop: Any, attack_name: str, seed: int) -> tuple:
+    """The one prediction loop (engine.evaluate.predict) over the cache on disk, with `fairtui eval`'s stop
+    check and progress (AutoAttack's too: which of its attacks runs, images still robust)."""
+    from engine.evaluate import predict
 
-    n = len(data)
-    batches = (n + batch_size - 1) // batch_size
+    batches = (len(data) + batch_size - 1) // batch_size
     # at once: a reader never takes the last phase's progress (training's, another attack's) for this one
     progress.update("eval", 0, len(cache.batches), batches, attack=attack_name,
                     **({"cached": len(cache.batches)} if cache.batches else {}))
-    for b in range(batches):
-        if b in cache.batches:
-            continue
+
+    def before_batch(b: int) -> None:
         if stop():
             raise KeyboardInterrupt
-        if hasattr(attack, "on_progress"):  # AutoAttack: which of its attacks runs, images still robust
-            attack.on_progress = lambda info, _b=b: progress.update("eval", 0, len(cache.batches), batches,
-                                                                    attack=attack_name, batch_in=_b + 1, aa=info)
-        sl = slice(b * batch_size, (b + 1) * batch_size)
-        x, y = data.images(sl).to(runtime.device), data.y[sl].to(runtime.device)
-        with torch.no_grad(), runtime.autocast():
-            logits = model(x)
-        check_logits(logits, f"clean batch {b + 1}")
-        with seeded_draws(seed, b, runtime.device):
-            x_adv = attack.perturb(x, y)
-        with torch.no_grad(), runtime.autocast():
-            adv_logits = model(x_adv)
-        check_logits(adv_logits, f"adversarial batch {b + 1}")
-        adv = adv_logits.argmax(1).cpu()
-        cache.batches[b] = (logits.argmax(1).cpu(), adv, confidence_variance(logits).cpu())
-        cache.save()
-        progress.update("eval", 0, len(cache.batches), batches, attack=attack_name)
-    return tuple(torch.cat([cache.batches[b][i] for b in range(batches)]) for i in range(3))
+        if hasattr(attack, "on_progress"):
+            attack.on_progress = lambda info: progress.update("eval", 0, len(cache.batches), batches,
+                                                              attack=attack_name, batch_in=b + 1, aa=info)
+
+    return predict(model, data, attack, runtime, batch_size, seed=seed, cache=cache, before_batch=before_batch,
+                   progress=lambda done, total: progress.update("eval", 0, done, total, attack=attack_name))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
@@ -43,37 +43,61 @@ def seeded_draws(seed: int, batch: int, device: torch.device) -> Iterator[None]:
         yield
 
 
+class BatchCache(Protocol):
+    """Finished batches kept somewhere (engine.eval_run.PredictionCache: on disk), so that an interrupted
+    prediction continues from them: batch index -> (clean, adversarial, confidence variance), on the CPU."""
+
+    batches: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+    def save(self) -> None: ...
+
+
 def predict(model: torch.nn.Module, data: TensorData, attack: Any, runtime: Runtime, batch_size: int,
-            progress: ProgressFn | None = None, seed: int | None = None, draws: Draws = WHOLE
+            progress: ProgressFn | None = None, seed: int | None = None, draws: Draws = WHOLE,
+            cache: BatchCache | None = None, before_batch: Callable[[int], None] | None = None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clean predictions, adversarial predictions and the clean confidence variance of every
-    sample of ``data``: three [N] tensors on the CPU. Results stay on the device until the end.
+    sample of ``data``: three [N] tensors on the CPU. The one prediction loop: validation during
+    training, the final test evaluation and `fairtui eval` all run it.
+
     ``seed``: an evaluation's, whose draws are :func:`seeded_draws` per batch (None: validation during
     training, whose draws continue the training's random stream). ``draws``: the attack's, for a
-    rank's rows of one validation batch (``data`` is those rows)."""
-    clean, adv, conf_var = [], [], []
+    rank's rows of one validation batch (``data`` is those rows). ``cache``: batches already in it are
+    not computed again, and each new one is added and saved as it finishes (results then go through the
+    CPU batch by batch; without a cache they stay on the device until the end). ``before_batch(b)``:
+    called before batch ``b`` is computed (a stop check may raise there; AutoAttack's progress hook).
+    ``progress(done, total)``: after each batch."""
     n = len(data)
     batches = (n + batch_size - 1) // batch_size
+    parts: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = cache.batches if cache is not None else {}
     with eval_mode(model):
-        for b, start in enumerate(range(0, n, batch_size)):
-            x = runtime.input_format(data.images(slice(start, start + batch_size)).to(runtime.device))
-            y = data.y[start:start + batch_size].to(runtime.device)
+        for b in range(batches):
+            if b in parts:
+                continue
+            if before_batch is not None:
+                before_batch(b)
+            sl = slice(b * batch_size, (b + 1) * batch_size)
+            x = runtime.input_format(data.images(sl).to(runtime.device))
+            y = data.y[sl].to(runtime.device)
             with torch.no_grad(), runtime.autocast():
                 logits = model(x)
             check_logits(logits, f"clean batch {b + 1}")
-            clean.append(logits.argmax(1))
-            conf_var.append(confidence_variance(logits))
             with seeded_draws(seed, b, runtime.device) if seed is not None else contextlib.nullcontext():
                 x_adv = attack.perturb(x, y, draws=draws)
             with torch.no_grad(), runtime.autocast():
                 adv_logits = model(x_adv)
             check_logits(adv_logits, f"adversarial batch {b + 1}")
-            adv.append(adv_logits.argmax(1))
+            part = (logits.argmax(1), adv_logits.argmax(1), confidence_variance(logits))
+            if cache is not None:
+                parts[b] = tuple(t.cpu() for t in part)  # type: ignore[assignment]
+                cache.save()
+            else:
+                parts[b] = part
             if progress is not None:
-                progress(b + 1, batches)
-    empty = torch.zeros(0, dtype=torch.long)
-    return (torch.cat(clean).cpu() if clean else empty), (torch.cat(adv).cpu() if adv else empty), \
-        (torch.cat(conf_var).cpu() if conf_var else torch.zeros(0))
+                progress(len(parts), batches)
+    if not parts:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0)
+    return tuple(torch.cat([parts[b][i] for b in range(batches)]).cpu() for i in range(3))  # type: ignore[return-value]
 
 
 def per_class_result(y: torch.Tensor, clean_pred: torch.Tensor, adv_pred: torch.Tensor,

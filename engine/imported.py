@@ -271,7 +271,7 @@ def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: i
 
 def import_run(run_dir: Path, request: dict) -> int:
     """Import the model of ``request`` into the (new) run folder ``run_dir``."""
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.process import EXIT_OK, EXIT_USAGE, report_failure, setup_logging
 
     setup_logging()

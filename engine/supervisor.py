@@ -25,7 +25,6 @@ own (engine.distributed); a SIGTERM reaches every rank through the launcher.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.distributed import ENV_SUPERVISED
-from engine.contract.protocol import clear_end, engine_args
+from engine.contract.protocol import clear_end, engine_args, read_failures
 from engine.process import (EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, acquire_lock, failure_file,
                             write_process_file)
 
@@ -111,19 +110,6 @@ def launch(run_dir: Path, nproc: int, on_gpus: bool) -> tuple[dict[int, Any], bo
     return {}, False
 
 
-def read_failures(run_dir: Path, nproc: int) -> dict[int, dict]:
-    """The ranks' ``.rank<r>.failed`` files, removed once read."""
-    failures = {}
-    for rank in range(nproc):
-        path = failure_file(run_dir, rank)
-        try:
-            failures[rank] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        path.unlink(missing_ok=True)
-    return failures
-
-
 def launcher_message(failure: Any) -> str | None:
     """The exception a rank wrote to the launcher's error file (see engine.process), if it did."""
     message = (failure.error_file_data or {}).get("message")
@@ -156,7 +142,7 @@ def outcome(run_dir: Path, nproc: int, launcher: dict[int, Any], stopped: bool, 
     """Write ``run_finished`` if rank 0 did not; return the exit code (DESIGN.md: 0, 1, 2, 130)."""
     from engine.contract.events import EventWriter, read_events
 
-    own = read_failures(run_dir, nproc)
+    own = read_failures(run_dir, range(nproc))
     events, _ = read_events(run_dir / "events.jsonl")
     finished = [e for e in events if e.get("type") == "run_finished" and e.get("seq", -1) >= first_seq]
     if finished:  # rank 0 accounted for the run: its exit code is the run's (after a stop signal the

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.contract.config import load_run_profile, profile_warnings
-from engine.contract.events import EventWriter
+from engine.contract.config import profile_warnings
+from engine.contract.profile_io import load_run_profile
 from engine.contract.protocol import clear_end
 from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, clear_failures, exit_now,
                             guarded, setup_logging, write_process_file)
@@ -19,84 +19,96 @@ log = logging.getLogger("engine")
 
 
 def train(run_dir: Path, nproc: int = 1) -> int:
+    """Train ``run_dir`` in this process, as one rank of a group, or (``nproc`` > 1 and no group yet) under
+    the supervisor. Which process does what is :class:`engine.distributed.Group`'s to say."""
     from engine.distributed import Group, die_with_supervisor
 
     group = Group.from_env()
     if group.supervised:
         die_with_supervisor()
     setup_logging(group.rank if group.active else None)
-    try:
-        profile = load_run_profile(run_dir)
-    except ProfileError as err:
-        print(err, file=sys.stderr)
+    profile = _checked_profile(run_dir, group)
+    if profile is None:
         return EXIT_USAGE
-    if profile.source is not None:
-        print(f"{run_dir}: an imported model does not train (fairtui eval evaluates it)", file=sys.stderr)
-        return EXIT_USAGE
-    for warning in profile_warnings(profile) if not group.active or group.is_main else ():
-        log.warning(warning)
-    if group.is_main and group.nodes > 1:
-        from engine.contract.storage import local_filesystem
-
-        if fs := local_filesystem(run_dir):
-            log.warning("%s is on %s, which looks local to this machine: a run across %d nodes needs its run folder "
-                        "on storage every node sees (NFS, Lustre...)", run_dir.resolve(), fs, group.nodes)
     if nproc > 1 and not group.active:
         from engine.supervisor import supervise
 
         return supervise(run_dir, nproc)
-    # A supervised rank runs under its supervisor's lock and engine.json; under another launcher
-    # (torchrun, srun) rank 0 takes them.
-    owner = group.is_main and not group.supervised
-    lock = acquire_lock(run_dir) if owner else True
+    stop = StopFlag(run_dir)
+    stop.install()  # before engine.json says that SIGTERM stops this process cleanly
+    lock = _take_folder(run_dir) if group.owns_folder else True
     if lock is None:
         print(f"{run_dir}: another engine is already running this folder", file=sys.stderr)
         return EXIT_USAGE
-    stop = StopFlag(run_dir)
-    stop.install()
-    if owner:
-        write_process_file(run_dir, "train")
-        clear_end(run_dir)  # an end recorded beside the stream (a refused start, a kill) was the last session's
-        if group.active:
-            clear_failures(run_dir)  # an earlier attempt's: the ranks' failure files name this one's
-    from engine.distributed import NoEvents
-
-    events: Any = EventWriter(run_dir / "events.jsonl", run_dir.name) if group.is_main else NoEvents()
+    if group.owns_folder and group.active:
+        clear_failures(run_dir)  # an earlier attempt's: the ranks' failure files name this one's
+    events, progress = group.writers(run_dir)
     mirrors: list = []
     if group.is_main and profile.train.log_to:  # dashboards: each event, once written, handed on (engine.sinks)
         from engine.sinks import live_mirrors
 
         mirrors = live_mirrors(run_dir, profile)
         events.listeners.extend(mirrors)
-
-    def body() -> None:
-        from engine.final_eval import final_evaluation
-        from engine.progress import Progress
-        from engine.trainer import Trainer
-        from engine.utils import make_runtime
-
-        runtime = make_runtime(profile.train, group.local_rank, group.world)
-        group.init(runtime.device, profile.train.dist_timeout)
-        if group.active:
-            ranks = group.processes(runtime.device)
-            if group.is_main:
-                add_ranks(run_dir, ranks)
-        log.info("run %s on %s%s", run_dir.name, runtime.describe(),
-                 f" (rank {group.rank} of {group.world}, {group.backend})" if group.active else "")
-        trainer = Trainer(run_dir, profile, runtime, events, Progress(run_dir / "progress.json"), stop, group)
-        trainer.fit()
-        group.close()  # the test evaluation runs on rank 0 alone; the other ranks are done
-        if group.is_main and profile.eval.test_at_end:
-            final_evaluation(trainer)
-
     try:
-        code = guarded(run_dir, events, body, group)
+        code = guarded(run_dir, events, lambda: _fit(run_dir, profile, group, events, progress, stop), group)
     finally:
         for mirror in mirrors:
             mirror.close()
         events.close()
-        if owner and stop.requested:
+        if group.owns_folder and stop.requested:
             (run_dir / STOP_MARKER).unlink(missing_ok=True)  # honoured: the next resume starts clean
     if group.active or any(mirror.abandoned for mirror in mirrors):
         exit_now(code)  # a dashboard call that never returned would hold the interpreter's exit (its atexit hooks)
     return code
+
+
+def _checked_profile(run_dir: Path, group: Any) -> Any:
+    """The run's profile, or None (said on stderr) when it cannot train; its warnings, once (rank 0)."""
+    try:
+        profile = load_run_profile(run_dir)
+    except ProfileError as err:
+        print(err, file=sys.stderr)
+        return None
+    if profile.source is not None:
+        print(f"{run_dir}: an imported model does not train (fairtui eval evaluates it)", file=sys.stderr)
+        return None
+    if group.is_main:
+        for warning in profile_warnings(profile):
+            log.warning(warning)
+        if group.nodes > 1:
+            from engine.contract.storage import local_filesystem
+
+            if fs := local_filesystem(run_dir):
+                log.warning("%s is on %s, which looks local to this machine: a run across %d nodes needs its run "
+                            "folder on storage every node sees (NFS, Lustre...)", run_dir.resolve(), fs, group.nodes)
+    return profile
+
+
+def _take_folder(run_dir: Path) -> Any:
+    """The run's engine lock (None: another engine has it), engine.json naming this process, and an end
+    recorded beside the stream for the last session (a refused start, a kill) cleared."""
+    lock = acquire_lock(run_dir)
+    if lock is not None:
+        write_process_file(run_dir, "train")
+        clear_end(run_dir)
+    return lock
+
+
+def _fit(run_dir: Path, profile: Any, group: Any, events: Any, progress: Any, stop: Any) -> None:
+    from engine.final_eval import final_evaluation
+    from engine.trainer import Trainer
+    from engine.utils import make_runtime
+
+    runtime = make_runtime(profile.train, group.local_rank, group.world)
+    group.init(runtime.device, profile.train.dist_timeout)
+    if group.active:
+        ranks = group.processes(runtime.device)
+        if group.is_main:
+            add_ranks(run_dir, ranks)
+    log.info("run %s on %s%s", run_dir.name, runtime.describe(),
+             f" (rank {group.rank} of {group.world}, {group.backend})" if group.active else "")
+    trainer = Trainer(run_dir, profile, runtime, events, progress, stop, group)
+    trainer.fit()
+    group.close()  # the test evaluation runs on rank 0 alone; the other ranks are done
+    if group.is_main and profile.eval.test_at_end:
+        final_evaluation(trainer)

@@ -51,7 +51,7 @@ class Trainer:
                  progress: Progress, stop_flag: Any, group: Group | None = None):
         self.run_dir, self.profile, self.rt = run_dir, profile, runtime
         self.group = group or Group()
-        self.events, self.progress = self.group.writers(events, progress)
+        self.events, self.progress = events, progress  # a rank other than 0's write nothing (Group.writers)
         self.stop_flag = stop_flag
         seed_everything(profile.seed)  # the same on every rank: the same initial weights and RNG streams
         self.splits: Splits = load_splits(profile.data, profile.seed)

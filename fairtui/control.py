@@ -26,7 +26,7 @@ class NothingToDo(ControlError):
 def check_resumable(run_dir: Path) -> None:
     """ControlError unless the run can resume (stopped, failed or lost, with a whole profile): the one rule
     for `fairtui resume` and the app's `r`."""
-    from engine.contract.config import load_run_profile
+    from engine.contract.profile_io import load_run_profile
     from engine.contract.profile_schema import ProfileError
 
     try:
@@ -56,7 +56,7 @@ def queue_resume(run_dir: Path, queue) -> str:
 def queue_rerun(run_dir: Path, queue) -> Path:
     """A new run of the same resolved profile, name, tags and GPUs (the app's `R`), queued; its folder.
     ProfileError if the profile cannot start a run any more."""
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from fairtui.launcher import GpuChoice, create_run
     from fairtui.store import RunIndex
 

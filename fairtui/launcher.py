@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.contract.atomic import atomic_write_text
-from engine.contract.config import Profile, check_data_root, dumps_profile
+from engine.contract.config import Profile
+from engine.contract.profile_io import check_data_root, dumps_profile
 from engine.contract import protocol
 from engine.contract.protocol import ENGINE_LOCK, LOCK_FD_ENV  # the run's one engine lock
 from engine.contract.profile_schema import ProfileError

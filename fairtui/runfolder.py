@@ -166,7 +166,7 @@ class RunView:
         if self.started:
             return self.started.get("config", {})
         try:
-            from engine.contract.config import read_toml
+            from engine.contract.profile_io import read_toml
 
             return read_toml(self.run_dir / "profile.toml")
         except Exception:  # a broken profile leaves the view usable

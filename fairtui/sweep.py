@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.contract.config import apply_overrides, check_data_root, parse_override, profile_from_table, read_toml
+from engine.contract.config import profile_from_table
+from engine.contract.profile_io import apply_overrides, check_data_root, parse_override, read_toml
 from engine.contract.profile_schema import ProfileError
 
 SWEEP_KEYS = ("grid", "seeds", "launcher", "per_gpu", "slurm")

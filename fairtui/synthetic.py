@@ -11,7 +11,8 @@ import random
 import time
 from pathlib import Path
 
-from engine.contract.config import Profile, dumps_profile
+from engine.contract.config import Profile
+from engine.contract.profile_io import dumps_profile
 from engine.contract.results import requested_setting
 
 

@@ -78,7 +78,7 @@ def engine_env() -> dict:
 
 
 def make_run_dir(tmp_path: Path, profile_path: Path, name: str = "run", overrides: tuple[str, ...] = ()) -> Path:
-    from engine.contract.config import dumps_profile, load_profile
+    from engine.contract.profile_io import dumps_profile, load_profile
 
     run_dir = tmp_path / "runs" / name
     run_dir.mkdir(parents=True)

@@ -1,29 +1,21 @@
-"""Run profiles: TOML -> frozen dataclasses, strictly checked.
+"""Run profiles: what a profile may hold (frozen dataclasses) and its checks, from a parsed TOML table.
 
 Torch-free: `fairtui` validates a profile with this module before it starts an
 engine process. Every error is a :class:`ProfileError` whose message reads
-``FILE: KEY: what is wrong``.
+``FILE: KEY: what is wrong``. Reading and writing profile files: engine.contract.profile_io.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from engine.contract.method_params import METHOD_PARAMS, MethodParams
 from engine.contract.profile_schema import ProfileError, build, field, to_table, unknown_key_message
 from engine.contract.request import CHECKPOINTS, RequestError, check_attack, check_eps
 from engine.contract.sinks import LIVE_SINKS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 DATASETS = ("digits", "gaussian", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn", "stl10",
             "tiny_imagenet")
@@ -33,7 +25,6 @@ IMPORTED_ARCHS = ("torchscript", "robustbench")
 # Classes of each data set whose class count the profile cannot change (gaussian: data.gaussian_classes).
 NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100, "svhn": 10,
                "stl10": 10, "tiny_imagenet": 200}
-MAX_PROFILE_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -359,109 +350,3 @@ def resolved_train(p: Profile) -> TrainConfig:
 def training_attack_mode(p: Profile) -> str:
     """``train.attack_mode`` resolved: train mode for the CFA authors' code on AT and FAT, else eval."""
     return str(resolved_train(p).attack_mode)
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """Split ``KEY=VALUE``; VALUE is read as a TOML value, else taken as a plain string."""
-    if "=" not in text:
-        raise ProfileError("--set", text, "expected KEY=VALUE, e.g. train.epochs=3")
-    key, value = text.split("=", 1)
-    key = key.strip()
-    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-        raise ProfileError("--set", key, "expected a dotted key such as method.lambda1")
-    try:
-        parsed = tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        parsed = value
-    return key, parsed
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Return a copy of ``raw`` with every ``KEY=VALUE`` set at its dotted path."""
-    import copy
-
-    out = copy.deepcopy(raw)
-    for text in overrides:
-        key, value = parse_override(text)
-        parts = key.split(".")
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ProfileError("--set", key, f"{part!r} is not a table")
-        node[parts[-1]] = value
-    return out
-
-
-def read_toml(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        if path.is_dir():
-            raise ProfileError(str(path), "", "is a folder, not a profile file")
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_PROFILE_BYTES + 1)
-        if len(data) > MAX_PROFILE_BYTES:
-            raise ProfileError(str(path), "", f"larger than {MAX_PROFILE_BYTES // 1000} kB: not a profile")
-        return tomllib.loads(data.decode("utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(str(path), "", "no such profile file") from None
-    except PermissionError:
-        raise ProfileError(str(path), "", "not readable (permission denied)") from None
-    except OSError as err:
-        raise ProfileError(str(path), "", f"cannot be read: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise ProfileError(str(path), "", "not UTF-8 text (a binary or UTF-16 file?); a profile is TOML") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ProfileError(str(path), "", f"not valid TOML: {err}") from None
-
-
-def check_data_root(profile: Profile, file: str) -> None:
-    """A data set read from files needs ``data.root`` to be a folder (checked before a run folder exists)."""
-    d = profile.data
-    if d.dataset in ("digits", "gaussian") or d.download:
-        return
-    root = Path(d.root).expanduser()
-    if not root.exists():
-        raise ProfileError(file, "data.root", f"{str(root)!r} does not exist (it should hold the {d.dataset} "
-                           "files; data.download = true fetches them where the network reaches)")
-    if not root.is_dir():
-        raise ProfileError(file, "data.root", f"{str(root)!r} is a file, not a folder")
-
-
-def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
-    """Read, override and check a profile file. Raises :class:`ProfileError`."""
-    raw = read_toml(path)
-    if overrides:
-        raw = apply_overrides(raw, list(overrides))
-        try:
-            return profile_from_table(raw, str(path))
-        except ProfileError as err:
-            # Name --set as the culprit when the bad key was set there.
-            keys = {parse_override(o)[0] for o in overrides}
-            if err.key in keys:
-                raise ProfileError("--set", err.key, err.problem) from None
-            raise
-    return profile_from_table(raw, str(path))
-
-
-RUN_PROFILE_TABLES = ("data", "model", "train", "attack", "method", "eval")
-
-
-def load_run_profile(run_dir: Path) -> Profile:
-    """A run folder's ``profile.toml``: the resolved profile that every run folder holds whole. One that is
-    missing, empty or cut short (a full disk while it was written) is refused rather than read as
-    defaults: a run must never continue with settings it did not start with."""
-    path = Path(run_dir) / "profile.toml"
-    raw = read_toml(path)
-    profile = profile_from_table(raw, str(path))  # a wrong value is named first, as in any profile
-    missing = [t for t in RUN_PROFILE_TABLES if not isinstance(raw.get(t), dict)]
-    if missing:
-        raise ProfileError(str(path), missing[0], "missing from the run's resolved profile (the file is empty or "
-                           "cut short: a full disk when it was written?); the run cannot continue on defaults")
-    return profile
-
-
-def dumps_profile(profile: Profile) -> str:
-    import tomli_w
-
-    return tomli_w.dumps(profile.to_table())

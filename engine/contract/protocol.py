@@ -139,6 +139,25 @@ def clear_failures(run_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def read_failures(run_dir: Path, ranks: Any, remove: bool = True) -> dict[int, dict[str, Any]]:
+    """The reasons ranks ``ranks`` left (:func:`write_failure`), by rank; each file removed once read. The one
+    reader of failure files: the supervisor after its launcher returned, rank 0 after a collective failed."""
+    import json
+
+    found: dict[int, dict[str, Any]] = {}
+    for rank in ranks:
+        path = failure_file(run_dir, rank)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            found[rank] = doc
+            if remove:
+                path.unlink(missing_ok=True)
+    return found
+
+
 def peer_failure(run_dir: Path, world: int, members: list[dict[str, Any]] | None, seen: str,
                  grace_s: float = PEER_GRACE_S) -> str:
     """Which rank made rank 0's collective fail, for a run whose launcher rank 0 cannot ask (torchrun on
@@ -146,23 +165,14 @@ def peer_failure(run_dir: Path, world: int, members: list[dict[str, Any]] | None
     there (:func:`write_failure`). Rank 0 waits up to ``grace_s`` for all of them, then names a rank's
     own error, else the ranks that left nothing (killed, or their node was lost: ``members`` gives
     their host and pid), else what rank 0 saw (``seen``)."""
-    import json
-
     found: dict[int, dict] = {}
     deadline = time.monotonic() + grace_s
     while True:
-        for rank in range(1, world):
-            if rank not in found:
-                try:
-                    found[rank] = json.loads(failure_file(run_dir, rank).read_text())
-                except (OSError, ValueError):
-                    pass
+        found.update(read_failures(run_dir, [r for r in range(1, world) if r not in found]))
         own = [r for r in sorted(found) if not found[r].get("collective")]
         if own or len(found) == world - 1 or time.monotonic() >= deadline:
             break
         time.sleep(0.1)
-    for rank in found:
-        failure_file(run_dir, rank).unlink(missing_ok=True)
     if own:
         return f"rank {own[0]}: {found[own[0]].get('reason')}"
     silent = [r for r in range(1, world) if r not in found]

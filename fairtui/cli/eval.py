@@ -113,7 +113,7 @@ def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running:
     command = engine_command("eval", run_dir, "--request", json.dumps(request))
     started = time.time()  # progress.json written before this is an earlier phase's, never shown as this one's
     proc = start_engine(run_dir, choice, command=command)
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
 
     request["attacks"] = request["attacks"] or list(load_profile(run_dir / "profile.toml").eval.attacks)
     code = follow(run_dir, proc, json_out, eval_request=request, since=started)

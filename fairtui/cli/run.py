@@ -31,7 +31,8 @@ def run(
     cluster: Optional[str] = Cluster,
     home: HomeT = Home,
 ) -> None:
-    from engine.contract.config import apply_overrides, load_profile, pinned_form_keys, profile_warnings, read_toml
+    from engine.contract.config import pinned_form_keys, profile_warnings
+    from engine.contract.profile_io import apply_overrides, load_profile, read_toml
     from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home

@@ -39,7 +39,8 @@ def sweep(
 ) -> None:
     import json
 
-    from engine.contract.config import apply_overrides, pinned_form_keys, profile_warnings
+    from engine.contract.config import pinned_form_keys, profile_warnings
+    from engine.contract.profile_io import apply_overrides
     from engine.contract.profile_schema import ProfileError
     from fairtui.home import resolve_home
     from fairtui.sweep import build_spec, expand, split_profile

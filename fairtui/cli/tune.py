@@ -37,6 +37,7 @@ def tune(
     from pathlib import Path
 
     from fairtui import tune as t
+    from fairtui import tune_space as space_
     from fairtui.home import resolve_home
 
     home_dir = resolve_home(home)
@@ -62,10 +63,10 @@ def tune(
                 raise t.TuneError("--trials", "give the study's budget, at least 1")
             if not space:
                 raise t.TuneError("--space", "give at least one KEY=SPEC to search")
-            dims = [t.parse_dimension(item) for item in space]
+            dims = [space_.parse_dimension(item) for item in space]
             if len({d.key for d in dims}) < len(dims):
                 raise t.TuneError("--space", "a key is given twice")
-            from engine.contract.config import load_profile
+            from engine.contract.profile_io import load_profile
             from engine.contract.profile_schema import ProfileError
 
             try:
@@ -75,9 +76,9 @@ def tune(
             name = study or f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
             if not t.NAME.match(name):
                 raise t.TuneError("--study", f"{name!r}: letters, digits, '.', '_' and '-' (64 at most)")
-            t.check_space(target, list(set_), dims)
+            space_.check_space(target, list(set_), dims)
             req = t.Request(home=home_dir, study=name, profile_path=str(Path(target).resolve()), space=dims,
-                            base=list(set_), trials=trials, objective=t.parse_objective(objective, home_dir),
+                            base=list(set_), trials=trials, objective=space_.parse_objective(objective, home_dir),
                             parallel=parallel, pruner=pruner, seed=seed, gpus=gpus)
             t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
             st = t.create(req)

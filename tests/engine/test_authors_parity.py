@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from engine.contract.config import Profile, AttackConfig, TrainConfig, load_profile, profile_from_table
+from engine.contract.config import Profile, AttackConfig, TrainConfig, profile_from_table
+from engine.contract.profile_io import load_profile
 from engine.contract.method_params import CFAParams, FRLParams
 from engine.methods.base import MethodContext, ValResult
 from engine.methods.cfa import CFA

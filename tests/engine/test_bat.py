@@ -293,7 +293,7 @@ def test_two_ranks_train_bat_as_one_process(tmp_path, tiny_profile):
 def test_bat_profile_lr_is_the_authors_adjust_learning_rate():
     """train.py's adjust_learning_rate, called before every (1-based) epoch: 0.1, x0.1 from 75, x0.01 from 90,
     x0.001 from 100."""
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.trainer import lr_at
     from tests.conftest import ROOT
 

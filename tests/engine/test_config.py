@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from engine.contract.config import dumps_profile, load_profile, parse_override
+from engine.contract.profile_io import dumps_profile, load_profile, parse_override
 from engine.contract.profile_schema import ProfileError, parse_fraction
 from tests.conftest import ROOT, TINY
 
@@ -80,7 +80,8 @@ def test_missing_and_malformed_files(tmp_path):
 
 def test_a_milestone_after_the_last_epoch_is_a_warning_not_an_error(tiny_profile):
     """`--set train.epochs=3` on a 30-epoch profile runs; the milestones that cannot fire are named."""
-    from engine.contract.config import load_profile, profile_warnings
+    from engine.contract.config import profile_warnings
+    from engine.contract.profile_io import load_profile
 
     p = load_profile(tiny_profile(), ["train.epochs=3", "train.milestones=[2, 3, 20]"])
     assert p.train.milestones == (2, 3, 20)
@@ -93,7 +94,7 @@ def test_a_milestone_after_the_last_epoch_is_a_warning_not_an_error(tiny_profile
 @pytest.mark.parametrize("epochs, expected", [(200, (100, 150)), (30, (15, 23)), (7, (4, 6)), (1, (1, 1))])
 def test_percent_milestones_are_the_cfa_authors_rule(tiny_profile, epochs, expected):
     """"p%" is the first epoch e with (e - 1) / epochs >= p: the lr drops after epoch ceil(p * epochs)."""
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.trainer import lr_at
 
     p = load_profile(tiny_profile(), [f"train.epochs={epochs}", 'train.milestones=["50%", "75%"]'])
@@ -107,7 +108,7 @@ def test_percent_milestones_are_the_cfa_authors_rule(tiny_profile, epochs, expec
 @pytest.mark.parametrize("value, problem", [('["0%"]', "in (0%, 100%]"), ('["half"]', "a percentage like"),
                                             ('["50"]', "a percentage like")])
 def test_bad_percent_milestones_name_the_key(tiny_profile, value, problem):
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.profile_schema import ProfileError
 
     with pytest.raises(ProfileError, match=f"train.milestones: item 0: .*{re.escape(problem)}"):
@@ -126,7 +127,8 @@ def test_shipped_profiles_leave_form_owned_keys_to_the_form(path):
 
 
 def test_a_key_pinned_against_the_form_is_named_with_both_values(tmp_path):
-    from engine.contract.config import apply_overrides, pinned_form_keys, read_toml
+    from engine.contract.config import pinned_form_keys
+    from engine.contract.profile_io import apply_overrides, read_toml
 
     frl = tmp_path / "frl.toml"
     frl.write_text(TINY.replace('name = "pgd_at"', 'name = "frl"\ntau1 = 0.05\npretrain_epochs = 1'))

@@ -45,7 +45,8 @@ def test_the_attack_grammar():
 
 
 def test_the_engine_takes_an_l2_eps_above_1_and_refuses_it_for_linf(tmp_path):
-    from engine.contract.config import Profile, dumps_profile, load_run_profile
+    from engine.contract.config import Profile
+    from engine.contract.profile_io import dumps_profile, load_run_profile
     from engine.eval_run import EvalRequestError, check_request
 
     for norm, ok in (("l2", True), ("linf", False)):
@@ -58,7 +59,7 @@ def test_the_engine_takes_an_l2_eps_above_1_and_refuses_it_for_linf(tmp_path):
         (run / "profile.toml").write_text(dumps_profile(profile_from_table(table, norm)))
         profile = load_run_profile(run)
         if ok:
-            assert check_request({"eps": 2.0}, profile)["eps"] == 2.0
+            assert check_request({"eps": 2.0}, profile).eps == 2.0
         else:
             with pytest.raises(EvalRequestError, match=r"eps: must be in \(0, 1\]"):
                 check_request({"eps": 2.0}, profile)

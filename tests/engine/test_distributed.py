@@ -112,7 +112,8 @@ def test_fingerprints_tell_equal_state_from_changed_or_permuted_state():
 COLLECTIVES = textwrap.dedent("""
     import json, os, sys
     import torch
-    from engine.distributed import Group, GroupBatchNorm, RankMismatch, convert_sync_bn
+    from engine.distributed import Group, RankMismatch
+    from engine.sync_bn import GroupBatchNorm, convert_sync_bn
     g = Group.from_env()
     g.init(torch.device("cpu"), 60)
     out = {}

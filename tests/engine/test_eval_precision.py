@@ -32,7 +32,7 @@ def test_the_final_evaluation_runs_in_fp32_after_bf16_training(tmp_path, monkeyp
     from engine.final_eval import final_evaluation
     from engine.progress import Progress
     from engine.trainer import Trainer
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
 
     profile_path = tmp_path / "tiny.toml"
     profile_path.write_text(TINY)

@@ -52,7 +52,7 @@ def engine(run_dir: Path, site: Path, **kw) -> subprocess.CompletedProcess:
 
 
 def test_an_installed_method_trains_resumes_and_shows_in_compare(tmp_path, tiny_profile, plugin_path):
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.profile_schema import ProfileError
 
     profile = tiny_profile()
@@ -104,7 +104,7 @@ def test_a_broken_or_clashing_plugin_is_reported_in_one_line_and_builtins_work(t
         info.mkdir(parents=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
         (info / "entry_points.txt").write_text("[fairtui.methods]\n" + entries)
-    script = ("import sys\nfrom engine.contract.config import load_profile\nfrom engine.contract.profile_schema import ProfileError\n"
+    script = ("import sys\nfrom engine.contract.profile_io import load_profile\nfrom engine.contract.profile_schema import ProfileError\n"
               f"p = load_profile({str(tiny_profile())!r})\nprint('builtin', p.method.name)\n"
               "try:\n"
               f"    load_profile({str(tiny_profile())!r}, ['method.name=\"broken\"'])\n"
@@ -127,7 +127,7 @@ def test_a_broken_or_clashing_plugin_is_reported_in_one_line_and_builtins_work(t
 def test_a_profile_naming_a_plugin_is_checked_without_its_method_or_torch(tiny_profile, site):
     """The example declares its params in a torch-free module (entry point group fairtui.method_params): a
     profile check (`fairtui run`, `sweep`, the launch dialog) imports neither the method nor torch."""
-    script = ("import sys\nfrom engine.contract.config import load_profile\n"
+    script = ("import sys\nfrom engine.contract.profile_io import load_profile\n"
               f"p = load_profile({str(tiny_profile())!r}, ['method.name=\"irw_at\"', 'method.momentum=0.25'])\n"
               "print(p.method.name, p.method.momentum, 'torch' in sys.modules, 'fairtui_irw.method' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", script], env=env_with(site), cwd=ROOT, capture_output=True,

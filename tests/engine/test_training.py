@@ -185,7 +185,7 @@ def test_a_repeated_sigterm_is_one_stop_request_and_a_second_ctrl_c_leaves_now()
 
 def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, tiny_profile, monkeypatch):
     from engine import trainer as trainer_mod
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.events import EventWriter
     from engine.progress import Progress
     from engine.process import guarded
@@ -272,7 +272,7 @@ def test_frl_best_checkpoint_never_comes_from_its_pretraining(tmp_path, tiny_pro
     """An FRL run whose pre-training epoch has the best validation score: `best.pt` is still an FRL epoch
     (neither FRL's paper nor its code selects across pre-training)."""
     from engine import trainer as trainer_mod
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.events import EventWriter
     from engine.methods.frl import FRL
     from engine.progress import Progress
@@ -295,7 +295,7 @@ def test_frl_best_checkpoint_never_comes_from_its_pretraining(tmp_path, tiny_pro
 
 
 def test_frl_pretraining_must_leave_frl_epochs(tiny_profile):
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.profile_schema import ProfileError
 
     with pytest.raises(ProfileError, match="method.pretrain_epochs.*leave no frl epoch in train.epochs \\(3\\)"):
@@ -311,7 +311,7 @@ def test_resume_removes_the_temporary_files_of_interrupted_checkpoint_writes(tmp
         f.write_bytes(b"half a checkpoint")
     keep = ckpt / "notes.txt"
     keep.write_text("mine")
-    from engine.contract.config import dumps_profile, load_profile
+    from engine.contract.profile_io import dumps_profile, load_profile
 
     profile = load_profile(run_dir / "profile.toml", ["train.epochs=2"])
     (run_dir / "profile.toml").write_text(dumps_profile(profile))

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from engine.contract.config import load_profile
+from engine.contract.profile_io import load_profile
 from tests.conftest import ROOT, TINY, events_of, train_tiny
 
 

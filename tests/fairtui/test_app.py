@@ -346,7 +346,10 @@ async def test_the_export_dialog_writes_figures_and_tensorboard_off_the_event_lo
         await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
         await pilot.press("space", "down", "space")
         for fmt, found in (("figure:classes", lambda: list(tmp_path.glob("fairtui-export-*.pdf"))),
-                           ("tensorboard", lambda: [p for p in tmp_path.glob("fairtui-export-*") if p.is_dir()])):
+                           ("tensorboard", lambda: [p for p in tmp_path.glob("fairtui-export-*") if p.is_dir()
+                                                    and len([c for c in p.iterdir() if not c.name.startswith(".")]) == 2
+                                                    and not any(c.name.startswith(".") for c in p.iterdir())])):
+            # (the export's folder exists from its first run on: wait for both runs, none half-written)
             await pilot.press("x")
             await pilot.pause()
             app.screen.query_one("#export-format", Select).value = fmt
@@ -467,7 +470,7 @@ async def test_curves_show_accuracy_beside_the_method_state_when_there_is_room(t
 async def test_runs_table_drops_columns_when_narrow_and_brings_them_back(tmp_path):
     from textual.widgets import DataTable
 
-    from fairtui.app.screens.runs import COLUMNS, ESSENTIAL, fitting_columns
+    from fairtui.app.screens.runs_table import COLUMNS, ESSENTIAL, fitting_columns
 
     rows = [("", "a-long-run-name-of-28-chars-x", "completed", "5/10", "0.381", "0.243", "cccccc", "pgd_at",
              "digits", "small_cnn", "0,1", "01-01 00:02")]

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from engine.contract.config import load_profile
+from engine.contract.profile_io import load_profile
 from engine.contract.profile_schema import ProfileError
 from tests.conftest import TINY, fairtui_cmd
 

@@ -112,7 +112,7 @@ def test_exports_name_the_attack_and_its_setting_and_say_their_units(tmp_path):
 
 def subset_result(run_dir, attack: str, n: int, robust: float) -> None:
     """Append what `fairtui eval RUN --attack ATTACK --n-per-class N` writes (a subset result)."""
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.results import requested_setting
 
     config = load_profile(run_dir / "profile.toml").to_table()
@@ -327,7 +327,7 @@ def test_rm_of_a_linked_run_removes_the_link_and_leaves_its_target(tmp_path):
 def test_a_stop_in_the_first_moment_of_a_run_is_recorded(tmp_path, tiny_profile):
     """`fairtui stop` right after `run --detach`, before the engine has its signal handler: the run ends
     `stopped` with its record (a SIGTERM then used to kill it with nothing written: `lost`)."""
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from fairtui.control import stop_run
     from fairtui.home import resolve_home
     from fairtui.launcher import create_run, start_engine

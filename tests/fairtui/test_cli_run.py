@@ -108,7 +108,7 @@ def test_a_run_folder_is_made_whole_or_not_at_all(tmp_path, monkeypatch, tiny_pr
     import errno
 
 
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from fairtui import launcher
 
     profile = load_profile(tiny_profile())

@@ -31,7 +31,7 @@ def test_phase_eta_from_the_rate_since_the_phase_began():
 
 
 def test_runs_table_shows_a_running_runs_eta_and_its_validation_numbers_marked():
-    from fairtui.app.screens.runs import row_for
+    from fairtui.app.screens.runs_table import row_for
 
     doc = {"run_id": "20260101-000000-abcdef", "name": "r", "status": "running", "epoch": 3, "epochs": 10,
            "epoch_times": [60.0, 60.0, 60.0], "epoch_t": 1e12, "val": {"avg_robust": 0.5, "worst_robust": 0.25}}
@@ -63,7 +63,7 @@ def test_compare_bars_keep_a_runs_id_whole_and_shorten_its_name():
 
 
 def test_sweep_progress_is_short():
-    from fairtui.app.screens.runs import sweep_progress
+    from fairtui.app.screens.runs_table import sweep_progress
 
     docs = [{"sweep": "sweep-20260101-000000-a1b2c3", "status": s} for s in ("completed", "running", "queued")]
     assert sweep_progress(docs) == "sweep a1b2c3 1/3 done, 1 running"

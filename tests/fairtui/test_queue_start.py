@@ -164,7 +164,7 @@ def test_a_rerun_is_a_new_queued_run_of_the_same_profile_name_tags_and_gpus(tmp_
     change_meta(first, lambda m: m.update(gpus="cpu"))
     queue = LocalQueue(home)
     second = queue_rerun(first, queue)
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
 
     assert second != first
     assert load_profile(second / "profile.toml").to_table() == load_profile(first / "profile.toml").to_table()

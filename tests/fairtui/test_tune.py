@@ -18,6 +18,7 @@ from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
 optuna = pytest.importorskip("optuna")
 
 from fairtui import tune as t  # noqa: E402
+from fairtui import tune_space as ts  # noqa: E402
 
 
 def untouched(home) -> bool:
@@ -27,11 +28,11 @@ def untouched(home) -> bool:
 # -- the space, the objective ----------------------------------------------------------------------------
 
 def test_space_items_parse_to_ranges_and_choices():
-    assert t.parse_dimension("train.lr=0.01:0.1:log") == t.Dimension("train.lr", "float", 0.01, 0.1, True)
-    assert t.parse_dimension("attack.steps=3:10") == t.Dimension("attack.steps", "int", 3, 10)
-    assert t.parse_dimension("method.beta=1:6.5").kind == "float"
-    assert t.parse_dimension("method.variant=reweight,reweight_remargin").choices == ("reweight", "reweight_remargin")
-    assert t.parse_dimension("attack.steps=3,5,10").choices == (3, 5, 10)
+    assert ts.parse_dimension("train.lr=0.01:0.1:log") == ts.Dimension("train.lr", "float", 0.01, 0.1, True)
+    assert ts.parse_dimension("attack.steps=3:10") == ts.Dimension("attack.steps", "int", 3, 10)
+    assert ts.parse_dimension("method.beta=1:6.5").kind == "float"
+    assert ts.parse_dimension("method.variant=reweight,reweight_remargin").choices == ("reweight", "reweight_remargin")
+    assert ts.parse_dimension("attack.steps=3,5,10").choices == (3, 5, 10)
 
 
 @pytest.mark.parametrize("item, words", [
@@ -42,20 +43,20 @@ def test_space_items_parse_to_ranges_and_choices():
     ("train.lr=0.1:1:exp", "LOW:HIGH:log")])
 def test_a_bad_space_item_is_one_line_naming_the_option(item, words):
     with pytest.raises(t.TuneError, match=words) as err:
-        t.parse_dimension(item)
+        ts.parse_dimension(item)
     assert str(err.value).startswith("--space:")
 
 
 def test_objectives_read_an_epochs_validation_numbers(tmp_path):
     epoch = {"val": {"avg_robust": 0.4, "worst_robust": 0.1}}
-    assert t.Objective("worst").value(epoch) == 0.1
-    assert t.Objective("avg_worst").value(epoch) == pytest.approx(0.5)
-    assert t.Objective("worst_at_avg", 0.35).value(epoch) == 0.1
-    assert t.Objective("worst_at_avg", 0.45).value(epoch) == pytest.approx(-0.05)  # below every feasible one
-    assert t.parse_objective("worst_at_avg:0.3", tmp_path).floor == 0.3
+    assert ts.Objective("worst").value(epoch) == 0.1
+    assert ts.Objective("avg_worst").value(epoch) == pytest.approx(0.5)
+    assert ts.Objective("worst_at_avg", 0.35).value(epoch) == 0.1
+    assert ts.Objective("worst_at_avg", 0.45).value(epoch) == pytest.approx(-0.05)  # below every feasible one
+    assert ts.parse_objective("worst_at_avg:0.3", tmp_path).floor == 0.3
     for bad in ("best", "worst:1", "worst_at_avg", "worst_at_avg:1.5", "worst_at_avg:norun-2"):
         with pytest.raises(t.TuneError, match="--objective"):
-            t.parse_objective(bad, tmp_path)
+            ts.parse_objective(bad, tmp_path)
 
 
 # -- the command --------------------------------------------------------------------------------------------
@@ -112,8 +113,8 @@ def test_a_pruned_trial_is_marked_pruned_not_failed(tmp_path, tiny_profile):
     """A pruner that prunes at the first report (Optuna's ThresholdPruner): the trial is PRUNED in the study, its
     run stopped and tagged `pruned`, and the study goes on to its budget."""
     home = tmp_path / "home"
-    req = t.Request(home=home, study="p1", profile_path=str(tiny_profile()), space=[t.parse_dimension(
-        "train.lr=0.02:0.1")], base=["train.epochs=30"], trials=2, objective=t.Objective("avg_worst"),
+    req = t.Request(home=home, study="p1", profile_path=str(tiny_profile()), space=[ts.parse_dimension(
+        "train.lr=0.02:0.1")], base=["train.epochs=30"], trials=2, objective=ts.Objective("avg_worst"),
         interval=0.2)
     study = t.create(req)
     study.pruner = optuna.pruners.ThresholdPruner(upper=-1.0)  # every value is above: prune at once
@@ -165,8 +166,8 @@ def test_plot_study_draws_the_objective_over_trials_and_a_parameters_effect(tmp_
     pytest.importorskip("matplotlib")
     home = tmp_path / "home"
     req = t.Request(home=home, study="fig", profile_path=str(tiny_profile()),
-                    space=[t.parse_dimension("train.lr=0.01:0.1:log"), t.parse_dimension("attack.steps=2,3")],
-                    trials=4, objective=t.Objective("worst"))
+                    space=[ts.parse_dimension("train.lr=0.01:0.1:log"), ts.parse_dimension("attack.steps=2,3")],
+                    trials=4, objective=ts.Objective("worst"))
     study = t.create(req)
     dists = {"train.lr": optuna.distributions.FloatDistribution(0.01, 0.1, log=True),
              "attack.steps": optuna.distributions.CategoricalDistribution([2, 3])}

@@ -68,7 +68,7 @@ class LaunchDialog(ModalScreen[str | None]):
         self.dismiss(None)
 
     def action_launch(self) -> None:
-        from engine.contract.config import check_data_root, load_profile
+        from engine.contract.profile_io import check_data_root, load_profile
         from engine.contract.profile_schema import ProfileError
         from fairtui.launcher import GpuChoice, create_run
 
@@ -119,7 +119,7 @@ class LaunchDialog(ModalScreen[str | None]):
 
     def launch_sweep(self, path, overrides: list[str], grid: list[str], seeds: str, name, choice) -> None:
         """The dialog's sweep: the same expansion and checks as `fairtui sweep`, on the local queue."""
-        from engine.contract.config import apply_overrides
+        from engine.contract.profile_io import apply_overrides
         from engine.contract.profile_schema import ProfileError
         from fairtui.sweep import build_spec, expand, split_profile
         from fairtui.sweep_run import create_children, queue_locally
@@ -150,7 +150,7 @@ def short_gpu_label(gpu) -> str:
 
 def profile_info(path) -> str:
     """What the highlighted profile runs: its description, method, data set, model and epochs."""
-    from engine.contract.config import load_profile
+    from engine.contract.profile_io import load_profile
     from engine.contract.profile_schema import ProfileError
 
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from textual import work
@@ -13,126 +12,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from fairtui.app.messages import RunsLoaded
+from fairtui.app.screens.runs_table import (COLUMNS, SORTABLE, cells, column_widths, counts_line, fitting_columns,
+                                            matches, row_for, sort_key)
 from fairtui.app.widgets.lineinput import LineInput
 from fairtui.app.widgets.table import RunsTable
-from fairtui.store import headline as pick_headline
 
-# The most important columns first, so that 80 columns show them whole (name, status, epoch, robust
-# average and worst, the short id); the rest are shown as far as the terminal's width allows, dropped
-# from the end when it is narrower and back when it grows (fitting_columns).
-COLUMNS = [("mark", ""), ("name", "name"), ("status", "status"), ("epoch", "epoch"), ("avg_robust", "robust"),
-           ("worst_robust", "worst"), ("id", "id"), ("method", "method"), ("dataset", "data"), ("model", "model"),
-           ("gpus", "gpus"), ("started", "started")]
-SORTABLE = ["started", "name", "method", "dataset", "status", "avg_robust", "worst_robust", "sweep"]
-NAME_WIDTH = 28  # longer names end in an ellipsis here (whole on the run screen and in `ls --wide`)
-ESSENTIAL = 7  # mark, name, status, epoch, robust, worst, id: shown at any width (the table scrolls)
 FIRST_ROWS = 100  # rows added at once: more than a screen holds
 FILL_CHUNK = 1000  # then this many at a time, with the app free to draw and take keys in between
 FILL_PAUSE_S = 0.005
 FIRST_WAIT_S = 2.0  # the most the folders' reconciliation waits for the stored index to be drawn
-
-
-def column_widths(rows: list[tuple]) -> list[int]:
-    """Each column's width in cells, padded by one on either side: its widest cell or its label, and at
-    least one cell (marking a run keeps the columns as they are)."""
-    from rich.cells import cell_len
-
-    return [max([1, cell_len(label)] + [cell_len(row[i]) for row in rows]) + 2 for i, (_, label) in enumerate(COLUMNS)]
-
-
-def fitting_columns(rows: list[tuple], width: int, widths: list[int] | None = None) -> list[int]:
-    """The indices of COLUMNS that fit in ``width`` cells with these rows: the essentials always, then
-    the others in priority order until one does not fit (each cell is padded by one on either side)."""
-    widths = widths or column_widths(rows)
-    shown, used = [], 0
-    for i, w in enumerate(widths):
-        if i >= ESSENTIAL and used + w > width:
-            break
-        shown.append(i)
-        used += w
-    return shown
-
-
-def cells(row: tuple, shown: list[int]) -> list[str]:
-    """A row's cells for the table, which reads a cell as Rich markup: names and the rest are text."""
-    from rich.markup import escape
-
-    return [escape(row[i]) for i in shown]
-
-
-def headline(doc: dict) -> dict:
-    return pick_headline(doc)[1] or {}
-
-
-def row_for(doc: dict, marked: bool) -> tuple:
-    """A run's row as plain text (the table escapes it: `cells`)."""
-    from fairtui.home import short_id
-    from fairtui.usertext import inert
-
-    h = headline(doc)
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    started = time.strftime("%m-%d %H:%M", time.localtime(doc["started"])) if doc.get("started") else "-"
-    name = inert(doc.get("name") or doc["run_id"])
-    if len(name) > NAME_WIDTH:
-        name = name[:NAME_WIDTH - 1] + "…"
-    epoch = "-" if doc.get("status") == "imported" else f"{doc.get('epoch', 0)}/{doc.get('epochs', 0)}"
-    if doc.get("status") == "running":
-        eta = doc_eta(doc)
-        epoch += f" ~{eta}" if eta else ""
-    robust, worst = fmt(h.get("avg_robust")), fmt(h.get("worst_robust"))
-    if not h and doc.get("val"):  # no test result yet: the latest validation numbers, marked v
-        val = doc["val"]
-        robust, worst = (f"{fmt(val.get(k))}v" if val.get(k) is not None else "-" for k in ("avg_robust", "worst_robust"))
-    return ("*" if marked else "", name, doc.get("status") or "", epoch, robust, worst, short_id(doc["run_id"]),
-            doc.get("method") or "", doc.get("dataset") or "", doc.get("model") or "", where(doc), started)
-
-
-def doc_eta(doc: dict) -> str:
-    """A running run's time to the end of training, short ("12m", "2h05"), from its index document."""
-    from fairtui.runstate import run_eta
-
-    times = doc.get("epoch_times") or []
-    epochs = [{"epoch": doc.get("epoch", 0), "time_s": t, "t": doc.get("epoch_t")} for t in times]
-    eta = run_eta(epochs, doc.get("epochs", 0)) if epochs else None
-    if eta is None:
-        return ""
-    m = int(eta // 60)
-    return f"{m // 60}h{m % 60:02d}" if m >= 60 else f"{m}m" if m else "<1m"
-
-
-def where(doc: dict) -> str:
-    """GPUs for local runs; the Slurm job and node (or 'pending') for cluster runs."""
-    if doc.get("launcher") == "slurm":
-        return f"slurm {doc.get('slurm_job_id') or '?'}" + (f"@{doc['node']}" if doc.get("node") else " pending")
-    return doc.get("gpus") or ""
-
-
-def sweep_progress(docs: list[dict]) -> str:
-    """'sweep a1b2c3 3/8 done, 2 running' for every sweep with unfinished children."""
-    from fairtui.home import short_id
-
-    sweeps: dict[str, list[dict]] = {}
-    for d in docs:
-        if d.get("sweep"):
-            sweeps.setdefault(d["sweep"], []).append(d)
-    parts = []
-    for sweep_id, children in sorted(sweeps.items()):
-        done = sum(c.get("status") in ("completed", "failed", "stopped", "lost") for c in children)
-        if done < len(children):
-            running = sum(c.get("status") == "running" for c in children)
-            parts.append(f"sweep {short_id(sweep_id)} {done}/{len(children)} done, {running} running")
-    return "; ".join(parts)
-
-
-def sort_key(doc: dict, column: str):
-    if column in ("avg_robust", "worst_robust"):
-        value = headline(doc).get(column)
-        return -1.0 if value is None else value
-    if column == "started":
-        return doc.get("started") or doc.get("created") or 0
-    if column == "sweep":  # groups a sweep's children together, in name order
-        return (doc.get("sweep") or "", doc.get("name") or "")
-    return str(doc.get(column) or "")
 
 
 class RunsScreen(Screen):
@@ -220,10 +108,7 @@ class RunsScreen(Screen):
         self.update_status_line()
 
     def visible(self) -> list[dict]:
-        needle = self.filter_text.lower()
-        docs = [d for d in self.docs if not needle or needle in " ".join(
-            str(d.get(k) or "") for k in ("name", "method", "dataset", "status", "run_id", "model")).lower()
-            or any(needle in t.lower() for t in d.get("tags") or [])]
+        docs = [d for d in self.docs if matches(d, self.filter_text)]
         return sorted(docs, key=lambda d: sort_key(d, self.sort_column), reverse=self.sort_reverse)
 
     def on_resize(self, event) -> None:
@@ -307,16 +192,8 @@ class RunsScreen(Screen):
         if not self.loaded:
             self.query_one("#status-line", Static).update("reading the run history...")
             return
-        running = sum(d.get("status") == "running" for d in self.docs)
-        queued = sum(d.get("status") == "queued" for d in self.docs)
-        sweeps = sweep_progress(self.docs)
-        # "? help" is in the footer: this line keeps its columns for the counts; the sweeps' progress
-        # follows only where it fits whole (never a cut "| swe…")
-        line = (f"{len(self.visible())} of {len(self.docs)} runs, {running} running, {queued} queued, "
-                f"{len(self.marked)} marked; sorted by {self.sort_column}{' (desc)' if self.sort_reverse else ''}")
-        if sweeps and len(line) + 3 + len(sweeps) <= (self.size.width or 80):
-            line += f" | {sweeps}"
-        self.query_one("#status-line", Static).update(line)
+        self.query_one("#status-line", Static).update(counts_line(
+            self.docs, len(self.visible()), len(self.marked), self.sort_column, self.sort_reverse, self.size.width or 80))
 
     def selected_id(self) -> str | None:
         table = self.query_one(DataTable)
