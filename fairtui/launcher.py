@@ -180,3 +180,48 @@ def start_engine(run_dir: Path, gpus: GpuChoice | None = None, command: list[str
 
 def write_json(path: Path, obj: dict) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1))
+
+
+def resolve_init_from(profile, path: str, home):
+    """FRL's `method.init_from` may name an earlier run (id, prefix or name): record its checkpoint file,
+    so the saved profile says exactly which weights the run started from."""
+    import dataclasses
+    from pathlib import Path
+
+    from engine.contract.profile_schema import ProfileError
+    from fairtui.home import RunNotFound, find_run, resolve_home
+
+    ref = getattr(profile.method, "init_from", "")
+    if not ref:
+        return profile
+    if Path(ref).expanduser().exists():
+        from engine.contract.protocol import resolve_init_checkpoint
+
+        check_init_checkpoint(resolve_init_checkpoint(ref), path)
+        return profile
+    try:
+        run_dir = find_run(resolve_home(home), ref, unique_name=True)
+    except RunNotFound as err:
+        raise ProfileError(path, "method.init_from", f"no such file or single run: {err}") from None
+    for name in ("best.pt", "last.pt"):
+        checkpoint = run_dir / "checkpoints" / name
+        if checkpoint.exists():
+            check_init_checkpoint(checkpoint, path)
+            method = dataclasses.replace(profile.method, init_from=str(checkpoint.resolve()))
+            return dataclasses.replace(profile, method=method)
+    raise ProfileError(path, "method.init_from", f"run {run_dir.name} has no checkpoint yet")
+
+
+def check_init_checkpoint(checkpoint, path: str) -> None:
+    """The weights a run starts from load safely (weights only, nothing run) before its folder exists: checked
+    by the engine (`python -m engine check-weights`), so that this process never imports torch."""
+    import subprocess
+
+    from engine.contract.profile_schema import ProfileError
+    from engine.contract.protocol import engine_command
+
+    out = subprocess.run(engine_command("check-weights", checkpoint), capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        reason = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+        raise ProfileError(path, "method.init_from", reason)

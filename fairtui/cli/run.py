@@ -36,7 +36,7 @@ def run(
     from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
     from fairtui.home import resolve_home
-    from fairtui.launcher import GpuChoice, create_run, start_engine
+    from fairtui.launcher import GpuChoice, create_run, resolve_init_from, start_engine
 
     from fairtui.usertext import UserTextError, check_name_and_tags
 
@@ -50,7 +50,7 @@ def run(
         choice = GpuChoice.from_option(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
-        resolved = resolve_init_from(resolved, profile, home)
+        resolved = resolve_init_from(resolved, profile, home)  # a run's name -> its checkpoint file
         for warning in pinned_form_keys(apply_overrides(read_toml(profile), overrides), str(profile)) \
                 + profile_warnings(resolved):
             typer.echo(f"warning: {warning}", err=True)
@@ -115,48 +115,3 @@ def submit(run_dir, settings, json_out: bool, verb: str = "submitted") -> int:
 
         typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "slurm_job_id": str(job.job_id)}))
     return 0
-
-
-def resolve_init_from(profile, path: str, home):
-    """FRL's `method.init_from` may name an earlier run (id, prefix or name): record its checkpoint file,
-    so the saved profile says exactly which weights the run started from."""
-    import dataclasses
-    from pathlib import Path
-
-    from engine.contract.profile_schema import ProfileError
-    from fairtui.home import RunNotFound, find_run, resolve_home
-
-    ref = getattr(profile.method, "init_from", "")
-    if not ref:
-        return profile
-    if Path(ref).expanduser().exists():
-        from engine.contract.protocol import resolve_init_checkpoint
-
-        check_init_checkpoint(resolve_init_checkpoint(ref), path)
-        return profile
-    try:
-        run_dir = find_run(resolve_home(home), ref, unique_name=True)
-    except RunNotFound as err:
-        raise ProfileError(path, "method.init_from", f"no such file or single run: {err}") from None
-    for name in ("best.pt", "last.pt"):
-        checkpoint = run_dir / "checkpoints" / name
-        if checkpoint.exists():
-            check_init_checkpoint(checkpoint, path)
-            method = dataclasses.replace(profile.method, init_from=str(checkpoint.resolve()))
-            return dataclasses.replace(profile, method=method)
-    raise ProfileError(path, "method.init_from", f"run {run_dir.name} has no checkpoint yet")
-
-
-def check_init_checkpoint(checkpoint, path: str) -> None:
-    """The weights a run starts from load safely (weights only, nothing run) before its folder exists: checked
-    by the engine (`python -m engine check-weights`), so that this process never imports torch."""
-    import subprocess
-
-    from engine.contract.profile_schema import ProfileError
-    from engine.contract.protocol import engine_command
-
-    out = subprocess.run(engine_command("check-weights", checkpoint), capture_output=True,
-                         text=True)
-    if out.returncode != 0:
-        reason = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
-        raise ProfileError(path, "method.init_from", reason)

@@ -69,16 +69,22 @@ def tune(
             from engine.contract.profile_io import load_profile
             from engine.contract.profile_schema import ProfileError
 
+            from fairtui.launcher import resolve_init_from
+
+            base = list(set_)
             try:
-                profile = load_profile(target, list(set_))
+                profile = load_profile(target, base)
+                resolved = resolve_init_from(profile, target, home_dir)  # a run's name -> its checkpoint file
             except ProfileError as err:
                 raise t.TuneError("--set", str(err)) from None
+            if resolved is not profile:  # every trial fine-tunes the same weights, recorded in the study
+                base.append(space_.override("method.init_from", resolved.method.init_from))
             name = study or f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
             if not t.NAME.match(name):
                 raise t.TuneError("--study", f"{name!r}: letters, digits, '.', '_' and '-' (64 at most)")
-            space_.check_space(target, list(set_), dims)
+            space_.check_space(target, base, dims)
             req = t.Request(home=home_dir, study=name, profile_path=str(Path(target).resolve()), space=dims,
-                            base=list(set_), trials=trials, objective=space_.parse_objective(objective, home_dir),
+                            base=base, trials=trials, objective=space_.parse_objective(objective, home_dir),
                             parallel=parallel, pruner=pruner, seed=seed, gpus=gpus)
             t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
             st = t.create(req)
