@@ -16,16 +16,17 @@ Runs screen
   n      new run (launch dialog)    enter  open the run
   space  mark / unmark              c      compare marked (or + next)
   s      stop (a clean stop)        r      resume stopped/failed/lost
-  R      rerun the same profile     t      tags (sweep tags are kept)
+  R      rerun the same profile     t      tags (sweep, study kept)
   a      read or write notes        e      evaluate (attacks, eps)
   x      export: table, figure, TB  d      delete (asks first)
   /      filter as you type         o / O  sort by next column / reverse
-  g      group a sweep's children
+  g      group a sweep's children    y      a trial's study (fairtui tune)
 Run screen
   [ / ]  per-class curves (accuracy, eps, beta...)  c  robust / clean
   left / right  highlight a class   pgup / pgdn  more classes
   p      per-class test tables      e  evaluate   a  notes   s  stop
 Compare screen: b  the next run is the baseline
+Study screen:   enter  the trial's run
 Launch dialog:  tab  next field   ctrl+l  launch   escape  cancel
 Everywhere:     ?  help   escape  back   q  quit (runs keep training)
 """

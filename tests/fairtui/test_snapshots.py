@@ -94,3 +94,26 @@ def test_per_class_results_screen(snap_compare, home, size):
         await settle(pilot)
 
     assert snap_compare(app_for(home, open_run="20260101-000000-aaaaaa"), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["80x24", "120x40"])
+def test_study_screen(snap_compare, home, size, tiny_profile):
+    """A tuning study (`y` on one of its trials): four trials made directly in its storage."""
+    pytest.importorskip("optuna")
+    from fairtui.app.screens.study import StudyScreen
+    from tests.fairtui.test_tune import _made_study
+
+    _made_study(home, tiny_profile, ["20260101-000000-aaaaaa", "20260101-000100-bbbbbb", None, None])
+
+    async def run_before(pilot):
+        from textual.widgets import DataTable
+
+        await settle(pilot)
+        await pilot.app.push_screen(StudyScreen("fig"))
+        for _ in range(100):  # the journal is read on a worker thread
+            if isinstance(pilot.app.screen, StudyScreen) and pilot.app.screen.query_one(DataTable).row_count == 4:
+                break
+            await pilot.pause(0.1)
+        await settle(pilot)
+
+    assert snap_compare(app_for(home), terminal_size=size, run_before=run_before)

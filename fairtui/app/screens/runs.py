@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from fairtui.app.messages import RunsLoaded
 from fairtui.app.screens.runs_table import (COLUMNS, SORTABLE, cells, column_widths, counts_line, fitting_columns,
-                                            matches, row_for, sort_key)
+                                            matches, row_for, sort_key, study_of)
 from fairtui.app.widgets.lineinput import LineInput
 from fairtui.app.widgets.table import RunsTable
 
@@ -33,7 +33,7 @@ class RunsScreen(Screen):
         Binding("a", "notes", "notes", show=False), Binding("x", "export", "export", show=False),
         Binding("d", "delete", "delete", show=False), Binding("slash", "filter", "filter"),
         Binding("o", "sort", "sort", show=False), Binding("O", "reverse", "reverse", show=False),
-        Binding("g", "group", "group sweeps", show=False),
+        Binding("g", "group", "group sweeps", show=False), Binding("y", "study", "study", show=False),
         Binding("escape", "clear_filter", "clear", show=False),
     ]
 
@@ -238,6 +238,14 @@ class RunsScreen(Screen):
 
         self.app.push_screen(CompareScreen(chosen))
 
+    def action_study(self) -> None:
+        name = study_of(next((d for d in self.docs if d["run_id"] == self.selected_id()), {}))
+        if name is None:
+            return self.notify("this run is not a trial of a study (fairtui tune)", severity="warning")
+        from fairtui.app.screens.study import StudyScreen
+
+        self.app.push_screen(StudyScreen(name))
+
     def action_new_run(self) -> None:
         from fairtui.app.screens.launch import LaunchDialog
 
@@ -292,10 +300,10 @@ class RunsScreen(Screen):
             return
         from fairtui.app.dialogs import TextDialog
 
-        doc = next((d for d in self.docs if d["run_id"] == run_id), {})
-        tags = list(doc.get("tags") or [])
-        # A sweep's own tags (sweep:ID and its grid values) group its children: kept, not edited here.
-        kept = [t for t in tags if t.startswith("sweep:") or "=" in t]
+        tags = list(next((d for d in self.docs if d["run_id"] == run_id), {}).get("tags") or [])
+        # A sweep's or a study's own tags (sweep:ID and its grid values, study:NAME and trial:N) link its
+        # runs: kept, not edited here.
+        kept = [t for t in tags if t.startswith(("sweep:", "study:", "trial:")) or "=" in t]
         own = [t for t in tags if t not in kept]
 
         def apply(text: str | None) -> None:
@@ -374,8 +382,7 @@ class RunsScreen(Screen):
         self.query_one(DataTable).focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
+        self.query_one("#filter", Input).value = ""
         self.query_one(DataTable).focus()
 
     def action_sort(self) -> None:

@@ -139,3 +139,8 @@ def counts_line(docs: list[dict], shown: int, marked: int, column: str, reverse:
             f"sorted by {column}{' (desc)' if reverse else ''}")
     sweeps = sweep_progress(docs)
     return f"{line} | {sweeps}" if sweeps and len(line) + 3 + len(sweeps) <= width else line
+
+
+def study_of(doc: dict) -> str | None:
+    """The study a run is a trial of (its `study:NAME` tag, set by `fairtui tune`), or None."""
+    return next((t.split(":", 1)[1] for t in doc.get("tags") or [] if t.startswith("study:")), None)
