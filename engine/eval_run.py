@@ -116,22 +116,14 @@ def evaluate_run(run_dir: Path, request: dict) -> int:
 def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, epoch: int, events: EventWriter,
               stop: Any) -> int:
     from engine.attacks.suite import AttackSettings, build_attack
-    from engine.data import load_splits
-    from engine.data.datasets import stratified_pick
     from engine.evaluate import NonFiniteLogits, per_class_result
-    from engine.progress import Progress
-    from engine.contract.results import SUBSET_SEED
+    from engine.imported import ImportFailed, build
     from engine.process import EXIT_OK, EXIT_STOPPED
+    from engine.progress import Progress
     from engine.utils import make_runtime
 
     runtime = make_runtime(profile.train).for_evaluation()  # fp32 and eager, whatever the run trained with
-    splits = load_splits(profile.data, profile.seed)
-    data = splits.test if req.split == "test" else splits.val
-    if req.n_per_class:
-        data = data.subset(stratified_pick(data.y.numpy(), req.n_per_class, 1.0,
-                                           np.random.default_rng(SUBSET_SEED),
-                                           splits.num_classes))
-    from engine.imported import ImportFailed, build
+    splits, data = _split_of(profile, req)
 
     try:  # a trained run's architecture, or an imported run's (TorchScript file, RobustBench zoo)
         model = build(profile, splits.input_shape, splits.num_classes, splits.mean, splits.std, run_dir)
@@ -174,6 +166,21 @@ def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, 
                  req.checkpoint, epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])
     progress.update("done", epoch, 0, 0)
     return EXIT_OK
+
+
+def _split_of(profile: Profile, req: EvalRequest) -> tuple[Any, Any]:
+    """The run's splits and the requested one: the whole split, or its class-balanced subset (the same
+    images for every evaluation at that size: engine.contract.results.SUBSET_SEED)."""
+    from engine.contract.results import SUBSET_SEED
+    from engine.data import load_splits
+    from engine.data.datasets import stratified_pick
+
+    splits = load_splits(profile.data, profile.seed)
+    data = splits.test if req.split == "test" else splits.val
+    if req.n_per_class:
+        data = data.subset(stratified_pick(data.y.numpy(), req.n_per_class, 1.0, np.random.default_rng(SUBSET_SEED),
+                                           splits.num_classes))
+    return splits, data
 
 
 def _predict(model: Any, data: Any, attack: Any, runtime: Any, batch_size: int, cache: PredictionCache,
