@@ -33,11 +33,8 @@ def tune(
     home: HomeT = Home,
 ) -> None:
     import json
-    import time
-    from pathlib import Path
 
     from fairtui import tune as t
-    from fairtui import tune_space as space_
     from fairtui.home import resolve_home
 
     home_dir = resolve_home(home)
@@ -56,40 +53,8 @@ def tune(
         if resume:
             st, req = t.load(home_dir, target)
         else:
-            if not Path(target).is_file():
-                raise t.TuneError("PROFILE", f"no profile file {target!r} (to continue a study: fairtui tune STUDY "
-                                  "--resume)")
-            if trials < 1:
-                raise t.TuneError("--trials", "give the study's budget, at least 1")
-            if not space:
-                raise t.TuneError("--space", "give at least one KEY=SPEC to search")
-            dims = [space_.parse_dimension(item) for item in space]
-            if len({d.key for d in dims}) < len(dims):
-                raise t.TuneError("--space", "a key is given twice")
-            from engine.contract.profile_io import load_profile
-            from engine.contract.profile_schema import ProfileError
-
-            from fairtui.launcher import resolve_init_from
-
-            base = list(set_)
-            try:
-                profile = load_profile(target, base)
-                resolved = resolve_init_from(profile, target, home_dir)  # a run's name -> its checkpoint file
-            except ProfileError as err:
-                raise t.TuneError("--set", str(err)) from None
-            if resolved is not profile:  # every trial fine-tunes the same weights, recorded in the study
-                base.append(space_.override("method.init_from", resolved.method.init_from))
-            name = study or f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-            if not t.NAME.match(name):
-                raise t.TuneError("--study", f"{name!r}: letters, digits, '.', '_' and '-' (64 at most)")
-            space_.check_space(target, base, dims)
-            req = t.Request(home=home_dir, study=name, profile_path=str(Path(target).resolve()), space=dims,
-                            base=base, trials=trials, objective=space_.parse_objective(objective, home_dir),
-                            parallel=parallel, pruner=pruner, seed=seed, gpus=gpus)
-            t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
-            st = t.create(req)
-            say(f"study {name}: {trials} trials of {target}, objective {req.objective.label()}, "
-                f"{home_dir / t.STUDIES / (name + '.journal')}")
+            st, req = _new_study(target, space, trials, objective, parallel, study, pruner, seed, list(set_), gpus,
+                                 home_dir, say)
         driver = t.Driver(st, req, say)
         try:
             driver.run()
@@ -129,3 +94,47 @@ def _cell(value) -> str:
     if value is None:
         return "-"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _new_study(target: str, space: list[str], trials: int, objective: str, parallel: int, study: str | None,
+               pruner: str, seed: int, set_: list[str], gpus: str | None, home_dir, say):
+    """Check everything a study needs before it exists, then make it: (the study, its request)."""
+    import time
+    from pathlib import Path
+
+    from engine.contract.profile_io import load_profile
+    from engine.contract.profile_schema import ProfileError
+    from fairtui import tune as t
+    from fairtui import tune_space as space_
+    from fairtui.launcher import resolve_init_from
+
+    if not Path(target).is_file():
+        raise t.TuneError("PROFILE", f"no profile file {target!r} (to continue a study: fairtui tune STUDY "
+                          "--resume)")
+    if trials < 1:
+        raise t.TuneError("--trials", "give the study's budget, at least 1")
+    if not space:
+        raise t.TuneError("--space", "give at least one KEY=SPEC to search")
+    dims = [space_.parse_dimension(item) for item in space]
+    if len({d.key for d in dims}) < len(dims):
+        raise t.TuneError("--space", "a key is given twice")
+    base = list(set_)
+    try:
+        profile = load_profile(target, base)
+        resolved = resolve_init_from(profile, target, home_dir)  # a run's name -> its checkpoint file
+    except ProfileError as err:
+        raise t.TuneError("--set", str(err)) from None
+    if resolved is not profile:  # every trial fine-tunes the same weights, recorded in the study
+        base.append(space_.override("method.init_from", resolved.method.init_from))
+    name = study or f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not t.NAME.match(name):
+        raise t.TuneError("--study", f"{name!r}: letters, digits, '.', '_' and '-' (64 at most)")
+    space_.check_space(target, base, dims)
+    req = t.Request(home=home_dir, study=name, profile_path=str(Path(target).resolve()), space=dims,
+                    base=base, trials=trials, objective=space_.parse_objective(objective, home_dir),
+                    parallel=parallel, pruner=pruner, seed=seed, gpus=gpus)
+    t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
+    st = t.create(req)
+    say(f"study {name}: {trials} trials of {target}, objective {req.objective.label()}, "
+        f"{home_dir / t.STUDIES / (name + '.journal')}")
+    return st, req
