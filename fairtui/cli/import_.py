@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -118,12 +118,9 @@ def import_model(
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
-    import hashlib
     import json
-    import shutil
-    from pathlib import Path
 
-    from engine.contract.config import ARCHS, NUM_CLASSES, profile_from_table
+    from engine.contract.config import profile_from_table
     from engine.contract.profile_schema import ProfileError, parse_fraction
     from fairtui.home import resolve_home
     from fairtui.launcher import create_run
@@ -134,56 +131,18 @@ def import_model(
         check_name_and_tags(name, tag)
     except UserTextError as err:
         raise fail(str(err)) from None
-    given = [(k, v) for k, v in (("state_dict", state_dict), ("torchscript", torchscript),
-                                 ("robustbench", robustbench)) if v]
-    if len(given) != 1:
-        raise fail("give exactly one of --state-dict FILE (with --arch), --torchscript FILE, --robustbench NAME")
-    kind, value = given[0]
-    if kind == "torchscript" and not trust_code:
-        raise fail("--torchscript: a TorchScript file is a program: loading and evaluating it runs its code (it "
-                   "can write files). Add --trust-code if you trust its source; a --state-dict or a --robustbench "
-                   "entry loads without running anything")
-    if trust_code and kind != "torchscript":
-        raise fail("--trust-code: only for --torchscript (state_dicts and RobustBench weights run no code)")
-    if dataset not in NUM_CLASSES:
-        raise fail(f"--dataset: unknown data set {dataset!r}; choose from {', '.join(NUM_CLASSES)}")
-    if kind == "state_dict" and arch not in ARCHS:
-        raise fail(f"--arch: a state_dict needs one of fairtui's architectures ({', '.join(ARCHS)}), got {arch!r}")
-    if kind != "state_dict" and arch:
-        raise fail(f"--arch: only for --state-dict (a {kind} model brings its own architecture)")
+    kind, value = _which_source(state_dict, torchscript, robustbench, trust_code, dataset, arch)
     threats = {"linf": "Linf", "l2": "L2"}
     if threat.lower() not in threats:
         raise fail(f"--threat: linf or l2, got {threat!r}")
     threat_name = threats[threat.lower()]
-    channels = CHANNELS.get(dataset, 3)
-    if no_normalize and (mean or std):
-        raise fail("--no-normalize: not with --mean / --std")
-    norm_mean = _floats(mean, "--mean") if mean else ([0.0] * channels if no_normalize else [])
-    norm_std = _floats(std, "--std") if std else ([1.0] * channels if no_normalize else [])
-    if bool(mean) != bool(std):
-        raise fail("--mean and --std go together")
-    if norm_mean and (len(norm_mean) != channels or len(norm_std) != channels):
-        raise fail(f"--mean / --std: {dataset} images have {channels} channel(s); give {channels} value(s) each")
-    if kind != "state_dict" and not norm_mean:  # TorchScript and RobustBench models take [0, 1] pixels
-        norm_mean, norm_std = [0.0] * channels, [1.0] * channels
+    norm_mean, norm_std = _normalisation(mean, std, no_normalize, dataset, kind)
     try:
         eps_value, eps_why = (parse_fraction(eps), "--eps") if eps is not None else usual_eps(dataset, threat_name)
     except ValueError as err:
         raise fail(f"--eps: {err}") from None
 
-    if kind == "robustbench":
-        path = Path(model_dir).expanduser().resolve() / dataset / threat_name / f"{value}.pt"
-    else:
-        path = Path(value).expanduser().resolve()
-        if not path.is_file():
-            raise fail(f"--{kind.replace('_', '-')}: no such file: {value}")
-    digest = ""
-    if path.is_file():
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        digest = h.hexdigest()
+    path, digest = _source_file(kind, value, model_dir, dataset, threat_name)
     label = value if kind == "robustbench" else path.name
     raw = {
         "name": name or (value if kind == "robustbench" else path.stem), "seed": 0,
@@ -207,14 +166,7 @@ def import_model(
         raise fail(str(err)) from None
     returncode = check_in_engine(run_dir, check_timeout)
     if returncode != 0:
-        from engine.contract.protocol import read_failure
-
-        reason = read_failure(run_dir, "import")  # the engine's one-line reason, as it recorded it
-        log = (run_dir / "engine.log").read_text(errors="replace") if not reason else ""
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing is left half-made
-        lines = log.strip().splitlines()
-        typer.echo(reason or f"fairtui import: failed (exit {returncode}):\n" + "\n".join(lines[-15:]), err=True)
-        raise typer.Exit(2 if returncode == 2 else 1)
+        _refused(run_dir, returncode)
     from fairtui.store import RunIndex
 
     RunIndex(home_dir).register(run_dir)
@@ -225,3 +177,81 @@ def import_model(
     if json_out:
         typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "status": "imported",
                                "source": raw["source"]}))
+
+
+def _which_source(state_dict: str | None, torchscript: str | None, robustbench: str | None, trust_code: bool,
+                  dataset: str, arch: str | None) -> tuple[str, str]:
+    """The one source given (kind, value), checked with the options that go with it."""
+    from engine.contract.config import ARCHS, NUM_CLASSES
+
+    given = [(k, v) for k, v in (("state_dict", state_dict), ("torchscript", torchscript),
+                                 ("robustbench", robustbench)) if v]
+    if len(given) != 1:
+        raise fail("give exactly one of --state-dict FILE (with --arch), --torchscript FILE, --robustbench NAME")
+    kind, value = given[0]
+    if kind == "torchscript" and not trust_code:
+        raise fail("--torchscript: a TorchScript file is a program: loading and evaluating it runs its code (it "
+                   "can write files). Add --trust-code if you trust its source; a --state-dict or a --robustbench "
+                   "entry loads without running anything")
+    if trust_code and kind != "torchscript":
+        raise fail("--trust-code: only for --torchscript (state_dicts and RobustBench weights run no code)")
+    if dataset not in NUM_CLASSES:
+        raise fail(f"--dataset: unknown data set {dataset!r}; choose from {', '.join(NUM_CLASSES)}")
+    if kind == "state_dict" and arch not in ARCHS:
+        raise fail(f"--arch: a state_dict needs one of fairtui's architectures ({', '.join(ARCHS)}), got {arch!r}")
+    if kind != "state_dict" and arch:
+        raise fail(f"--arch: only for --state-dict (a {kind} model brings its own architecture)")
+    return kind, value
+
+
+def _normalisation(mean: str | None, std: str | None, no_normalize: bool, dataset: str,
+                   kind: str) -> tuple[list[float], list[float]]:
+    """The per-channel mean and std the model expects (TorchScript and RobustBench models: [0, 1] pixels)."""
+    channels = CHANNELS.get(dataset, 3)
+    if no_normalize and (mean or std):
+        raise fail("--no-normalize: not with --mean / --std")
+    norm_mean = _floats(mean, "--mean") if mean else ([0.0] * channels if no_normalize else [])
+    norm_std = _floats(std, "--std") if std else ([1.0] * channels if no_normalize else [])
+    if bool(mean) != bool(std):
+        raise fail("--mean and --std go together")
+    if norm_mean and (len(norm_mean) != channels or len(norm_std) != channels):
+        raise fail(f"--mean / --std: {dataset} images have {channels} channel(s); give {channels} value(s) each")
+    if kind != "state_dict" and not norm_mean:
+        norm_mean, norm_std = [0.0] * channels, [1.0] * channels
+    return norm_mean, norm_std
+
+
+def _source_file(kind: str, value: str, model_dir: str, dataset: str, threat_name: str) -> tuple[Any, str]:
+    """The model's file (a RobustBench entry's under MODEL_DIR, which may not exist yet: the engine says so)
+    and its SHA-256 when it exists."""
+    import hashlib
+    from pathlib import Path
+
+    if kind == "robustbench":
+        path = Path(model_dir).expanduser().resolve() / dataset / threat_name / f"{value}.pt"
+    else:
+        path = Path(value).expanduser().resolve()
+        if not path.is_file():
+            raise fail(f"--{kind.replace('_', '-')}: no such file: {value}")
+    digest = ""
+    if path.is_file():
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        digest = h.hexdigest()
+    return path, digest
+
+
+def _refused(run_dir: Any, returncode: int) -> None:
+    """The engine's check failed: its reason (or its log's tail) on stderr, the half-made run removed, exit."""
+    import shutil
+
+    from engine.contract.protocol import read_failure
+
+    reason = read_failure(run_dir, "import")  # the engine's one-line reason, as it recorded it
+    log = (run_dir / "engine.log").read_text(errors="replace") if not reason else ""
+    shutil.rmtree(run_dir, ignore_errors=True)  # nothing is left half-made
+    lines = log.strip().splitlines()
+    typer.echo(reason or f"fairtui import: failed (exit {returncode}):\n" + "\n".join(lines[-15:]), err=True)
+    raise typer.Exit(2 if returncode == 2 else 1)
