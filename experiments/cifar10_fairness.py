@@ -55,6 +55,13 @@ class Failed(Exception):
     pass
 
 
+def read_toml(path: Path) -> dict:
+    import tomllib
+
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
 def methods_of(prefix: str) -> list[str]:
     """The rows this scale has a profile for, in the table's order."""
     return [m for m in ALL_METHODS if (ROOT / "profiles" / f"{prefix}-{m}.toml").is_file()]
@@ -142,9 +149,18 @@ class Table:
                      str(self.args.aa_per_class), *gpus], self.home, self.env)
 
     def collect(self, method: str, shown: dict) -> Path:
-        """Copy the run's small files (never checkpoints) to <results>/<profile>/<run-id>/."""
+        """Copy the run's small files (never checkpoints) to <results>/<profile>/<run-id>/, unless a run of the
+        same profile and seed is collected there already (a base retrained in a new home, to be fine-tuned):
+        a table never holds a seed twice; the collected run stays the row's."""
         run_dir = Path(shown["run_dir"])
-        target = self.results / f"{self.prefix}-{method}" / run_dir.name
+        folder = self.results / f"{self.prefix}-{method}"
+        seed = read_toml(run_dir / "profile.toml").get("seed")
+        for other in sorted(folder.glob("*/profile.toml")) if folder.is_dir() else []:
+            if other.parent.name != run_dir.name and read_toml(other).get("seed") == seed:
+                self.say(f"{self.name(method, seed)}: seed {seed} is collected already ({other.parent.name}); "
+                         f"{run_dir.name} is not added")
+                return other.parent
+        target = folder / run_dir.name
         target.mkdir(parents=True, exist_ok=True)
         for name in SMALL_FILES:
             shutil.copy2(run_dir / name, target / name)

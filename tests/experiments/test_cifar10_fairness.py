@@ -62,6 +62,12 @@ def test_the_script_trains_fine_tunes_collects_and_is_idempotent(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "training" not in again.stderr and again.stdout == first.stdout
 
+    # A new home (the old one lost): the bases are trained again, and a seed already collected is not added twice
+    renewed = script(tmp_path, "--home", str(tmp_path / "home2"), "--methods", "at", "--aa-per-class", "0")
+    assert renewed.returncode == 0, renewed.stderr[-3000:]
+    assert "seed 0 is collected already" in renewed.stderr
+    assert len(list((tmp_path / "results" / "cifar10-short-at").iterdir())) == 1
+
     table_only = subprocess.run([sys.executable, str(ROOT / "experiments" / "cifar10_fairness.py"), "--scale", "short",
                                  "--table-only", "--results", str(tmp_path / "results")],
                                 capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=120)
