@@ -36,7 +36,7 @@ def resume(
     from fairtui.home import RunNotFound, find_run, resolve_home
     from fairtui.launcher import GpuChoice, engine_command, start_engine
 
-    from fairtui.cli.run import slurm_settings, submit
+    from fairtui.cli.launching import slurm_settings, submit
 
     try:
         settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,

@@ -73,7 +73,7 @@ def sweep(
                 gpus_per_node=gpus_per_node if gpus_per_node is not None else gpus_per_task, cpus=cpus,
                 mem_gb=mem_gb, parallelism=parallelism, sbatch=sbatch, cluster=cluster)
         else:
-            from fairtui.cli.run import refuse_slurm_options
+            from fairtui.cli.launching import refuse_slurm_options
 
             refuse_slurm_options(nodes=nodes, gpus_per_node=gpus_per_node, gpus_per_task=gpus_per_task,
                                  partition=partition, time_min=time_min, cpus=cpus, mem_gb=mem_gb,

@@ -1,0 +1,54 @@
+"""The Slurm launcher's side of the command line, shared by `run`, `resume` and `sweep`: the job's settings
+from `--launcher` and the Slurm options, their refusal without the slurm launcher, and a run's submission."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from fairtui.cli.options import fail
+
+
+def slurm_settings(launcher: Optional[str], gpus: Optional[str], **options):
+    """``--launcher`` and the Slurm options of `run` and `resume`: the job's settings, or None (this
+    machine). Raises ProfileError for a bad value; exits 2 for options that do not go together."""
+    if launcher not in (None, "local", "slurm"):
+        raise fail(f"--launcher {launcher}: choose local or slurm")
+    if launcher != "slurm":
+        refuse_slurm_options(**options)
+        return None
+    if gpus is not None:
+        raise fail("--gpus picks this machine's GPUs; with --launcher slurm, ask for --gpus-per-node N")
+    from fairtui.slurm import SlurmSettings
+
+    return SlurmSettings.from_sources({}, **options)
+
+
+def refuse_slurm_options(**options) -> None:
+    """Slurm's options given without the slurm launcher (run, resume, sweep): exit 2 naming them."""
+    from fairtui.slurm import given_options
+
+    if given := given_options(**options):
+        raise fail(f"{', '.join(given)}: only with --launcher slurm (on one machine, --gpus 0,1 trains one run on "
+                   "several GPUs; several nodes outside Slurm start with torchrun, see docs/gpus.md)")
+
+
+def submit(run_dir, settings, json_out: bool, verb: str = "submitted") -> int:
+    """``--launcher slurm``: submit the run folder as one job and return (the job may wait in the queue
+    for hours; `fairtui ls`, `show` and the app follow it from the run folder)."""
+    from engine.contract.profile_schema import ProfileError
+    from fairtui.slurm import submit_run
+
+    try:
+        job = submit_run(run_dir.parent.parent, run_dir, settings)
+    except ProfileError as err:
+        raise fail(str(err)) from None
+    typer.echo(f"run {run_dir.name} {verb} to Slurm as job {job.job_id} ({settings.describe()}) in {run_dir}; "
+               f"follow it with `fairtui show {run_dir.name}` or the app, stop it with `fairtui stop {run_dir.name}`",
+               err=True)
+    if json_out:
+        import json
+
+        typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "slurm_job_id": str(job.job_id)}))
+    return 0
