@@ -101,7 +101,7 @@ class StudyScreen(Screen):
             table.move_cursor(row=min(current, len(trials) - 1))
         numbers, values, best_so_far = objective_series(doc)
         self.query_one(LinePlot).show("objective (%) over trials", numbers, [values, best_so_far],
-                                      ["objective", "best so far"], highlight=1)
+                                      ["objective", "best so far"], highlight=1, xlabel="trial", navigable=False)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open_run()

@@ -27,10 +27,13 @@ class LinePlot(PlotextPlot):
         self.series: list[list[float | None]] = []  # one list per line, a value per epoch
         self.labels: list[str] = []
         self.highlight = 0
+        self.xlabel, self.navigable = "epoch", True
 
     def show(self, title: str, epochs: list[int], series: list[list[float | None]], labels: list[str],
-             highlight: int = 0) -> None:
+             highlight: int = 0, xlabel: str = "epoch", navigable: bool = True) -> None:
+        """``navigable``: left / right move the highlight (the run screen's classes), said in its label."""
         self.title, self.epochs, self.series, self.labels = title, epochs, series, labels
+        self.xlabel, self.navigable = xlabel, navigable
         self.highlight = highlight if 0 <= highlight < len(series) else 0
         self.replot()
 
@@ -60,10 +63,12 @@ class LinePlot(PlotextPlot):
             xs, ys = zip(*points)
             name = self.labels[i] if i < len(self.labels) else str(i)
             if i == self.highlight:
-                plt.plot(xs, ys, marker="braille", color="cyan", label=f"{name} (←/→)")
+                plt.plot(xs, ys, marker="braille", color="cyan", label=f"{name} (←/→)" if self.navigable else name)
             elif i == worst:
                 plt.plot(xs, ys, marker="braille", color="red", label=f"{name} (worst)")
             else:
-                plt.plot(xs, ys, marker="braille", color="gray")
-        plt.xlabel("epoch")
+                plt.plot(xs, ys, marker="braille", color="gray", label=None if self.navigable else name)
+        plt.xlabel(self.xlabel)
+        if not self.navigable:
+            plt.xticks(self.epochs)  # whole numbers: trials
         self.refresh()
