@@ -20,7 +20,7 @@ Runs screen
   a      read or write notes        e      evaluate (attacks, eps)
   x      export: table, figure, TB  d      delete (asks first)
   /      filter as you type         o / O  sort by next column / reverse
-  g      group a sweep's children    y      a trial's study (fairtui tune)
+  g      group a sweep's children    y      the study of a trial
 Run screen
   [ / ]  per-class curves (accuracy, eps, beta...)  c  robust / clean
   left / right  highlight a class   pgup / pgdn  more classes
