@@ -197,19 +197,32 @@ class TrainRun:
         task = _task_index() if nodes > 1 else 0
         if task == 0:
             _record_job(run_dir, nodes)
-            (run_dir / "queued").unlink(missing_ok=True)
+        lock, env = None, None
         if nodes > 1:
             command = node_command(run_dir, nproc, nodes, *rendezvous())
-        else:
+            if task == 0:  # torchrun does not pass the lock on: rank 0 takes it when it starts
+                (run_dir / "queued").unlink(missing_ok=True)
+        else:  # the engine inherits engine.lock, as from the local launcher: "queued", then "running", never "lost"
+            from engine.contract.protocol import LOCK_FD_ENV
+            from fairtui.launcher import hold_engine_lock
+
             command = engine_command(run_dir, nproc)
+            lock = hold_engine_lock(run_dir)
+            env = {**os.environ, LOCK_FD_ENV: str(lock.fileno())}
         log_path = run_dir / ("engine.log" if task == 0 else f"engine.node{task}.log")  # one writer per file
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_ignore_slurm_warning)
-            # Poll rather than wait(): the preemption handler runs on this thread and must be able to
-            # reap the engine itself (a nested Popen.wait would deadlock on Popen's wait lock).
-            while (code := self.proc.poll()) is None:
-                time.sleep(0.5)
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
+                                             pass_fds=(lock.fileno(),) if lock else (),
+                                             preexec_fn=_ignore_slurm_warning)
+        finally:
+            if lock is not None:
+                lock.close()  # the engine holds its own copy of the locked file
+                (run_dir / "queued").unlink(missing_ok=True)  # only now: a reader sees queued or running
+        # Poll rather than wait(): the preemption handler runs on this thread and must be able to
+        # reap the engine itself (a nested Popen.wait would deadlock on Popen's wait lock).
+        while (code := self.proc.poll()) is None:
+            time.sleep(0.5)
         if code != 0:
             where = f"node task {task}: " if nodes > 1 else ""
             raise RuntimeError(f"{where}the engine exited with code {code}; see {log_path}")

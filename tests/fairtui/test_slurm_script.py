@@ -4,7 +4,9 @@ with one line and exit 2 before anything is created."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,35 @@ def test_a_job_sbatch_refuses_leaves_a_failed_run_with_the_reason_and_the_stream
     assert shown["status"] == "failed" and "not submitted to Slurm" in shown["error"], shown
     listed = json.loads(fairtui_cmd("ls", "--json", home=home).stdout)
     assert [r["status"] for r in listed] == ["failed"]
+
+
+def test_a_jobs_run_reads_queued_then_running_never_lost_while_its_engine_starts(tmp_path, monkeypatch):
+    """The job's task hands engine.lock to the engine it starts (as the local launcher does) and only then
+    drops the `queued` marker: a reader polling the run while the engine imports torch never sees "lost"
+    (it did for the seconds between the two, and `fairtui tune --launcher slurm` recorded such trials as
+    lost)."""
+    import threading
+
+    from fairtui.runfolder import RunView
+    from fairtui.slurm import TrainRun
+    from tests.conftest import TINY, engine_env, make_run_dir
+
+    for key, value in engine_env().items():
+        monkeypatch.setenv(key, value)
+    profile = tmp_path / "p.toml"
+    profile.write_text(TINY.replace("epochs = 2", "epochs = 1"))
+    run_dir = make_run_dir(tmp_path, profile)
+    (run_dir / "meta.json").write_text(json.dumps({"run_id": run_dir.name, "name": "run", "tags": []}))
+    (run_dir / "queued").touch()
+    seen: list[str] = []
+    task = threading.Thread(target=TrainRun(str(run_dir)))
+    task.start()
+    while task.is_alive():
+        status = RunView.load(run_dir).status()
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        time.sleep(0.02)
+    task.join()
+    seen.append(RunView.load(run_dir).status())
+    assert "lost" not in seen and seen[-1] == "completed", seen
+    assert "running" in seen
