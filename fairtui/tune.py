@@ -41,6 +41,15 @@ def optuna():
     return module
 
 
+class StorageError(RuntimeError):
+    """The study or a trial's run could not be written (a full or read-only disk): one line, exit 1. What was
+    recorded stays; the trials' runs train on, and ``fairtui tune STUDY --resume`` continues."""
+
+
+def storage_error(err: OSError, path: Path, after: str) -> StorageError:
+    return StorageError(f"cannot write {err.filename or path}: {err.strerror or err}; {after}")
+
+
 def study_path(home: Path, name: str) -> Path:
     return home / STUDIES / f"{name}.journal"
 
@@ -54,7 +63,7 @@ def storage(home: Path, name: str):
         path.parent.mkdir(parents=True, exist_ok=True)
         return opt.storages.JournalStorage(JournalFileBackend(str(path)))
     except OSError as err:
-        raise TuneError("--study", f"cannot use {path}: {err.strerror or err}") from None
+        raise storage_error(err, path, "nothing was made") from None
 
 
 def sampler_and_pruner(seed: int, pruner: str):
@@ -82,7 +91,18 @@ class Request:
     pruner: str = "median"
     seed: int = 0
     gpus: str | None = None
+    slurm: dict | None = None  # SlurmSettings as a dict: each trial is a Slurm job (None: the local queue)
     interval: float = 1.0
+
+    def slurm_settings(self):
+        from fairtui.slurm import SlurmSettings
+
+        return SlurmSettings(**self.slurm) if self.slurm else None
+
+    @staticmethod
+    def slurm_text(slurm: dict | None) -> str:
+        return "" if not slurm else (f"{slurm.get('cluster')}" + (f", partition {slurm['partition']}"
+                                                                  if slurm.get("partition") else ""))
 
 
 def create(req: Request):
@@ -92,7 +112,8 @@ def create(req: Request):
     sampler, pruner = sampler_and_pruner(req.seed, req.pruner)
     described = {"profile_path": req.profile_path, "space": [dataclasses.asdict(d) for d in req.space],
                  "base": req.base, "trials": req.trials, "objective": dataclasses.asdict(req.objective),
-                 "parallel": req.parallel, "pruner": req.pruner, "seed": req.seed, "gpus": req.gpus}
+                 "parallel": req.parallel, "pruner": req.pruner, "seed": req.seed, "gpus": req.gpus,
+                 "slurm": req.slurm}
     store = storage(req.home, req.study)
     existing = {s.study_name: s for s in opt.get_all_study_summaries(store)}
     if req.study in existing:
@@ -101,10 +122,15 @@ def create(req: Request):
             raise TuneError("--study", f"{req.study!r} is a study of {old.get('profile_path')!r}; choose another name "
                             f"(or `fairtui tune {req.study} --resume` to continue it)")
         raise TuneError("--study", f"{req.study!r} exists: `fairtui tune {req.study} --resume` continues it")
-    study = opt.create_study(study_name=req.study, storage=store, direction="maximize", sampler=sampler,
-                             pruner=pruner)
-    for key, value in described.items():
-        study.set_user_attr(key, value)
+    path = study_path(req.home, req.study)
+    try:
+        study = opt.create_study(study_name=req.study, storage=store, direction="maximize", sampler=sampler,
+                                 pruner=pruner)
+        for key, value in described.items():
+            study.set_user_attr(key, value)
+    except OSError as err:  # a study half made is no study: its journal goes (no other study shares the file)
+        path.unlink(missing_ok=True)
+        raise storage_error(err, path, "nothing was made") from None
     return study
 
 
@@ -122,7 +148,7 @@ def load(home: Path, name: str) -> tuple[Any, Request]:
                   space=[Dimension(**{**d, "choices": tuple(d["choices"])}) for d in attrs["space"]],
                   base=list(attrs["base"]), trials=int(attrs["trials"]), objective=Objective(**attrs["objective"]),
                   parallel=int(attrs["parallel"]), pruner=attrs["pruner"], seed=int(attrs["seed"]),
-                  gpus=attrs.get("gpus"))
+                  gpus=attrs.get("gpus"), slurm=attrs.get("slurm"))
     sampler, pruner = sampler_and_pruner(req.seed, req.pruner)
     return opt.load_study(study_name=name, storage=store, sampler=sampler, pruner=pruner), req
 
@@ -151,8 +177,7 @@ class Driver:
                              [f"study:{self.req.study}", f"trial:{trial.number}"], gpus,
                              extra_meta={"study": self.req.study, "trial": trial.number, "params": params})
         trial.set_user_attr("run_id", run_dir.name)
-        pool = ["cpu"] if gpus is None or gpus.cpu else [str(g) for g in gpus.devices]  # any one device of them
-        self.queue.submit(run_dir, None, pool=pool)
+        self._launch(run_dir)
         self.active[trial.number] = {"trial": trial, "run_id": run_dir.name, "reported": 0}
         self.say(f"trial {trial.number}: run {run_dir.name} {params}")
 
@@ -176,14 +201,29 @@ class Driver:
         run_dir = self.req.home / "runs" / run_id
         status = RunView.load(run_dir).status()  # "running" too for an engine the killed driver was starting
         if status in ("stopped", "lost", "failed") and "pruned" not in self._tags(run_id):
-            from fairtui.launcher import GpuChoice
-
-            gpus = GpuChoice.parse(self.req.gpus)
-            pool = ["cpu"] if gpus is None or gpus.cpu else [str(g) for g in gpus.devices]
-            self.queue.submit(self.req.home / "runs" / run_id, None, pool=pool)  # resumes from its checkpoint
+            self._launch(run_dir)  # resumes from its checkpoint
             self.say(f"trial {frozen.number}: resuming run {run_id} ({status})")
         self.active[frozen.number] = {"trial": trial, "run_id": run_id,
                                       "reported": max((int(s) for s in frozen.intermediate_values), default=0)}
+
+    def _launch(self, run_dir: Path) -> None:
+        """Start (or continue) a trial's run: through the local queue, on any one of ``--gpus`` (or the CPU),
+        or as a Slurm job of its own (``--launcher slurm``)."""
+        settings = self.req.slurm_settings()
+        if settings is not None:
+            from engine.contract.profile_schema import ProfileError
+            from fairtui.slurm import submit_run
+
+            try:
+                submit_run(self.req.home, run_dir, settings)
+            except ProfileError as err:  # sbatch refused it: the run says failed, and _follow records the trial
+                self.say(f"run {run_dir.name}: {err}")
+            return
+        from fairtui.launcher import GpuChoice
+
+        gpus = GpuChoice.parse(self.req.gpus)
+        pool = ["cpu"] if gpus is None or gpus.cpu else [str(g) for g in gpus.devices]  # any one device of them
+        self.queue.submit(run_dir, None, pool=pool)
 
     def _run_of(self, number: int) -> str | None:
         """The run made for trial ``number`` of this study, from the runs' own meta.json."""
@@ -256,6 +296,16 @@ class Driver:
         return False
 
     def run(self) -> None:
+        """The study to its budget. A write that fails (a full or read-only disk) ends it with a StorageError:
+        what the journal holds stays, the trials' runs train on, and --resume adopts them."""
+        try:
+            self._run()
+        except OSError as err:
+            raise storage_error(err, study_path(self.req.home, self.req.study),
+                                f"the study stopped; its trials' runs train on, and `fairtui tune {self.req.study} "
+                                "--resume` continues it once the disk can be written") from None
+
+    def _run(self) -> None:
         opt = optuna()
         states = opt.trial.TrialState
         for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,)):
@@ -267,7 +317,8 @@ class Driver:
                 self._start(self.study.ask())
             if not self.active:
                 return
-            self.queue.tick()
+            if not self.req.slurm:
+                self.queue.tick()
             for number in list(self.active):
                 if self._follow(number):
                     del self.active[number]
@@ -278,7 +329,8 @@ class Driver:
         from fairtui.control import StopError, stop_run
 
         for entry in self.active.values():
-            self.queue.cancel(entry["run_id"])
+            if not self.req.slurm:
+                self.queue.cancel(entry["run_id"])
             try:
                 stop_run(self.req.home / "runs" / entry["run_id"], wait=False)
             except StopError:
@@ -311,7 +363,11 @@ def finish(study, req: Request, say: Callable[[str], None] = lambda line: None) 
                         f"{out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ''}")
     record = {"trial": best.number, "run_id": run_id, "value": best.value, "params": best.params,
               "attacks": attacks, "t": time.time()}
-    study.set_user_attr("finished", record)
+    try:
+        study.set_user_attr("finished", record)
+    except OSError as err:  # the evaluation is in the run's own stream; finish again records it (and reuses it)
+        raise storage_error(err, study_path(req.home, req.study), f"run {run_id}'s test result is in its stream; "
+                            f"`fairtui tune finish {req.study}` records it in the study") from None
     return record
 
 

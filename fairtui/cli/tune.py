@@ -6,7 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import Gpus, Home, HomeT, Json, fail
+from fairtui.cli.options import (Cluster, Cpus, Gpus, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
+                                  Partition, Sbatch, TimeMin, fail)
 
 HELP = ("Tune a profile with the same budget for every method: Optuna's TPE over --space KEY=LOW:HIGH[:log] or "
         "KEY=A,B,..., --trials runs on the validation split (the test split once, for the best), pruned each "
@@ -21,7 +22,8 @@ def tune(
     trials: int = typer.Option(0, "--trials", min=0, help="the study's budget of trials"),
     objective: str = typer.Option("avg_worst", "--objective", help="worst, avg_worst, or worst_at_avg:FLOOR "
                                   "(a fraction, or RUN-POINTS: a baseline run's validation average minus points)"),
-    parallel: int = typer.Option(1, "--parallel", min=1, help="trials at once (through the queue)"),
+    parallel: int = typer.Option(1, "--parallel", min=1, help="trials at once (through the queue, or Slurm jobs "
+                                 "in flight with --launcher slurm)"),
     study: Optional[str] = typer.Option(None, "--study", help="the study's name (default: the profile's name and "
                                         "a time stamp)"),
     pruner: str = typer.Option("median", "--pruner", help="median, hyperband or none"),
@@ -29,10 +31,23 @@ def tune(
     set_: List[str] = typer.Option([], "--set", help="KEY=VALUE for every trial, as fairtui run's"),
     resume: bool = typer.Option(False, "--resume", help="continue the study named STUDY"),
     gpus: Optional[str] = Gpus,
+    launcher: Optional[str] = Launcher,
+    nodes: Optional[int] = Nodes,
+    gpus_per_node: Optional[int] = GpusPerNode,
+    partition: Optional[str] = Partition,
+    time_min: Optional[int] = TimeMin,
+    cpus: Optional[int] = Cpus,
+    mem_gb: Optional[int] = MemGb,
+    sbatch: List[str] = Sbatch,
+    cluster: Optional[str] = Cluster,
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
+    import dataclasses
     import json
+
+    from engine.contract.profile_schema import ProfileError
+    from fairtui.cli.launching import slurm_settings
 
     from fairtui import tune as t
     from fairtui.home import resolve_home
@@ -53,8 +68,14 @@ def tune(
         if resume:
             st, req = t.load(home_dir, target)
         else:
+            try:  # each trial a Slurm job of its own, or None: the local queue
+                settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node,
+                                          partition=partition, time_min=time_min, cpus=cpus, mem_gb=mem_gb,
+                                          sbatch=sbatch, cluster=cluster)
+            except ProfileError as err:
+                raise fail(str(err)) from None
             st, req = _new_study(target, space, trials, objective, parallel, study, pruner, seed, list(set_), gpus,
-                                 home_dir, say)
+                                 home_dir, say, dataclasses.asdict(settings) if settings else None)
         driver = t.Driver(st, req, say)
         try:
             driver.run()
@@ -67,6 +88,8 @@ def tune(
         typer.echo(json.dumps({**doc, "finished": record}) if json_out else render(doc))
     except t.TuneError as err:
         raise fail(str(err)) from None
+    except t.StorageError as err:  # a full or read-only disk: the command failed, nothing is lost
+        raise fail(str(err), 1) from None
 
 
 def render(doc: dict) -> str:
@@ -97,7 +120,7 @@ def _cell(value) -> str:
 
 
 def _new_study(target: str, space: list[str], trials: int, objective: str, parallel: int, study: str | None,
-               pruner: str, seed: int, set_: list[str], gpus: str | None, home_dir, say):
+               pruner: str, seed: int, set_: list[str], gpus: str | None, home_dir, say, slurm: dict | None = None):
     """Check everything a study needs before it exists, then make it: (the study, its request)."""
     import time
     from pathlib import Path
@@ -132,9 +155,10 @@ def _new_study(target: str, space: list[str], trials: int, objective: str, paral
     space_.check_space(target, base, dims)
     req = t.Request(home=home_dir, study=name, profile_path=str(Path(target).resolve()), space=dims,
                     base=base, trials=trials, objective=space_.parse_objective(objective, home_dir),
-                    parallel=parallel, pruner=pruner, seed=seed, gpus=gpus)
+                    parallel=parallel, pruner=pruner, seed=seed, gpus=gpus, slurm=slurm)
     t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
     st = t.create(req)
-    say(f"study {name}: {trials} trials of {target}, objective {req.objective.label()}, "
+    where = f"as Slurm jobs ({t.Request.slurm_text(slurm)})" if slurm else "through the local queue"
+    say(f"study {name}: {trials} trials of {target} {where}, objective {req.objective.label()}, "
         f"{home_dir / t.STUDIES / (name + '.journal')}")
     return st, req

@@ -160,6 +160,124 @@ def test_a_driver_killed_mid_study_resumes_with_no_trial_lost_or_run_twice(tmp_p
                                              and not p.name.startswith(".")) == sorted(run_ids)
 
 
+def test_a_failing_trial_counts_as_failed_and_the_study_goes_on(tmp_path, tiny_profile):
+    """Trial 0 diverges (lr 1e9: its run fails, "the training loss became nan"): FAIL in Optuna, and the study
+    still makes its second trial, which completes and is the best."""
+    home = tmp_path / "home"
+    req = t.Request(home=home, study="f1", profile_path=str(tiny_profile()),
+                    space=[ts.parse_dimension("train.lr=0.01:1e9:log")], base=["train.epochs=1"], trials=2,
+                    objective=ts.Objective("avg_worst"), pruner="none", interval=0.2)
+    study = t.create(req)
+    study.enqueue_trial({"train.lr": 1e9})
+    study.enqueue_trial({"train.lr": 0.05})
+    t.Driver(study, req).run()
+    from fairtui.runfolder import RunView
+
+    trials = study.get_trials()
+    assert [tr.state for tr in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    failed = RunView.load(home / "runs" / trials[0].user_attrs["run_id"])
+    assert failed.status() == "failed" and "nan" in failed.finished.get("error", ""), failed.finished
+    assert study.best_trial.number == 1
+
+
+def _refuse_writes(monkeypatch, code: int, when=lambda logs: True):
+    """Optuna's journal cannot be written (ENOSPC: a full disk; EROFS: a read-only one) while ``when(logs)``."""
+    import errno
+
+    from optuna.storages.journal import JournalFileBackend
+
+    real = JournalFileBackend.append_logs
+
+    def append_logs(self, logs):
+        if when(logs):
+            raise OSError(code, os.strerror(code), self._file_path)
+        return real(self, logs)
+
+    monkeypatch.setattr(JournalFileBackend, "append_logs", append_logs)
+    return errno
+
+
+def test_a_full_disk_mid_study_stops_the_driver_in_one_line_and_resume_loses_nothing(tmp_path, tiny_profile,
+                                                                                     monkeypatch):
+    """The journal fills up at the first epoch's report: the driver ends with a StorageError naming the file,
+    the disk and --resume; the trial's run trains on; once the disk has room, --resume adopts that run and the
+    study ends with its budget, no trial lost or run twice."""
+    import errno
+
+    home = tmp_path / "home"
+    req = t.Request(home=home, study="d1", profile_path=str(tiny_profile()),
+                    space=[ts.parse_dimension("train.lr=0.02:0.1")], base=["train.epochs=2"], trials=2,
+                    objective=ts.Objective("avg_worst"), pruner="none", interval=0.2)
+    study = t.create(req)
+    report = 7  # JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE: a trial's epoch reported
+    with monkeypatch.context() as patch:
+        _refuse_writes(patch, errno.ENOSPC, lambda logs: any(log.get("op_code") == report for log in logs))
+        with pytest.raises(t.StorageError) as raised:
+            t.Driver(study, req).run()
+    message = str(raised.value)
+    assert "\n" not in message and "No space left on device" in message and "d1.journal" in message
+    assert "fairtui tune d1 --resume" in message
+    first = study.get_trials()
+    assert [tr.state for tr in first] == [optuna.trial.TrialState.RUNNING]  # recorded as it was: still running
+    study, req = t.load(home, "d1")
+    t.Driver(study, req).run()
+    trials = study.get_trials()
+    assert [tr.state for tr in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    run_ids = [tr.user_attrs["run_id"] for tr in trials]
+    assert run_ids[0] == first[0].user_attrs["run_id"] and len(set(run_ids)) == 2
+    assert sorted(p.name for p in (home / "runs").iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        == sorted(run_ids)
+
+
+def test_a_read_only_disk_refuses_a_new_study_and_leaves_nothing(tmp_path, tiny_profile, monkeypatch):
+    import errno
+
+    home = tmp_path / "home"
+    _refuse_writes(monkeypatch, errno.EROFS)
+    req = t.Request(home=home, study="r1", profile_path=str(tiny_profile()),
+                    space=[ts.parse_dimension("train.lr=0.02:0.1")], trials=2, objective=ts.Objective("worst"))
+    with pytest.raises(t.StorageError, match="Read-only file system; nothing was made"):
+        t.create(req)
+    assert not t.study_path(home, "r1").exists() and untouched(home)
+
+
+def test_trials_run_as_slurm_jobs(tmp_path, tiny_profile):
+    """`--launcher slurm`: each trial is a job of its own (submitit's local executor stands for the cluster), the
+    study reads their runs as it reads the queue's, and --resume keeps the launcher."""
+    pytest.importorskip("submitit")
+    home = tmp_path / "home"
+    # files, not pipes: submitit's local controller inherits them and outlives the command
+    with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
+        code = subprocess.run([sys.executable, "-m", "fairtui.cli", "tune", str(tiny_profile()), *STUDY,
+                               "--trials", "2", "--parallel", "2", "--study", "j1", "--pruner", "none",
+                               "--launcher", "slurm", "--cluster", "local", "--json", "--home", str(home)],
+                              cwd=ROOT, env={**engine_env(), "OMP_NUM_THREADS": "1"}, stdout=out, stderr=err,
+                              timeout=HANG_S).returncode
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    assert code == 0, stderr
+    assert "as Slurm jobs (local)" in stderr
+    doc = json.loads(stdout)
+    assert [r["state"] for r in doc["trials"]] == ["complete"] * 2 and doc["finished"]
+    for row in doc["trials"]:
+        meta = json.loads((home / "runs" / row["run_id"] / "meta.json").read_text())
+        assert meta["launcher"] == "slurm" and meta["slurm_cluster"] == "local" and meta["slurm_job_id"]
+    study, req = t.load(home, "j1")
+    assert req.slurm_settings().cluster == "local"
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--launcher", "slurm", "--cluster", "local", "--gpus", "0"), "--gpus picks this machine's GPUs"),
+    (("--partition", "gpu"), "--partition: only with --launcher slurm"),
+    (("--launcher", "slurm", "--partition", "gpu\ntouch x"), "control character")])
+def test_slurm_options_of_a_study_are_checked_before_anything_exists(tmp_path, tiny_profile, args, words):
+    home = tmp_path / "home"
+    proc = fairtui_cmd("tune", str(tiny_profile()), *STUDY, "--trials", "2", *args, home=home)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert untouched(home) and not (home / "studies").exists()
+
+
 def test_plot_study_draws_the_objective_over_trials_and_a_parameters_effect(tmp_path, tiny_profile):
     """`fairtui plot study STUDY`: a figure of a study's trials (here made directly in its storage: completed,
     pruned and failed), and one line for a parameter the study does not search."""
