@@ -1,7 +1,7 @@
 """The CIFAR-10 fairness tables: every method through fairtui itself, each finished run's small files
 collected into the repository, the table generated from those files.
 
-    python experiments/cifar10_fairness.py --scale cpu|short --data-root DIR [--home DIR] [--seeds 0 1 2]
+    python experiments/cifar10_fairness.py --scale cpu|short --data-root DIR [--download] [--home DIR] [--seeds 0 1 2]
                                            [--methods at trades ...] [--workers N] [--threads T]
                                            [--aa-per-class N] [--gpus 0] [--set KEY=VALUE ...]
     python experiments/cifar10_fairness.py --scale cpu --table-only [--results DIR]
@@ -200,10 +200,27 @@ class Table:
         return errors
 
 
+def download(root: str) -> None:
+    """CIFAR-10 into ``root`` once, before any run starts (the runs then share it: no two downloads race)."""
+    if (Path(root) / "cifar-10-batches-py" / "test_batch").is_file():
+        return
+    import torchvision
+
+    Path(root).mkdir(parents=True, exist_ok=True)
+    try:
+        torchvision.datasets.CIFAR10(root, download=True)
+    except Exception as err:  # no network: say what to do instead
+        raise SystemExit(f"could not download CIFAR-10 into {root}: {err}\n"
+                         "put cifar-10-batches-py/ there (https://www.cs.toronto.edu/~kriz/cifar.html) and "
+                         "run again without --download") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", choices=sorted(SCALES), default="short")
     parser.add_argument("--data-root", help="the folder that holds cifar-10-batches-py")
+    parser.add_argument("--download", action="store_true",
+                        help="download CIFAR-10 into --data-root first (torchvision; needs the network)")
     parser.add_argument("--home", type=Path, default=Path(".fairtui-cifar10"))
     parser.add_argument("--results", type=Path, help="where the small files go (default: the scale's folder)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -225,6 +242,8 @@ def main() -> None:
         if not args.data_root:
             parser.error("--data-root is needed to train")
         args.data_root = str(Path(args.data_root).expanduser().resolve())
+        if args.download:
+            download(args.data_root)
         errors = Table(args).run()
         if errors:
             print(markdown(args.results or default_results))

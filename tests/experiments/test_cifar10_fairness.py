@@ -72,3 +72,28 @@ def test_the_script_trains_fine_tunes_collects_and_is_idempotent(tmp_path):
                                  "--table-only", "--results", str(tmp_path / "results")],
                                 capture_output=True, text=True, cwd=ROOT, env=engine_env(), timeout=120)
     assert table_only.returncode == 0 and table_only.stdout == first.stdout  # from the collected files alone
+
+
+def test_download_fetches_once_and_says_what_to_do_without_the_network(tmp_path, monkeypatch):
+    """`--download`: a folder that holds CIFAR-10 already is used as it is (torchvision is not asked); where the
+    download fails (no network), one message says where to put the data instead."""
+    import pytest
+    import torchvision
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import cifar10_fairness
+
+    asked = []
+
+    def refuse(root, download):
+        asked.append(root)
+        raise OSError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", refuse)
+    write_cifar(tmp_path / "data", n_train=10, n_test=10)
+    cifar10_fairness.download(str(tmp_path / "data"))
+    assert asked == []
+    with pytest.raises(SystemExit) as raised:
+        cifar10_fairness.download(str(tmp_path / "empty"))
+    assert asked == [str(tmp_path / "empty")]
+    assert "could not download CIFAR-10" in str(raised.value) and "cifar-10-batches-py/" in str(raised.value)
