@@ -278,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         args.write_docs.write_text(replace_block(args.write_docs.read_text(), args.results.name, block))
         print(f"wrote the {args.results.name} block of {args.write_docs}", file=sys.stderr)
     if args.figure_dir and rows:
+        args.figure_dir.mkdir(parents=True, exist_ok=True)
         for panel in FIGURES:
             written = figure(rows, panel, args.figure_dir / f"{args.results.name}-{panel}.png")
             if written:

@@ -49,6 +49,13 @@ def _wrap(text: str, width: float, size: float = 8.0) -> str:
     return "\n".join(textwrap.wrap(text, max(20, int(width * 72 / (size * 0.55)))))
 
 
+def _legend_columns(labels: list[str], width: float, size: float = 7.0) -> int:
+    """As many legend columns (at most 4) as the longest label lets fit in ``width`` inches: a long label (a
+    method's full name with its seeds) otherwise pushes the legend past the figure's edges."""
+    longest = max((len(label) for label in labels), default=0) * size * 0.55 / 72 + 0.5  # text, handle, gap
+    return max(1, min(len(labels), 4, int(width / longest)))
+
+
 def _pct(values: list[float | None]) -> list[float]:
     return [math.nan if v is None else 100.0 * v for v in values]
 
@@ -82,7 +89,7 @@ def classes(data: ResultFigure, width: float = 6.9, clean: bool = False) -> "Fig
         axes[-1].set_xticks(range(k), data.class_names, rotation=45 if long_names else 0,
                             ha="right" if long_names else "center")
         handles, labels = axes[-1].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(n, 4), frameon=False)
+        fig.legend(handles, labels, loc="outside lower center", ncols=_legend_columns(labels, width), frameon=False)
         fig.suptitle(_wrap(f"{data.caption}; hatched: each series' worst class", width), fontstyle="italic")
     return fig
 
