@@ -175,10 +175,12 @@ def test_a_bad_csr_key_is_one_line():
 CSR_RUN = ('method.name="csr"', "method.pretrain_epochs=1", "train.epochs=2", "method.confusion_steps=100")
 
 
-def test_csr_trains_records_c_and_g_and_resumes_from_a_stop_while_c_is_built(tmp_path, tiny_profile):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_csr_trains_records_c_and_g_and_resumes_from_a_stop_while_c_is_built(tmp_path, tiny_profile, sig):
     """C, G and sigma1 in every fine-tuning epoch's method state, the confusion pass's seconds in the epoch
-    event; a run stopped while C is being built (epoch 2's pass, after the pre-training epoch) resumes to the
-    uninterrupted run's weights."""
+    event; a run stopped (SIGTERM: it says so) or killed (kill -9: nothing recorded, the last checkpoint is
+    the pre-training epoch's) while C is being built (epoch 2's pass) resumes to the uninterrupted run's
+    weights, C, G and per-class results."""
     import os
     import signal
     import time
@@ -210,14 +212,20 @@ def test_csr_trains_records_c_and_g_and_resumes_from_a_stop_while_c_is_built(tmp
         except (OSError, ValueError):
             doc = {}
         if doc.get("phase") == "prepare" and doc.get("epoch") == 2:
-            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, getattr(signal, sig))
             break
         time.sleep(0.01)
     proc.wait(timeout=600)
-    assert events_of(part, "run_finished")[-1].get("status") == "stopped"  # stopped inside the pass
+    if sig == "SIGTERM":
+        assert events_of(part, "run_finished")[-1].get("status") == "stopped"  # stopped inside the pass
+    else:
+        assert proc.returncode == -signal.SIGKILL and not events_of(part, "run_finished")
     assert len(events_of(part, "epoch_end")) == 1
     assert run_engine(part).returncode == 0
     assert max_weight_difference(whole, part) == 0.0
+    resumed = events_of(part, "epoch_end")
+    assert [e["method_state"] for e in resumed] == [e["method_state"] for e in ends]
+    assert [e["val"] for e in resumed] == [e["val"] for e in ends]
 
 
 def test_two_ranks_build_one_c_and_train_csr_as_one_process(tmp_path, tiny_profile):
