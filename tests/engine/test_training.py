@@ -95,6 +95,8 @@ METHOD_CASES = {
     # FAAL fine-tuning after an in-run pre-training epoch (its p* summary is a measurement of each epoch)
     "faal": (("method.pretrain_epochs=1",),
              {"faal_weight_mean", "faal_weight_min", "faal_weight_max", "class_score_mean"}),
+    # BAT: two early-stopped attacks a batch (their random starts and stops continue exactly); no class-wise state
+    "bat": ((), set()),
     # compiled (inductor on the CPU): per-sample margins through the compiled model, exact resume
     "cfa+compile": (("method.calibration_start_epoch=2", 'train.compile="on"'),
                     {"train_robust_acc_per_class", "eps_per_class"}),
