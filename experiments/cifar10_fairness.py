@@ -85,6 +85,13 @@ def find(name: str, home: Path) -> dict | None:
     return max(runs, key=lambda r: r.get("created", 0)) if runs else None
 
 
+def copy_small_files(run_dir: Path, target: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    for name in SMALL_FILES:
+        shutil.copy2(run_dir / name, target / name)
+    return target
+
+
 class Table:
     """One scale's jobs: which runs to train, where, and where their small files go."""
 
@@ -150,21 +157,21 @@ class Table:
 
     def collect(self, method: str, shown: dict) -> Path:
         """Copy the run's small files (never checkpoints) to <results>/<profile>/<run-id>/, unless a run of the
-        same profile and seed is collected there already (a base retrained in a new home, to be fine-tuned):
-        a table never holds a seed twice; the collected run stays the row's."""
+        same profile and seed is collected there already: a table never holds a seed twice, and the collected
+        run stays the row's. Such a run is a base retrained in a new home for a fine-tune; on another machine
+        (another CPU's kernels) its numbers differ from the row's run of that seed, so it goes to
+        <results>-bases/<profile>/<run-id>/ instead, where a fine-tune's actual base can be read."""
         run_dir = Path(shown["run_dir"])
         folder = self.results / f"{self.prefix}-{method}"
         seed = read_toml(run_dir / "profile.toml").get("seed")
         for other in sorted(folder.glob("*/profile.toml")) if folder.is_dir() else []:
             if other.parent.name != run_dir.name and read_toml(other).get("seed") == seed:
+                bases = self.results.with_name(self.results.name + "-bases") / folder.name
                 self.say(f"{self.name(method, seed)}: seed {seed} is collected already ({other.parent.name}); "
-                         f"{run_dir.name} is not added")
-                return other.parent
-        target = folder / run_dir.name
-        target.mkdir(parents=True, exist_ok=True)
-        for name in SMALL_FILES:
-            shutil.copy2(run_dir / name, target / name)
-        return target
+                         f"{run_dir.name} goes to {bases}")
+                return copy_small_files(run_dir, bases / run_dir.name)
+        return copy_small_files(run_dir, folder / run_dir.name)
+
 
     def job(self, method: str, seed: int) -> None:
         name = self.name(method, seed)

@@ -67,6 +67,10 @@ def test_the_script_trains_fine_tunes_collects_and_is_idempotent(tmp_path):
     assert renewed.returncode == 0, renewed.stderr[-3000:]
     assert "seed 0 is collected already" in renewed.stderr
     assert len(list((tmp_path / "results" / "cifar10-short-at").iterdir())) == 1
+    # ... it is kept beside the table, so that a fine-tune of it can be read against it
+    retrained = list((tmp_path / "results-bases" / "cifar10-short-at").iterdir())
+    assert len(retrained) == 1 and retrained[0].name != at["run_id"]
+    assert sorted(p.name for p in retrained[0].iterdir()) == ["events.jsonl", "meta.json", "profile.toml"]
 
     table_only = subprocess.run([sys.executable, str(ROOT / "experiments" / "cifar10_fairness.py"), "--scale", "short",
                                  "--table-only", "--results", str(tmp_path / "results")],
