@@ -102,18 +102,31 @@ class Row:
     def epoch_times(self) -> list[float]:
         return [float(e["time_s"]) for v in self.views for e in v.epochs if "time_s" in e]
 
+    def provenance_by_seed(self, key: str) -> str:
+        """One field over the seeds, naming which seeds had which value where they differ ("AVX512 (seeds
+        0, 1), AVX2 (seed 2)"): another CPU's kernels give other numbers for the same profile and seed."""
+        values = [_provenance(v, key) for v in self.views]
+        if len(set(values)) == 1:
+            return values[0]
+        parts = []
+        for value in dict.fromkeys(values):
+            seeds = [str(s) for s, v in zip(self.seeds, values) if v == value]
+            parts.append(f"{value} (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})")
+        return ", ".join(parts)
+
     def provenance(self, key: str) -> list[str]:
         """The distinct values of a run_started field over the seeds (device, torch, the code's commit)."""
-        out = []
-        for v in self.views:
-            started = v.started or {}
-            record = started.get("provenance", {})
-            value = {"commit": (record.get("code", {}).get("git_commit") or "?")[:7],
-                     "device": started.get("device", "?"), "torch": record.get("torch", "?"),
-                     "threads": str(record.get("determinism", {}).get("threads", "?"))}[key]
-            if value not in out:
-                out.append(value)
-        return out
+        return list(dict.fromkeys(_provenance(v, key) for v in self.views))
+
+
+def _provenance(view: RunView, key: str) -> str:
+    started = view.started or {}
+    record = started.get("provenance", {})
+    determinism = record.get("determinism", {})
+    return {"commit": lambda: (record.get("code", {}).get("git_commit") or "?")[:7],
+            "device": lambda: started.get("device", "?"), "torch": lambda: record.get("torch", "?"),
+            "threads": lambda: str(determinism.get("threads", "?")),
+            "cpu": lambda: str(determinism.get("cpu_capability", "?"))}[key]()
 
 
 def method_of(profile: str) -> str:
@@ -195,8 +208,9 @@ def exploratory_table(rows: list[Row], attacks: tuple[str, ...] = ("aa", "aa-fas
 def provenance_lines(rows: list[Row]) -> list[str]:
     out = []
     for row in rows:
+        cpu = f" ({row.provenance_by_seed('cpu')} kernels)" if "cpu" in row.provenance("device") else ""
         out.append(f"- {row.label} (`{row.profile}`, seeds {', '.join(map(str, row.seeds))}): device "
-                   f"{', '.join(row.provenance('device'))}, {', '.join(row.provenance('threads'))} thread(s), "
+                   f"{', '.join(row.provenance('device'))}{cpu}, {', '.join(row.provenance('threads'))} thread(s), "
                    f"torch {', '.join(row.provenance('torch'))}, commit {', '.join(row.provenance('commit'))}")
     return out
 
