@@ -5,7 +5,8 @@ trained on five seeds and measured on the test split (PGD-20, the profile's own 
 untuned profile on the same seeds.
 
     python experiments/tune_all.py [--home DIR] [--trials 16] [--parallel 2] [--seeds 0 1 2 3 4]
-                                   [--methods at trades ...] [--results DIR] [--set KEY=VALUE ...]
+                                   [--methods at trades ...] [--results DIR] [--defaults-from DIGITS_HOME]
+                                   [--set KEY=VALUE ...]
     python experiments/tune_all.py --table-only [--results DIR]
 
 The objective is ``worst_at_avg:tune-baseline-at-2``: worst-class validation robust accuracy among the epochs
@@ -85,8 +86,14 @@ def train(profile: str, name: str, home: Path, sets: list[str]) -> dict:
 
 
 def study(method: str, args: argparse.Namespace) -> dict:
-    """Run (or resume, or reuse) the method's study; its `tune show` summary."""
+    """Run (or resume, or reuse) the method's study; its `tune show` summary. The study's journal is kept
+    beside its summary under --results once it ends, and brought back into a new home (a session's home does
+    not outlive its machine): a finished study is then read, not run again."""
     name = f"tune-all-{method}"
+    kept, journal = args.results / method / "study.journal", args.home / "studies" / f"{name}.journal"
+    if kept.is_file() and not journal.exists():
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(kept, journal)
     shown = fairtui(["tune", "show", name], args.home, check=False)
     if not shown:
         cmd = ["tune", str(ROOT / "profiles" / f"digits-{method}.toml"), "--study", name, "--trials",
@@ -97,9 +104,12 @@ def study(method: str, args: argparse.Namespace) -> dict:
         for s in base_sets(method) + args.set:
             cmd += ["--set", s]
         fairtui(cmd, args.home, check=False)  # a study whose every trial failed exits 2: its summary says so
-    elif not shown.get("finished"):
+    elif len([t for t in shown.get("trials", []) if t["state"] in ("complete", "pruned", "fail")]) < args.trials:
         fairtui(["tune", name, "--resume"], args.home, check=False)
-    return fairtui(["tune", "show", name], args.home)
+    summary = fairtui(["tune", "show", name], args.home)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(journal, kept)
+    return summary
 
 
 def base_sets(method: str, seed: int = 0, args: argparse.Namespace | None = None) -> list[str]:
@@ -112,6 +122,35 @@ def base_sets(method: str, seed: int = 0, args: argparse.Namespace | None = None
         name = f"{name}-s{seed}"
         train(profile, name, args.home, [f"seed={seed}"] + args.set)
     return [f"method.init_from={name}"]
+
+
+def default_run(method: str, seed: int, args: argparse.Namespace) -> dict | None:
+    """With --defaults-from HOME, the untuned row's run of this seed from the digits table's home
+    (`experiments/digits_fairness.py` names it digits-METHOD-sS; the same profile and seed), else None."""
+    if args.defaults_from is None:
+        return None
+    done = completed(f"digits-{method}-s{seed}", args.defaults_from)
+    if done is None:
+        return None
+    shown = fairtui(["show", done["run_id"]], args.defaults_from)
+    import tomllib
+
+    from engine.contract.profile_io import load_profile
+
+    def settings(table: dict) -> dict:  # what trains: not the name, nor which file holds the base's weights
+        table = {k: dict(v) if isinstance(v, dict) else v for k, v in table.items() if k not in ("name", "description")}
+        table.get("method", {}).pop("init_from", None)
+        return table
+
+    with open(Path(shown["run_dir"]) / "profile.toml", "rb") as fh:
+        theirs = settings(tomllib.load(fh))
+    ours = settings(load_profile(str(ROOT / "profiles" / f"digits-{method}.toml"),
+                                 base_sets(method) + [f"seed={seed}"] + args.set).to_table())
+    if theirs != ours:
+        print(f"default-{method}-s{seed}: {shown['run_id']} in {args.defaults_from} was trained with other "
+              "settings; training it here", file=sys.stderr)
+        return None
+    return shown
 
 
 def collect(shown: dict, target: Path) -> None:
@@ -139,9 +178,14 @@ def run_all(args: argparse.Namespace) -> None:
         for seed in args.seeds:
             for kind, sets in (("tuned", tuned), ("default", [])):
                 name = f"{kind}-{method}-s{seed}"
-                shown = train(f"digits-{method}", name, args.home,
-                              base_sets(method, seed, args) + sets + [f"seed={seed}"] + args.set)
+                if any(True for _ in (out / kind).glob(f"*/{name}.collected")):
+                    continue  # collected by an earlier call (its home may be gone)
+                shown = default_run(method, seed, args) if kind == "default" else None
+                if shown is None:
+                    shown = train(f"digits-{method}", name, args.home,
+                                  base_sets(method, seed, args) + sets + [f"seed={seed}"] + args.set)
                 collect(shown, out / kind)
+                (out / kind / shown["run_id"] / f"{name}.collected").touch()
                 print(f"{name}: collected", file=sys.stderr)
 
 
@@ -185,10 +229,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--methods", nargs="+", default=list(SPACES), choices=list(SPACES))
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run (smoke tests)")
+    parser.add_argument("--defaults-from", type=Path, help="the digits table's home (experiments/digits_fairness.py"
+                        "): its digits-METHOD-sS runs are the untuned rows, not trained again")
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args()
     if not args.table_only:
         args.home = args.home.resolve()
+        args.defaults_from = args.defaults_from.resolve() if args.defaults_from else None
         run_all(args)
     print(table(args.results))
 
