@@ -175,18 +175,15 @@ def test_a_bad_csr_key_is_one_line():
 CSR_RUN = ('method.name="csr"', "method.pretrain_epochs=1", "train.epochs=2", "method.confusion_steps=100")
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
-def test_csr_trains_records_c_and_g_and_resumes_from_a_stop_while_c_is_built(tmp_path, tiny_profile, sig):
+def test_csr_trains_records_c_and_g_and_resumes_from_a_stop_or_a_kill_while_c_is_built(tmp_path, tiny_profile):
     """C, G and sigma1 in every fine-tuning epoch's method state, the confusion pass's seconds in the epoch
     event; a run stopped (SIGTERM: it says so) or killed (kill -9: nothing recorded, the last checkpoint is
     the pre-training epoch's) while C is being built (epoch 2's pass) resumes to the uninterrupted run's
     weights, C, G and per-class results."""
-    import os
     import signal
-    import time
 
     from tests.conftest import make_run_dir, run_engine
-    from tests.engine.test_distributed import events_of, max_weight_difference, start
+    from tests.engine.test_distributed import events_of, max_weight_difference
 
     profile = tiny_profile()
     whole = make_run_dir(tmp_path, profile, "whole", CSR_RUN)
@@ -200,32 +197,41 @@ def test_csr_trains_records_c_and_g_and_resumes_from_a_stop_while_c_is_built(tmp
         g = torch.tensor(state["spectral_weights"])
         assert "note" in state or (g.min().item() == pytest.approx(0.01) and g.max().item() == pytest.approx(2.01))
 
-    part = make_run_dir(tmp_path, profile, "part", CSR_RUN)
-    proc = start(part, 1)
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:  # SIGTERM once epoch 2's confusion pass is under way
-        progress = part / "progress.json"
-        try:
-            import json
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        part = make_run_dir(tmp_path, profile, f"part-{sig.name}", CSR_RUN)
+        code = _signal_inside_the_confusion_pass(part, sig)
+        if sig == signal.SIGTERM:
+            assert events_of(part, "run_finished")[-1].get("status") == "stopped"  # stopped inside the pass
+        else:
+            assert code == -signal.SIGKILL and not events_of(part, "run_finished")
+        assert len(events_of(part, "epoch_end")) == 1
+        assert run_engine(part).returncode == 0
+        assert max_weight_difference(whole, part) == 0.0, sig.name
+        resumed = events_of(part, "epoch_end")
+        assert [e["method_state"] for e in resumed] == [e["method_state"] for e in ends], sig.name
+        assert [e["val"] for e in resumed] == [e["val"] for e in ends], sig.name
 
-            doc = json.loads(progress.read_text())
+
+def _signal_inside_the_confusion_pass(run_dir, sig) -> int:
+    """Train ``run_dir`` and send ``sig`` once epoch 2's confusion pass is under way; the engine's exit code."""
+    import json
+    import os
+    import time
+
+    from tests.engine.test_distributed import start
+
+    proc = start(run_dir, 1)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            doc = json.loads((run_dir / "progress.json").read_text())
         except (OSError, ValueError):
             doc = {}
         if doc.get("phase") == "prepare" and doc.get("epoch") == 2:
-            os.kill(proc.pid, getattr(signal, sig))
+            os.kill(proc.pid, sig)
             break
         time.sleep(0.01)
-    proc.wait(timeout=600)
-    if sig == "SIGTERM":
-        assert events_of(part, "run_finished")[-1].get("status") == "stopped"  # stopped inside the pass
-    else:
-        assert proc.returncode == -signal.SIGKILL and not events_of(part, "run_finished")
-    assert len(events_of(part, "epoch_end")) == 1
-    assert run_engine(part).returncode == 0
-    assert max_weight_difference(whole, part) == 0.0
-    resumed = events_of(part, "epoch_end")
-    assert [e["method_state"] for e in resumed] == [e["method_state"] for e in ends]
-    assert [e["val"] for e in resumed] == [e["val"] for e in ends]
+    return proc.wait(timeout=600)
 
 
 def test_two_ranks_build_one_c_and_train_csr_as_one_process(tmp_path, tiny_profile):
