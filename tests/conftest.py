@@ -70,6 +70,16 @@ def tiny_profile(tmp_path: Path):
     return make
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on now (the OS picks it): tests that start rendezvous of their own use it,
+    so that two xdist workers (or two checkouts' suites) never meet on one port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def engine_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")

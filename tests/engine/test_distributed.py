@@ -23,7 +23,7 @@ import torch
 from engine.attacks.noise import WHOLE
 from engine.distributed import Group, fingerprint
 from engine.contract.events import read_events
-from tests.conftest import HANG_S, ROOT, engine_env, make_run_dir
+from tests.conftest import HANG_S, ROOT, engine_env, free_port, make_run_dir
 
 
 def train(run_dir: Path, nproc: int, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -162,7 +162,7 @@ COLLECTIVES = textwrap.dedent("""
 def test_collectives_on_two_gloo_processes(tmp_path):
     script = tmp_path / "collectives.py"
     script.write_text(COLLECTIVES)
-    port = str(29400 + os.getpid() % 500)
+    port = str(free_port())
     procs = [subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**engine_env(), "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
                                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})

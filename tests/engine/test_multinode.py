@@ -16,18 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import HANG_S, ROOT, engine_env, make_run_dir
+from tests.conftest import HANG_S, ROOT, engine_env, free_port, make_run_dir
 from tests.engine.test_distributed import events_of, max_weight_difference, train
 
 pytest.importorskip("torch.distributed.run")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_nodes(run_dir: Path, nodes: int = 2) -> list[subprocess.Popen]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd, free_port
 
 pytest.importorskip("submitit")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def events(run_dir: Path, kind: str | None = None) -> list[dict]:
