@@ -1,9 +1,12 @@
 """The digits fairness table: every method's digits profile over several seeds, PGD-20 on the test split.
 
-    python experiments/digits_fairness.py [--seeds 0 1 2 3 4] [--home DIR] [--profiles NAME ...]
+    python experiments/digits_fairness.py [--seeds 0 1 2 3 4] [--home DIR] [--profiles NAME ...] [--results DIR]
 
 Each (profile, seed) is a normal `fairtui run` in DIR (default ./.fairtui-digits), so every number
-can be traced to its run folder; a (profile, seed) already completed there is reused, not trained again. Prints two Markdown tables:
+can be traced to its run folder; a (profile, seed) already completed there is reused, not trained again. With
+--results, each run's small files (events.jsonl, profile.toml, meta.json; never checkpoints) are copied to
+DIR/<profile>/<run-id>/, so that the table can be checked against committed streams after the home is gone
+(experiments/results/digits/ holds docs/results.md's). Prints two Markdown tables:
 - the mean and a 95% confidence interval over seeds (Student's t, n - 1 degrees of freedom) of the
   average and worst-class test robust accuracy, for the best checkpoint (each method's own selection
   rule) and the last one, plus FAWA's averaged weights where the method has them;
@@ -23,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from experiments.cifar10_fairness import copy_small_files  # noqa: E402
 from experiments.fairness_table import interval  # noqa: E402
 PROFILES = ["digits-at", "digits-trades", "digits-frl", "digits-frl-rw", "digits-frl-rm", "digits-cfa-at",
             "digits-cfa-trades", "digits-cfa-fat", "digits-wat", "digits-tian", "digits-dafa", "digits-faal",
@@ -67,6 +71,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--home", type=Path, default=Path(".fairtui-digits"))
     parser.add_argument("--profiles", nargs="+", default=PROFILES)
+    parser.add_argument("--results", type=Path, help="copy each run's small files to RESULTS/<profile>/<run-id>/")
     args = parser.parse_args()
     rows = []
     test_per_class: list[int] = []
@@ -74,6 +79,8 @@ def main() -> None:
         cells: dict[str, list[float]] = {}
         for seed in args.seeds:
             doc = run(profile, seed, args.home)
+            if args.results:
+                copy_small_files(Path(doc["run_dir"]), args.results / profile / doc["run_id"])
             test_per_class = test_per_class or test_counts(args.home, doc)
             for r in doc["results"]:
                 if r["attack"] != "pgd20":
