@@ -268,7 +268,8 @@ def figure(rows: list[Row], panel: str, path: Path, checkpoint: str = "best") ->
     series = []
     for row in chosen:
         results = row.results(checkpoint)
-        s = Series(f"{row.label} (seeds {', '.join(map(str, row.seeds))})", [v.run_id for v in row.views],
+        seeds = f"seed{'s' if len(row.seeds) > 1 else ''} {', '.join(map(str, row.seeds))}"
+        s = Series(f"{row.label} ({seeds})", [v.run_id for v in row.views],
                    "; ".join(dict.fromkeys(setting_label(r) for r in results)))
         s.robust = [r["robust_acc_per_class"] for r in results]
         s.clean = [r["clean_acc_per_class"] for r in results]
