@@ -111,12 +111,17 @@ class Row:
         parts = []
         for value in dict.fromkeys(values):
             seeds = [str(s) for s, v in zip(self.seeds, values) if v == value]
-            parts.append(f"{value} (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})")
+            parts.append(f"{value} ({seeds_label(seeds)})")
         return ", ".join(parts)
 
     def provenance(self, key: str) -> list[str]:
         """The distinct values of a run_started field over the seeds (device, torch, the code's commit)."""
         return list(dict.fromkeys(_provenance(v, key) for v in self.views))
+
+
+def seeds_label(seeds: list) -> str:
+    """"seed 0" or "seeds 0, 1, 2"."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
 
 
 def _provenance(view: RunView, key: str) -> str:
@@ -268,8 +273,7 @@ def figure(rows: list[Row], panel: str, path: Path, checkpoint: str = "best") ->
     series = []
     for row in chosen:
         results = row.results(checkpoint)
-        seeds = f"seed{'s' if len(row.seeds) > 1 else ''} {', '.join(map(str, row.seeds))}"
-        s = Series(f"{row.label} ({seeds})", [v.run_id for v in row.views],
+        s = Series(f"{row.label} ({seeds_label(row.seeds)})", [v.run_id for v in row.views],
                    "; ".join(dict.fromkeys(setting_label(r) for r in results)))
         s.robust = [r["robust_acc_per_class"] for r in results]
         s.clean = [r["clean_acc_per_class"] for r in results]

@@ -33,4 +33,4 @@ def test_results_gets_each_runs_small_files_and_the_table_its_numbers(tmp_path, 
         assert sorted(p.name for p in copied.iterdir()) == ["events.jsonl", "meta.json", "profile.toml"]
         assert (copied / "events.jsonl").read_text() == (tmp_path / "home" / "runs" / doc["run_id"] / "events.jsonl").read_text()
     assert "| digits-at | 25.0 | 35.0 |" in out  # each seed's worst class, best checkpoint
-    assert "one image of the smallest class is 2.0 points" in out  # 50 test images: from the copied run's stream
+    assert "one image of the smallest class is 2.0 points" in out  # 50 test images, read from the run's run_started event
