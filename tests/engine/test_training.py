@@ -35,7 +35,9 @@ def check_schema(events: list[dict], k: int = 10) -> None:
     assert events[-1]["type"] == "run_finished"
 
 
-@pytest.mark.parametrize("method", ["natural", "pgd_at", "trades"])
+# PGD-AT, TRADES and every fairness method train end to end in the kill -9 test below (its uninterrupted run
+# is checked against the schema there); natural training has no attack to resume
+@pytest.mark.parametrize("method", ["natural"])
 def test_method_trains_end_to_end(tmp_path, tiny_profile, method):
     run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=(f"method.name={method}",))
     proc = run_engine(run_dir)
@@ -111,7 +113,14 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
                  "train.ema_decay=0.5",
                  *extra)
     straight = make_run_dir(tmp_path, profile, "straight", overrides)
-    assert run_engine(straight).returncode == 0
+    done = run_engine(straight)
+    assert done.returncode == 0, done.stderr
+    a = events_of(straight)
+    check_schema(a)  # the method trains end to end: every event as the schema says, three epochs, completed
+    assert a[-1]["status"] == "completed" and [e["epoch"] for e in a if e["type"] == "epoch_end"] == [1, 2, 3]
+    assert {("last", "pgd5"), ("best", "pgd5")} <= {(e["checkpoint"], e["attack"]) for e in a
+                                                    if e["type"] == "eval_result"}
+    assert (straight / "engine.json").exists()
 
     killed = make_run_dir(tmp_path, profile, "killed", overrides)
     proc = subprocess.Popen([sys.executable, "-m", "engine", "train", str(killed)], env=engine_env(), cwd=ROOT,
@@ -124,7 +133,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
     resumed = run_engine(killed)
     assert resumed.returncode == 0, resumed.stderr
 
-    a, b = events_of(straight), events_of(killed)
+    b = events_of(killed)
     check_schema(b)
     last_state = [e for e in b if e["type"] == "epoch_end"][-1]["method_state"]
     assert state_keys <= set(last_state), state_keys - set(last_state)
