@@ -81,10 +81,14 @@ def test_ctrl_c_stops_then_resume_completes(tmp_path, tiny_profile):
     assert proc.returncode == 130, err
     assert "fairtui resume" in err
     run_id = runs[0].parent.name
+    # 40 epochs, so that Ctrl-C lands mid-run on any machine; the resumed remainder is two epochs
+    done = max(json.loads(line)["epoch"] for line in runs[0].read_text().splitlines() if '"epoch_end"' in line)
+    profile = runs[0].parent / "profile.toml"
+    profile.write_text(profile.read_text().replace("epochs = 40", f"epochs = {done + 2}"))
     resumed = fairtui_cmd("resume", run_id[:12], "--json", home=home)
     assert resumed.returncode == 0, resumed.stderr
     doc = json.loads(resumed.stdout)
-    assert doc["status"] == "completed" and doc["epochs_done"] == 40
+    assert doc["status"] == "completed" and doc["epochs_done"] == done + 2
 
 
 def test_frl_fine_tunes_an_earlier_run_named_in_init_from(tmp_path, tiny_profile):
