@@ -1,0 +1,155 @@
+"""The app's dialogs, driven with Pilot: launch errors, notes and tags, evaluate, export, help."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fairtui.app import make_app
+from fairtui.synthetic import make_run
+from tests.fairtui.app_helpers import FAKE_GPUS, engine_on_path, profiles, wait_until  # noqa: F401 (fixtures)
+
+
+async def test_launch_dialog_errors_are_visible_at_80x24(tmp_path, profiles):
+    home = tmp_path / "home"
+    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: FAKE_GPUS, poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("enter", *"train.epoch=3", "enter")  # a misspelt key
+        await pilot.pause()
+        error = app.screen.query_one("#launch-error")
+        assert "train.epoch" in str(error.render()) and "did you mean" in str(error.render())
+        region, screen = error.region, app.screen.region
+        assert region.height >= 1 and screen.contains_region(region)  # on screen, not below it
+        assert not (home / "runs").exists() or not list((home / "runs").iterdir())  # nothing launched
+
+
+async def test_notes_tags_export_and_evaluate_from_the_runs_screen(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base", tags=("sweep:abc123", "method.eta=0.1", "old"))
+    make_run(home, "20260101-000001-bbbbbb", name="fair", method="wat")  # another method: its own export row
+    started = []
+    import fairtui.launcher
+
+    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
+        (run_dir, command)))
+    monkeypatch.chdir(tmp_path)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    meta = lambda run_id: json.loads((home / "runs" / run_id / "meta.json").read_text())  # noqa: E731
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
+        table = app.screen.query_one("DataTable")
+        row_of = lambda run_id: [d["run_id"] for d in app.screen.visible()].index(run_id)  # noqa: E731
+        table.move_cursor(row=row_of("20260101-000000-aaaaaa"))
+        await pilot.pause()
+        first = app.screen.selected_id()
+        assert first == "20260101-000000-aaaaaa"
+        # notes: several lines, saved to meta.json as `fairtui note` saves them
+        await pilot.press("a")
+        await pilot.pause()
+        await pilot.press(*"first line", "enter", *"second", "ctrl+s")
+        await pilot.pause(0.3)
+        assert meta(first)["notes"] == "first line\nsecond"
+        # tags: the sweep's own tags are kept whatever is typed
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.screen.query_one("Input").value == "old"
+        await pilot.press("ctrl+u", *"paper", "enter")
+        await pilot.pause(0.3)
+        assert meta(first)["tags"] == ["sweep:abc123", "method.eta=0.1", "paper"]
+        # export the two marked runs to a file
+        table.move_cursor(row=0)
+        await pilot.pause()
+        await pilot.press("space", "down", "space")
+        await pilot.pause()
+        assert len(app.screen.marked) == 2, app.screen.marked
+        await pilot.press("x")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        written = list(tmp_path.glob("fairtui-export-*.md"))
+        assert len(written) == 1 and "| base" in written[0].read_text() and "| fair" in written[0].read_text()
+        # evaluate: the dialog's request goes to the engine as `fairtui eval` sends it
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("ctrl+u", *"pgd20 aa", "tab", "tab", "tab", *"5", "enter")
+        await pilot.pause(0.3)
+    assert len(started) == 1
+    command = started[0][1]
+    assert command[1:4] == ["-m", "engine", "eval"]
+    request = json.loads(command[command.index("--request") + 1])
+    assert request["attacks"] == ["pgd20", "aa"] and request["n_per_class"] == 5 and request["checkpoint"] == "best"
+
+
+async def test_the_evaluate_dialog_says_when_a_stored_result_is_reused(tmp_path, monkeypatch):
+    """The engine reuses a result already stored at the requested setting; the app says so instead of
+    announcing an evaluation that will measure nothing."""
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base")  # holds pgd20 @ best on the whole test split
+    started = []
+    import fairtui.launcher
+
+    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
+        command))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 1)
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("ctrl+u", *"pgd20 cw20", "enter")
+        await wait_until(pilot, lambda: any("is reused" in str(n.message) for n in app._notifications))
+        said = [str(n.message) for n in app._notifications]
+    assert any(m.startswith("pgd20 @ best: the stored result (measured ") and "is reused, not measured again" in m
+               for m in said), said
+    assert any("evaluating base: cw20 @ best" in m for m in said), said  # only cw20 is measured
+    assert len(started) == 1
+
+
+async def test_the_export_dialog_writes_figures_and_tensorboard_off_the_event_loop(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tensorboard")
+    from textual.widgets import Input, Select
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="base")
+    make_run(home, "20260101-000001-bbbbbb", name="fair", method="wat")
+    monkeypatch.chdir(tmp_path)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
+        await pilot.press("space", "down", "space")
+        for fmt, found in (("figure:classes", lambda: list(tmp_path.glob("fairtui-export-*.pdf"))),
+                           ("tensorboard", lambda: [p for p in tmp_path.glob("fairtui-export-*") if p.is_dir()
+                                                    and len([c for c in p.iterdir() if not c.name.startswith(".")]) == 2
+                                                    and not any(c.name.startswith(".") for c in p.iterdir())])):
+            # (the export's folder exists from its first run on: wait for both runs, none half-written)
+            await pilot.press("x")
+            await pilot.pause()
+            app.screen.query_one("#export-format", Select).value = fmt
+            await pilot.pause()
+            path = app.screen.query_one("#export-path", Input).value
+            assert path.endswith(".pdf") if fmt.startswith("figure") else not Path(path).suffix
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: bool(found()))
+        pdf = list(tmp_path.glob("fairtui-export-*.pdf"))
+        assert len(pdf) == 1 and pdf[0].read_bytes().startswith(b"%PDF")
+        (folder,) = [p for p in tmp_path.glob("fairtui-export-*") if p.is_dir()]
+        assert sorted(p.name.split("-2026")[0] for p in folder.iterdir()) == ["base", "fair"]
+        # a figure that cannot be drawn is a notification, and the app goes on
+        await pilot.press("x")
+        await pilot.pause()
+        app.screen.query_one("#export-format", Select).value = "figure:confusion"
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: any("one result" in str(n.message) for n in app._notifications))
+    assert len(list(tmp_path.glob("fairtui-export-*.pdf"))) == 1
+
+
+def test_help_fits_a_76_column_dialog():
+    from fairtui.app.dialogs import HELP_TEXT
+
+    assert max(len(line) for line in HELP_TEXT.splitlines()) <= 72
+    for key in ("b ", "ctrl+l", "a ", "e ", "x "):
+        assert key in HELP_TEXT
