@@ -96,6 +96,17 @@ def make_run_dir(tmp_path: Path, profile_path: Path, name: str = "run", override
     return run_dir
 
 
+def set_epochs(run_dir: Path, epochs: int) -> None:
+    """Rewrite the run folder's `train.epochs` (a stopped run resumes to the new end): tests start long runs so
+    that a signal lands mid-run on any machine, then resume only a short remainder."""
+    import re
+
+    profile = run_dir / "profile.toml"
+    text, n = re.subn(r"^epochs = \d+$", f"epochs = {epochs}", profile.read_text(), flags=re.MULTILINE)
+    assert n == 1, profile
+    profile.write_text(text)
+
+
 def run_engine(run_dir: Path, timeout: float = HANG_S) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "engine", "train", str(run_dir)], env=engine_env(),
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)

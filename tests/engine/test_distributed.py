@@ -23,7 +23,7 @@ import torch
 from engine.attacks.noise import WHOLE
 from engine.distributed import Group, fingerprint
 from engine.contract.events import read_events
-from tests.conftest import HANG_S, ROOT, engine_env, free_port, make_run_dir
+from tests.conftest import HANG_S, ROOT, engine_env, free_port, make_run_dir, set_epochs
 
 
 def train(run_dir: Path, nproc: int, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -299,8 +299,7 @@ def test_a_stopped_or_killed_group_ends_cleanly_and_resumes_to_completion(tmp_pa
     last = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["epoch"]
     assert last >= 5
     # 24 epochs, so that both signals land mid-run on any machine; the resumed remainder is two epochs
-    profile = run_dir / "profile.toml"
-    profile.write_text(profile.read_text().replace("epochs = 24", f"epochs = {last + 2}"))
+    set_epochs(run_dir, last + 2)
     res = train(run_dir, 2)
     assert res.returncode == 0, res.stderr
     assert [e["epoch"] for e in events_of(run_dir, "run_resumed")][-1] == last

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import HANG_S, ROOT, engine_env, free_port, make_run_dir
+from tests.conftest import HANG_S, ROOT, engine_env, free_port, make_run_dir, set_epochs
 from tests.engine.test_distributed import events_of, max_weight_difference, train
 
 pytest.importorskip("torch.distributed.run")
@@ -97,8 +97,7 @@ def test_a_node_whose_rank_dies_fails_the_run_and_it_resumes_on_one_node(tmp_pat
     with pytest.raises(ProcessLookupError):
         os.kill(rank0, 0)
     # resume on one node, two ranks, for a short remainder
-    (run_dir / "profile.toml").write_text((run_dir / "profile.toml").read_text().replace("epochs = 400",
-                                                                                         f"epochs = {last + 2}"))
+    set_epochs(run_dir, last + 2)
     res = train(run_dir, 2)
     assert res.returncode == 0, res.stderr[-2000:]
     assert events_of(run_dir, "run_resumed")[-1]["epoch"] == last

@@ -35,10 +35,10 @@ def check_schema(events: list[dict], k: int = 10) -> None:
     assert events[-1]["type"] == "run_finished"
 
 
-# PGD-AT, TRADES and every fairness method train end to end in the kill -9 test below (its uninterrupted run
-# is checked against the schema there); natural training has no attack to resume
-@pytest.mark.parametrize("method", ["natural"])
-def test_method_trains_end_to_end(tmp_path, tiny_profile, method):
+def test_natural_training_runs_end_to_end(tmp_path, tiny_profile):
+    """PGD-AT, TRADES and every fairness method train end to end in the kill -9 test below (its uninterrupted
+    run is checked against the schema there); natural training, which has no attack to resume, is checked here."""
+    method = "natural"
     run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=(f"method.name={method}",))
     proc = run_engine(run_dir)
     assert proc.returncode == 0, proc.stderr

@@ -16,7 +16,6 @@ from fairtui.app.widgets.plot import LinePlot
 from fairtui.runfolder import engine_alive, engine_process
 from fairtui.synthetic import make_run
 from tests.conftest import HANG_S, TINY
-
 from tests.fairtui.app_helpers import FAKE_GPUS, engine_on_path, profiles, wait_until  # noqa: F401 (fixtures)
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd, set_epochs
 
 
 def test_run_json_prints_one_document_and_fills_the_run_folder(tmp_path, tiny_profile):
@@ -83,8 +83,7 @@ def test_ctrl_c_stops_then_resume_completes(tmp_path, tiny_profile):
     run_id = runs[0].parent.name
     # 40 epochs, so that Ctrl-C lands mid-run on any machine; the resumed remainder is two epochs
     done = max(json.loads(line)["epoch"] for line in runs[0].read_text().splitlines() if '"epoch_end"' in line)
-    profile = runs[0].parent / "profile.toml"
-    profile.write_text(profile.read_text().replace("epochs = 40", f"epochs = {done + 2}"))
+    set_epochs(runs[0].parent, done + 2)
     resumed = fairtui_cmd("resume", run_id[:12], "--json", home=home)
     assert resumed.returncode == 0, resumed.stderr
     doc = json.loads(resumed.stdout)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd, free_port
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd, free_port, set_epochs
 
 pytest.importorskip("submitit")
 
@@ -109,8 +109,7 @@ def test_a_preempted_two_node_job_stops_every_rank_cleanly_is_requeued_and_resum
     # a short remainder for the requeued job: the job that runs read its profile when it started, the
     # requeued one reads this (the signal follows within milliseconds, long before epoch `last`)
     last = max(e["epoch"] for e in events(run_dir, "epoch_end")) + 4
-    profile = run_dir / "profile.toml"
-    profile.write_text(profile.read_text().replace("epochs = 100", f"epochs = {last}"))
+    set_epochs(run_dir, last)
     procs = job_processes(run_dir)
     assert len(procs) >= 4, procs  # two tasks, and under each a torchrun and its rank
     for pid in procs:  # Slurm's warning before preemption reaches every process of the job
@@ -138,8 +137,7 @@ def test_a_two_node_job_stopped_by_fairtui_stop_is_resubmitted_by_resume_and_con
     wait(lambda: status(run_dir) == "stopped", "the stop")
     stopped_at = max(e["epoch"] for e in events(run_dir, "epoch_end"))
     assert stopped_at < 400
-    profile = run_dir / "profile.toml"  # a short remainder for the resumed job
-    profile.write_text(profile.read_text().replace("epochs = 400", f"epochs = {stopped_at + 2}"))
+    set_epochs(run_dir, stopped_at + 2)  # a short remainder for the resumed job
     with open(tmp_path / "resume.out", "w") as sink:  # files, not pipes (see submit)
         env = engine_env()
         env.update({"MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"})
