@@ -25,6 +25,7 @@ from engine.contract.events import EventWriter
 from engine.process import Diverged, StopRequested
 from engine.methods import Method, MethodContext, ValResult, build_method
 from engine.models import build_model
+from engine.optim import new_sgd
 from engine.progress import Progress
 from engine.utils import Runtime, rng_state, seed_everything, set_rng_state
 
@@ -80,10 +81,11 @@ class Trainer:
         self.val_attack = build_attack(profile.eval.val_attack, self.attack_model, self.attack_settings())
         self.last_val: ValResult | None = None
 
-    def new_optimizer(self) -> torch.optim.Optimizer:
+    def new_optimizer(self) -> Any:
+        """SGD: torch.optim's on a GPU, engine.optim's (the same arithmetic, without torch._dynamo) on the CPU."""
         t = self.profile.train
-        return torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay,
-                               nesterov=t.nesterov)
+        return new_sgd(self.model.parameters(), self.rt.device, lr=t.lr, momentum=t.momentum,
+                       weight_decay=t.weight_decay, nesterov=t.nesterov)
 
     def attack_settings(self) -> AttackSettings:
         e = self.profile.eval
