@@ -96,7 +96,7 @@ def render(doc: dict) -> str:
     """The trials table, the best trial and the parameters' importance, as text."""
     keys = list(doc["space"])
     lines = [f"study {doc['study']} ({doc['profile_path']}): objective {doc['objective']} on validation, "
-             f"{len(doc['trials'])} of {doc['budget']} trials"]
+             f"{len(doc['trials'])} of {doc['budget']} trials, pruner {doc['pruner']}"]
     head = ["trial", "state", "value", *keys, "run"]
     rows = [[str(r["trial"]), r["state"], "-" if r["value"] is None else f"{r['value']:.4f}",
              *(_cell(r["params"].get(k)) for k in keys), r["run_id"] or "-"] for r in doc["trials"]]
@@ -155,7 +155,8 @@ def _new_study(target: str, space: list[str], trials: int, objective: str, paral
     space_.check_space(target, base, dims)
     req = t.Request(home=home_dir, study=name, profile_path=str(Path(target).resolve()), space=dims,
                     base=base, trials=trials, objective=space_.parse_objective(objective, home_dir),
-                    parallel=parallel, pruner=pruner, seed=seed, gpus=gpus, slurm=slurm)
+                    parallel=parallel, pruner=pruner, seed=seed, gpus=gpus, slurm=slurm,
+                    prune_after=t.prune_after(profile.train))
     t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
     st = t.create(req)
     where = f"as Slurm jobs ({t.Request.slurm_text(slurm)})" if slurm else "through the local queue"

@@ -1,12 +1,13 @@
-"""experiments/tune_all.py's search spaces: every key is one its digits profile takes at both ends of its
-range, and the value the profile (the paper) uses lies inside the range, as docs/sweeps-and-slurm.md says."""
+"""experiments/tune_all.py: its search spaces (every key is one its digits profile takes at both ends of its
+range, and the value the profile (the paper) uses lies inside the range, as docs/sweeps-and-slurm.md says), its
+untuned rows, and its table, which docs/results.md holds as generated from the committed files."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine.contract.profile_io import load_profile
-from experiments.tune_all import FINE_TUNES, SPACES
+from experiments.tune_all import DOCS_END, DOCS_MARK, FINE_TUNES, SPACES, kendall_tau, table
 from fairtui.tune_space import check_space, parse_dimension
 from tests.conftest import ROOT
 
@@ -49,3 +50,44 @@ def test_an_untuned_row_is_taken_from_the_digits_tables_home_only_at_the_same_se
     assert default_run("at", 1, args) is None  # no run of that seed
     assert default_run("at", 0, argparse.Namespace(defaults_from=digits, set=["train.epochs=2"])) is None
     assert default_run("at", 0, argparse.Namespace(defaults_from=None, set=small)) is None
+
+
+def test_the_docs_table_is_what_tune_all_makes_of_the_committed_files():
+    docs = (ROOT / "docs" / "results.md").read_text()
+    block = docs.split(DOCS_MARK.format("tune-digits") + "\n", 1)[1].split("\n" + DOCS_END.format("tune-digits"), 1)[0]
+    assert block == table(ROOT / "experiments" / "results" / "tune-digits"), \
+        "regenerate: python experiments/tune_all.py --table-only --write-docs docs/results.md"
+
+
+def test_the_table_pairs_seeds_and_ranks_methods(tmp_path):
+    """Two methods, two seeds each, untuned and tuned: the paired differences are taken seed by seed (the
+    files' order differs from the seeds'), and the ranking by mean worst class flips."""
+    import json
+
+    def run(folder, seed, avg, worst):
+        folder.mkdir(parents=True)
+        (folder / "profile.toml").write_text(f"seed = {seed}\n")
+        event = {"type": "eval_result", "split": "test", "checkpoint": "best", "attack": "pgd20",
+                 "avg_robust": avg / 100, "worst_robust": worst / 100}
+        (folder / "events.jsonl").write_text(json.dumps(event) + "\n")
+
+    for method, untuned, tuned in (("at", (30, 40), (50, 20)), ("trades", (35, 45), (30, 30))):
+        (tmp_path / method).mkdir()
+        (tmp_path / method / "study.json").write_text(json.dumps({"space": {"x": "0:1"}, "best": {
+            "params": {"method.x": 0.5}, "value": 0.4}}))
+        for seed in (0, 1):
+            run(tmp_path / method / "default" / f"b{seed}", seed, 70, untuned[seed])
+            run(tmp_path / method / "tuned" / f"a{1 - seed}", seed, 70, tuned[seed])
+    text = table(tmp_path)
+    at = next(line for line in text.splitlines() if line.startswith("| at |"))
+    assert "| 70.0 ± 0.0 / 35.0 ± 63.5 | 70.0 ± 0.0 / 35.0 ± 190.6 |" in at
+    # +20 and -20 points, seed by seed (in the files' order it would be -10 and +10: 0.0 ± 127.0)
+    assert at.endswith("| 0.0 ± 254.1 (1 of 2 up) | 2 |")
+    assert "| 1 | trades (40.0) | at (35.0) |" in text and "| 2 | at (35.0) | trades (30.0) |" in text
+    assert "Kendall's tau between the two orders: -1.00 (2 methods)." in text
+
+
+def test_kendall_tau_on_hand_counted_orders():
+    assert kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
+    assert kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0
+    assert kendall_tau(["a", "b", "c", "d"], ["b", "a", "c", "d"]) == pytest.approx(4 / 6)  # 5 agree, 1 not

@@ -109,6 +109,64 @@ def test_a_study_runs_its_trials_through_the_queue_and_touches_the_test_split_on
     assert shown.returncode == 0 and "<- best" in shown.stdout and "3 of 3 trials" in shown.stdout
 
 
+@pytest.mark.parametrize("train, first", [
+    (dict(epochs=30, schedule="piecewise", milestones=(20, 26)), 21),  # digits: the first epoch at lr x0.1
+    (dict(epochs=30, schedule="piecewise", milestones=(30,)), 30),
+    (dict(epochs=30, schedule="cosine", milestones=()), 15),
+    (dict(epochs=3, schedule="constant", milestones=()), 1),
+    (dict(epochs=1, schedule="piecewise", milestones=()), 1),
+])
+def test_the_median_pruner_waits_for_the_schedules_first_decay(train, first):
+    from types import SimpleNamespace
+
+    assert t.prune_after(SimpleNamespace(**train)) == first
+
+
+def test_the_median_pruner_prunes_nothing_before_its_epoch_nor_before_its_finished_trials():
+    """The pruner a study is given: a trial below every finished one is kept until epoch ``after`` and
+    pruned there, and none is pruned while fewer than ``startup`` trials have finished."""
+    def study(finished):
+        s = optuna.create_study(direction="maximize", pruner=t.sampler_and_pruner(0, "median", 3, 2)[1])
+        for _ in range(finished):
+            good = s.ask()
+            for epoch in (1, 2, 3, 4):
+                good.report(0.5, epoch)
+            s.tell(good, 0.5)
+        return s
+
+    s = study(2)
+    weak = s.ask()
+    verdicts = []
+    for epoch in (1, 2, 3):
+        weak.report(0.1, epoch)
+        verdicts.append(weak.should_prune())
+    assert verdicts == [False, False, True]
+    s = study(1)  # one finished trial: not enough to compare with
+    weak = s.ask()
+    weak.report(0.1, 3)
+    assert not weak.should_prune()
+
+
+def test_a_study_records_its_pruners_epoch_and_one_made_before_keeps_the_old_rule(tmp_path, tiny_profile):
+    from fairtui.cli.tune import _new_study, render
+    from tests.conftest import TINY
+
+    home = tmp_path / "home"
+    profile = tiny_profile(base=TINY.replace("epochs = 2", "epochs = 8\nmilestones = [4]"))
+    _new_study(str(profile), ["train.lr=0.01:0.1"], 4, "avg_worst", 1, "p1", "median", 0, [], None, home,
+               lambda line: None)
+    st, req = t.load(home, "p1")
+    assert (req.prune_after, req.prune_startup) == (5, 5)  # lr x0.1 from epoch 5
+    assert "pruner median from epoch 5, after 5 finished trials" in render(t.summary(st, req))
+    # a study made before the pruner's numbers were recorded: its attributes lack them
+    old = optuna.create_study(study_name="p0", storage=t.storage(home, "p0"), direction="maximize")
+    for key, value in st.user_attrs.items():
+        if key not in ("prune_after", "prune_startup"):
+            old.set_user_attr(key, value)
+    _, req = t.load(home, "p0")
+    assert (req.prune_after, req.prune_startup) == (1, 2)
+
+
 def test_a_pruned_trial_is_marked_pruned_not_failed(tmp_path, tiny_profile):
     """A pruner that prunes at the first report (Optuna's ThresholdPruner): the trial is PRUNED in the study, its
     run stopped and tagged `pruned`, and the study goes on to its budget."""
