@@ -1,5 +1,6 @@
 """`fairtui import`: models trained elsewhere become runs that evaluate, list and compare like trained ones."""
 
+import functools
 import json
 import os
 import warnings
@@ -16,7 +17,15 @@ from tests.conftest import HANG_S, TINY, fairtui_cmd
 
 
 def trained_small_cnn() -> nn.Module:
-    """fairtui's small_cnn for digits, trained a little on [0, 1] pixels (no normalisation)."""
+    """fairtui's small_cnn for digits, trained a little on [0, 1] pixels (no normalisation): a new copy each
+    call, of weights trained once per test process (10 s of CPU)."""
+    net = MODELS["small_cnn"](ModelConfig(arch="small_cnn"), (1, 8, 8), 10)
+    net.load_state_dict(_trained_weights())
+    return net.eval()
+
+
+@functools.lru_cache(maxsize=1)
+def _trained_weights() -> dict:
     torch.manual_seed(0)
     net = MODELS["small_cnn"](ModelConfig(arch="small_cnn"), (1, 8, 8), 10)
     data = load_splits(DataConfig(dataset="digits", val_per_class=1), 0).train
@@ -25,7 +34,7 @@ def trained_small_cnn() -> nn.Module:
         opt.zero_grad()
         nn.functional.cross_entropy(net(data.images(slice(None))), data.y).backward()
         opt.step()
-    return net.eval()
+    return {k: v.clone() for k, v in net.state_dict().items()}
 
 
 def run_json(*args, home):
