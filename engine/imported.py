@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from engine.contract.config import Profile
+from engine.contract.imported import too_large
 
 log = logging.getLogger("engine")
 
@@ -46,19 +47,14 @@ def _strip(state: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
 
 
-# The largest file an import reads: WRN-70-16 (267M parameters, about 1.1 GB in fp32) fits with room.
-MAX_IMPORT_BYTES = 2 * 2**30
-
-
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """A file's tensors as a flat state_dict: the file itself, or its ``state_dict`` / ``model`` /
     ``net`` entry (common checkpoint layouts), with DataParallel's ``module.`` prefix removed."""
     from engine.checkpoint import CheckpointError, load_checkpoint
 
-    size = path.stat().st_size if path.is_file() else 0
-    if size > MAX_IMPORT_BYTES:
-        raise ImportFailed(f"{path}: {size / 2**30:.1f} GiB, more than the weights of any architecture fairtui "
-                           f"builds ({MAX_IMPORT_BYTES / 2**30:.0f} GiB at most); refused before reading it")
+    refusal = too_large(path)
+    if refusal:
+        raise ImportFailed(refusal)
     try:
         state = load_checkpoint(path, need=())
     except CheckpointError as err:
@@ -179,10 +175,9 @@ def robustbench_state(path: Path, name: str) -> dict[str, torch.Tensor]:
     """The zoo file's weights, read as RobustBench's load_model reads them (without unpickling code)."""
     from engine.checkpoint import CheckpointError, load_checkpoint
 
-    size = path.stat().st_size if path.is_file() else 0
-    if size > MAX_IMPORT_BYTES:
-        raise ImportFailed(f"{path}: {size / 2**30:.1f} GiB, more than the weights of any architecture fairtui "
-                           f"builds ({MAX_IMPORT_BYTES / 2**30:.0f} GiB at most); refused before reading it")
+    refusal = too_large(path)
+    if refusal:
+        raise ImportFailed(refusal)
     try:
         state = load_checkpoint(path, need=())
     except CheckpointError as err:

@@ -227,12 +227,17 @@ def _source_file(kind: str, value: str, model_dir: str, dataset: str, threat_nam
     import hashlib
     from pathlib import Path
 
+    from engine.contract.imported import too_large
+
     if kind == "robustbench":
         path = Path(model_dir).expanduser().resolve() / dataset / threat_name / f"{value}.pt"
     else:
         path = Path(value).expanduser().resolve()
         if not path.is_file():
             raise fail(f"--{kind.replace('_', '-')}: no such file: {value}")
+    refusal = too_large(path)  # the engine would refuse it too, but only after the file was hashed here
+    if refusal:
+        raise fail(refusal)
     digest = ""
     if path.is_file():
         h = hashlib.sha256()

@@ -332,7 +332,7 @@ def test_an_evaluation_whose_logits_are_not_finite_fails_instead_of_reporting(tm
     assert "eval_result" not in (run_dir / "events.jsonl").read_text()[len(before):]
 
 
-def test_a_state_dict_larger_than_any_model_is_refused_before_it_is_read(tmp_path):
+def test_a_state_dict_larger_than_any_model_is_refused_before_it_is_read(tmp_path, monkeypatch):
     big = tmp_path / "big.pt"
     with open(big, "wb") as fh:  # sparse: 2.5 GB on paper, nothing on disk
         fh.truncate(int(2.5 * 2**30))
@@ -340,6 +340,20 @@ def test_a_state_dict_larger_than_any_model_is_refused_before_it_is_read(tmp_pat
                        "--no-normalize", home=tmp_path / "home")
     assert proc.returncode == 2 and "2.5 GiB" in proc.stderr and "refused before reading it" in proc.stderr
     assert runs_in(tmp_path / "home") == []
+    # ... by the command, before it hashes the file (it hashed all 2.5 GB first, then the engine refused it)
+    import hashlib
+
+    import typer
+
+    from fairtui.cli.import_ import _source_file
+
+    monkeypatch.setattr(hashlib, "sha256", lambda: pytest.fail("the file was hashed before its size was checked"))
+    with pytest.raises(typer.Exit):
+        _source_file("state_dict", str(big), "models", "digits", "Linf")
+    from engine.imported import ImportFailed, read_state_dict  # and the engine's own check says the same
+
+    with pytest.raises(ImportFailed, match="refused before reading it"):
+        read_state_dict(big)
 
 
 def test_a_crafted_pickle_as_init_from_is_refused_before_any_folder_exists(tmp_path, tiny_profile):
