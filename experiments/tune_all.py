@@ -230,8 +230,9 @@ def table(results: Path) -> str:
     """The tuned table (one row a method: its study's best trial, the untuned and tuned rows on the test split,
     and the paired difference of each seed's worst class), then the methods ranked by worst class untuned and
     tuned; generated from the files under ``results`` alone."""
-    lines = ["| method | searched | best trial (validation objective, %) | untuned: avg / worst | tuned: avg / worst "
-             "| worst, tuned - untuned (same seed) | seeds |", "|---|---|---|---|---|---|---|"]
+    lines = ["| method | searched | trials: complete / pruned / failed | best trial (validation objective, %) "
+             "| untuned: avg / worst | tuned: avg / worst | worst, tuned - untuned (same seed) | seeds |",
+             "|---|---|---|---|---|---|---|---|"]
     worst: dict[str, dict[str, float]] = {}
     for method in SPACES:
         folder = results / method
@@ -248,8 +249,10 @@ def table(results: Path) -> str:
         params = ", ".join(f"{k.split('.')[-1]} {v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]} {v}"
                            for k, v in (best.get("params") or {}).items())
         value = f"{100 * best['value']:.1f}" if isinstance(best.get("value"), (int, float)) else "-"
-        lines.append(f"| {method} | {', '.join(summary.get('space', {}))} | {params} ({value}) | {cells[0]} | "
-                     f"{cells[1]} | {delta} | {len(paired)} |")
+        states = [t.get("state") for t in summary.get("trials", [])]
+        trials = " / ".join(str(states.count(k)) for k in ("complete", "pruned", "fail")) if states else "-"
+        lines.append(f"| {method} | {', '.join(summary.get('space', {}))} | {trials} | {params} ({value}) | "
+                     f"{cells[0]} | {cells[1]} | {delta} | {len(paired)} |")
         if default and tuned and len(default) == len(tuned):
             worst[method] = {"untuned": sum(w for _, w in default.values()) / len(default),
                              "tuned": sum(w for _, w in tuned.values()) / len(tuned)}

@@ -73,14 +73,15 @@ def test_the_table_pairs_seeds_and_ranks_methods(tmp_path):
 
     for method, untuned, tuned in (("at", (30, 40), (50, 20)), ("trades", (35, 45), (30, 30))):
         (tmp_path / method).mkdir()
-        (tmp_path / method / "study.json").write_text(json.dumps({"space": {"x": "0:1"}, "best": {
-            "params": {"method.x": 0.5}, "value": 0.4}}))
+        trials = [{"state": state} for state in ("complete", "pruned", "complete", "fail")]
+        (tmp_path / method / "study.json").write_text(json.dumps({"space": {"x": "0:1"}, "trials": trials,
+                                                                  "best": {"params": {"method.x": 0.5}, "value": 0.4}}))
         for seed in (0, 1):
             run(tmp_path / method / "default" / f"b{seed}", seed, 70, untuned[seed])
             run(tmp_path / method / "tuned" / f"a{1 - seed}", seed, 70, tuned[seed])
     text = table(tmp_path)
     at = next(line for line in text.splitlines() if line.startswith("| at |"))
-    assert "| 70.0 ± 0.0 / 35.0 ± 63.5 | 70.0 ± 0.0 / 35.0 ± 190.6 |" in at
+    assert at.startswith("| at | x | 2 / 1 / 1 | x 0.5 (40.0) | 70.0 ± 0.0 / 35.0 ± 63.5 | 70.0 ± 0.0 / 35.0 ± 190.6 |")
     # +20 and -20 points, seed by seed (in the files' order it would be -10 and +10: 0.0 ± 127.0)
     assert at.endswith("| 0.0 ± 254.1 (1 of 2 up) | 2 |")
     assert "| 1 | trades (40.0) | at (35.0) |" in text and "| 2 | at (35.0) | trades (30.0) |" in text
