@@ -81,7 +81,8 @@ def test_the_table_pairs_seeds_and_ranks_methods(tmp_path):
             run(tmp_path / method / "tuned" / f"a{1 - seed}", seed, 70, tuned[seed])
     text = table(tmp_path)
     at = next(line for line in text.splitlines() if line.startswith("| at |"))
-    assert at.startswith("| at | x | 2 / 1 / 1 | x 0.5 (40.0) | 70.0 ± 0.0 / 35.0 ± 63.5 | 70.0 ± 0.0 / 35.0 ± 190.6 |")
+    assert at.startswith("| at | x | 2 / 1 / 1 | x 0.5 (40.0) | 70.0 ± 0.0 / 35.0 ± 63.5 | "
+                         "70.0 ± 0.0 / 35.0 ± 190.6 |")
     # +20 and -20 points, seed by seed (in the files' order it would be -10 and +10: 0.0 ± 127.0)
     assert at.endswith("| 0.0 ± 254.1 (1 of 2 up) | 2 |")
     assert "| 1 | trades (40.0) | at (35.0) |" in text and "| 2 | at (35.0) | trades (30.0) |" in text
