@@ -252,8 +252,10 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
     return "\n".join(parts)
 
 
-def replace_block(text: str, key: str, block: str) -> str:
-    start, end = f"<!-- generated: {key} -->", f"<!-- end generated: {key} -->"
+def replace_block(text: str, key: str, block: str, mark: str = "<!-- generated: {} -->",
+                  end_mark: str = "<!-- end generated: {} -->") -> str:
+    """``text`` with the lines between ``mark`` and ``end_mark`` (formatted with ``key``) replaced by ``block``."""
+    start, end = mark.format(key), end_mark.format(key)
     if start not in text or end not in text:
         raise SystemExit(f"no block marked {start!r} ... {end!r} to replace")
     head, rest = text.split(start, 1)

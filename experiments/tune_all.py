@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.fairness_table import fmt  # noqa: E402
+from experiments.fairness_table import fmt, replace_block  # noqa: E402
 
 # Each method's knobs, as `fairtui tune --space` takes them; the paper's (or the profile's) value is inside
 # every range, noted after it. Baselines get their own knob so that every row has the same budget. Tian et
@@ -289,16 +289,8 @@ def main() -> None:
     block = table(args.results)
     print(block)
     if args.write_docs:
-        args.write_docs.write_text(replace_block(args.write_docs.read_text(), args.results.name, block))
-
-
-def replace_block(text: str, key: str, block: str) -> str:
-    """``text`` with the lines between DOCS_MARK and its end marker for ``key`` replaced by ``block``."""
-    start, end = DOCS_MARK.format(key), DOCS_END.format(key)
-    if start not in text or end not in text:
-        raise SystemExit(f"no block marked {start!r} ... {end!r} to replace")
-    head, rest = text.split(start, 1)
-    return f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
+        args.write_docs.write_text(replace_block(args.write_docs.read_text(), args.results.name, block,
+                                                  DOCS_MARK, DOCS_END))
 
 
 if __name__ == "__main__":

@@ -419,5 +419,4 @@ def summary(study, req: Request) -> dict:
                if req.pruner == "median" else req.pruner)
     return {"study": req.study, "profile_path": req.profile_path, "objective": req.objective.label(),
             "pruner": pruning, "budget": req.trials, "space": {d.key: d.spec() for d in req.space}, "trials": rows,
-            "best": best_row,
-            "importance": importance, "finished": study.user_attrs.get("finished")}
+            "best": best_row, "importance": importance, "finished": study.user_attrs.get("finished")}
