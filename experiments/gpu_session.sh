@@ -13,6 +13,8 @@
 #   next     the next session's plan: `ratio` (bench_gpu's compiled ways, bf16, the GPU to itself), then
 #            `table` (CIFAR-10 short-schedule rows at, trades, wat, cfa-trades, seed 0; TABLE_METHODS,
 #            TABLE_SEEDS, TABLE_WORKERS change that) beside `smoke_rest` (frl, frl-rw, cfa-trades, tian-trades)
+#   third    a session of 15 device minutes: `table` for PGD-AT alone beside `smoke_sub` (the six paper profiles
+#            never run on CUDA, 2 epochs on a 5,000-image subset)
 # Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
 # files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
 # DRY=1 shrinks every phase to a seconds-long CPU check of this script (random data, tiny sizes).
@@ -27,9 +29,9 @@ log() { echo "$(date +%T) $*" | tee -a "$R/driver.log"; }
 
 if [ "${DRY:-0}" = 1 ]; then
     GPUS=cpu; BENCH=(--device cpu --tiny); SMOKE_SET=(--set data.train_per_class=20 --set data.val_fraction=0
-        --set data.val_per_class=5 --set model.arch=\"small_cnn\" --set attack.steps=1)
+        --set data.val_per_class=5 --set model.arch=\"small_cnn\" --set attack.steps=1 --set data.test_per_class=10)
     SMALL=(--set data.train_per_class=20 --set data.val_per_class=5 --set model.arch=\"small_cnn\"
-           --set attack.steps=1)
+           --set attack.steps=1 --set data.test_per_class=10 --set train.epochs=3)
 else
     GPUS=0; BENCH=(--data-root "$DATA"); SMOKE_SET=(); SMALL=()
 fi
@@ -48,9 +50,9 @@ bench() {
     log "bench cfa-at bf16: exit $?"
 }
 
-smoke_group() {  # $1: group name, $2: profiles
+smoke_group() {  # $1: group name, $2: profiles, then any extra --set pairs for its runs
     OMP_NUM_THREADS=2 python3 experiments/paper_profiles_smoke.py --data-root "$DATA" --epochs 2 --gpus "$GPUS" \
-        --home "$R/homes/smoke-$1" --profiles "$2" --json "$R/smoke-$1.json" "${SMOKE_SET[@]}" \
+        --home "$R/homes/smoke-$1" --profiles "$2" --json "$R/smoke-$1.json" "${SMOKE_SET[@]}" "${@:3}" \
         > "$R/smoke-$1.txt" 2> "$R/smoke-$1.err"
     log "smoke $1: exit $?"
 }
@@ -111,6 +113,23 @@ table() {  # rows of the CIFAR-10 short-schedule table in the issue's order, sid
         --results "$R/table" --methods ${TABLE_METHODS:-at trades wat cfa-trades} --seeds ${TABLE_SEEDS:-0} \
         --workers "${TABLE_WORKERS:-4}" --threads 2 --gpus "$GPUS" "${SMALL[@]}" > "$R/table.txt" 2> "$R/table.err"
     log "table: exit $?"
+}
+
+smoke_sub() {  # the paper profiles never run on CUDA, 2 epochs on a 5,000-image training subset (500 a class,
+    # validation 50 a class, clean final evaluation): their code paths on CUDA at little GPU time, beside `table`
+    local sub=(--set data.train_per_class=500 --set data.val_fraction=0 --set data.val_per_class=50
+               --set 'eval.attacks=["clean"]')
+    [ "${DRY:-0}" = 1 ] && sub=()
+    smoke_group e "${SMOKE_SUB_A:-frl,cfa-trades,bat}" "${sub[@]}" &
+    smoke_group f "${SMOKE_SUB_B:-frl-rw,tian-trades,csr}" "${sub[@]}" &
+    wait
+}
+
+third() {  # a 15-minute session's plan: the table's first row (PGD-AT, 30 epochs, the GPU nearly to itself) beside
+    # the subset smoke runs, whose GPU work is small (their time is mostly compilation on the CPU)
+    TABLE_METHODS=${TABLE_METHODS:-at} TABLE_WORKERS=${TABLE_WORKERS:-1} table &
+    smoke_sub &
+    wait
 }
 
 next() {  # the second session's plan: the ratio alone, then the table rows beside the remaining smoke runs
