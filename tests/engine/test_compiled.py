@@ -102,3 +102,17 @@ def test_compiled_run_trains_like_the_eager_one(tmp_path, tiny_profile):
         assert on["train"]["loss"] == pytest.approx(off["train"]["loss"], rel=1e-3)
         assert on["method_state"]["eps_per_class"] == pytest.approx(off["method_state"]["eps_per_class"], abs=0.02)
         assert on["val"]["clean_acc_per_class"] == pytest.approx(off["val"]["clean_acc_per_class"], abs=0.21)
+
+
+def test_cuda_graph_modes_turn_off_the_graph_trees_gc_assertion(monkeypatch):
+    """reduce-overhead turns off CUDA graph trees' slow-path check (gc.collect, then an assertion that an output
+    listed live still is), which stopped the first short-table PGD-AT run on an H100 in epoch 5; compiling
+    without CUDA graphs leaves torch's setting alone. torch.compile is lazy: nothing compiles here."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config.triton, "slow_path_cudagraph_asserts", True)
+    compile_model(torch.nn.Sequential(SmallCNN(1, 10)), sizes=(8,), mode="default")
+    assert inductor_config.triton.slow_path_cudagraph_asserts
+    model = compile_model(torch.nn.Sequential(SmallCNN(1, 10)), sizes=(8,), mode="reduce-overhead")
+    assert not inductor_config.triton.slow_path_cudagraph_asserts
+    assert model.clone_outputs  # CUDA graphs overwrite their outputs: the wrapper still copies them
