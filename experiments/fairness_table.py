@@ -128,10 +128,16 @@ def _provenance(view: RunView, key: str) -> str:
     started = view.started or {}
     record = started.get("provenance", {})
     determinism = record.get("determinism", {})
-    return {"commit": lambda: (record.get("code", {}).get("git_commit") or "?")[:7],
+    return {"commit": lambda: commit_label(record.get("code", {})),
             "device": lambda: started.get("device", "?"), "torch": lambda: record.get("torch", "?"),
             "threads": lambda: str(determinism.get("threads", "?")),
             "cpu": lambda: str(determinism.get("cpu_capability", "?"))}[key]()
+
+
+def commit_label(code: dict) -> str:
+    """The code's commit as a run recorded it, marked when the working tree differed from it."""
+    sha = (code.get("git_commit") or "?")[:7]
+    return f"{sha} with uncommitted changes" if code.get("git_dirty") else sha
 
 
 def method_of(profile: str) -> str:

@@ -60,3 +60,11 @@ def test_docs_blocks_are_what_the_generator_makes_of_the_committed_files():
 def test_replace_block_keeps_the_rest_of_the_file():
     text = "a\n<!-- generated: k -->\nold\n<!-- end generated: k -->\nb\n"
     assert replace_block(text, "k", "new") == "a\n<!-- generated: k -->\nnew\n<!-- end generated: k -->\nb\n"
+
+
+def test_a_run_trained_from_a_modified_tree_says_so():
+    from experiments.fairness_table import commit_label
+
+    assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": False}) == "7278ca5"
+    assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": True}) == "7278ca5 with uncommitted changes"
+    assert commit_label({}) == "?"
