@@ -9,6 +9,7 @@
 # or DEADLINE_S seconds have passed, and packs the session's small files (tables, logs, each run's
 # events.jsonl, profile.toml, meta.json and engine.log; never checkpoints) into $OUT/gs.tgz. Without
 # PHASEs it only waits and packs: the next command of the same session collects what was still running.
+# Before each call, here: `git rev-parse HEAD > .gpu/HEAD`, and carry .whl and .gpu.
 # DRY=1 checks the script on a machine without a GPU (tiny CPU runs; $OUT defaults to /tmp/gs-out).
 set -u
 cd "$(dirname "$0")/.."
@@ -29,13 +30,17 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 echo "setup: $(( $(date +%s) - T0 )) s"
 nvidia-smi > "$R/nvidia-smi-$(date +%H%M%S).txt" 2>&1
-git rev-parse HEAD > "$R/commit.txt" 2>/dev/null || true
+# The device's git metadata can be the session's starting checkout, not the tree that was sent: the caller
+# writes `git rev-parse HEAD > .gpu/HEAD` (carried) before each call, and the runs' provenance is read with it.
+cp .gpu/HEAD "$R/tree-commit.txt" 2>/dev/null || git rev-parse HEAD > "$R/tree-commit.txt" 2>/dev/null || true
+STARTED=$#
 if [ $# -gt 0 ]; then
     rm -f "$R/DONE"
     setsid nohup bash experiments/gpu_session.sh "$@" > "$R/session.out" 2>&1 < /dev/null &
 fi
 while [ ! -f "$R/DONE" ] && [ $(( $(date +%s) - T0 )) -lt "$DEADLINE" ]; do
-    grep -q "table: exit [1-9]" "$R/driver.log" 2>/dev/null && break  # the table row failed: say so at once
+    # the table row this call started failed: say so at once (a collecting call waits for the rest)
+    [ "$STARTED" -gt 0 ] && grep -q "table: exit [1-9]" "$R/driver.log" 2>/dev/null && break
     sleep 5
 done
 (cd "$R" && find . -type f -size -8M \( -name '*.json' -o -name '*.txt' -o -name '*.log' -o -name '*.err' \
