@@ -15,6 +15,7 @@
 #            TABLE_SEEDS, TABLE_WORKERS change that) beside `smoke_rest` (frl, frl-rw, cfa-trades, tian-trades)
 #   third    a session of 15 device minutes: `table` for PGD-AT alone beside `smoke_sub` (the six paper profiles
 #            never run on CUDA, 2 epochs on a 5,000-image subset)
+#   fourth   the next 15-minute session: `ratio`, then `table` for TRADES (TABLE_METHODS), the row after PGD-AT
 # Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
 # files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
 # DRY=1 shrinks every phase to a seconds-long CPU check of this script (random data, tiny sizes).
@@ -130,6 +131,12 @@ third() {  # a 15-minute session's plan: the table's first row (PGD-AT, 30 epoch
     TABLE_METHODS=${TABLE_METHODS:-at} TABLE_WORKERS=${TABLE_WORKERS:-1} table &
     smoke_sub &
     wait
+}
+
+fourth() {  # the next 15-minute session's plan: the ratio with the GPU to itself (about 4 minutes), then the
+    # table's next row (TRADES, about 8) detached; a second device command collects it
+    ratio
+    TABLE_METHODS=${TABLE_METHODS:-trades} TABLE_WORKERS=1 table
 }
 
 next() {  # the second session's plan: the ratio alone, then the table rows beside the remaining smoke runs
