@@ -404,3 +404,20 @@ async def test_the_app_shows_a_study_from_one_of_its_trials(tmp_path, tiny_profi
         await pilot.press("down", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
         assert app.screen.run_id == ids[1]
+
+
+def test_a_resumed_study_never_draws_its_first_trials_again(tmp_path, tiny_profile):
+    """The sampler of a resumed study is seeded by (seed, trials made): reseeded with the study's own seed, its
+    random start-up stream began again and the first trial after a resume repeated trial 0's parameters."""
+    from fairtui.cli.tune import _new_study
+
+    home = tmp_path / "home"
+    _new_study(str(tiny_profile()), ["train.lr=0.01:0.1:log", "attack.eps=0.1:0.3"], 16, "avg_worst", 1, "r", "median",
+               0, [], None, home, lambda line: None)
+    first, req = t.load(home, "r")  # a new study: its own seed, as before
+    draw = lambda study: {d.key: d.suggest(study.ask()) for d in req.space}  # noqa: E731 (as the driver does)
+    drawn = [draw(first) for _ in range(3)]
+    again, _ = t.load(home, "r")  # resumed with three trials made (still in TPE's random start-up)
+    resumed = draw(again)
+    assert all(resumed != d for d in drawn)
+    assert t.resumed_seed(0, 0) == 0 and t.resumed_seed(0, 3) == t.resumed_seed(0, 3) != t.resumed_seed(0, 4)
