@@ -9,7 +9,7 @@
 # or DEADLINE_S seconds have passed, and packs the session's small files (tables, logs, each run's
 # events.jsonl, profile.toml, meta.json and engine.log; never checkpoints) into $OUT/gs.tgz. Without
 # PHASEs it only waits and packs: the next command of the same session collects what was still running.
-# Before each call, here: `git rev-parse HEAD > .gpu/HEAD`, and carry .whl and .gpu.
+# Before each call, here: `bash experiments/gpu_prepare.sh` (the wheels, the pack, .gpu/HEAD); carry .whl and .gpu.
 # DRY=1 checks the script on a machine without a GPU (tiny CPU runs; $OUT defaults to /tmp/gs-out).
 set -u
 cd "$(dirname "$0")/.."
