@@ -57,7 +57,8 @@ def compile_model(model: nn.Module, sizes: Iterable[int], mode: str, backend: st
         # assertion fails (`assert storage_ptr is not None` in apply_checkpoint_execution_state_in_allocator).
         # On the first H100 of the short table (torch 2.11) it stopped PGD-AT in epoch 5 after the pool
         # check had passed. Without the check, such an output is freed when its cycle is collected.
-        torch._inductor.config.triton.slow_path_cudagraph_asserts = False
+        if hasattr(torch._inductor.config.triton, "slow_path_cudagraph_asserts"):  # CUDA graph trees: torch >= 2.1
+            torch._inductor.config.triton.slow_path_cudagraph_asserts = False
     kwargs = {"backend": backend} if backend is not None else {"mode": mode}
     compiled = torch.compile(model, dynamic=False, **kwargs)
     return ShapeStableModel(model, compiled, sizes, clone_outputs=backend is None and uses_cuda_graphs(mode))
