@@ -48,7 +48,8 @@ def compile_model(model: nn.Module, sizes: Iterable[int], mode: str, backend: st
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, CACHE_SIZE_LIMIT)
-    if backend is None and uses_cuda_graphs(mode):
+    graphs = backend is None and uses_cuda_graphs(mode)
+    if graphs:
         import torch._inductor.config
 
         # CUDA graph trees' debug check of their memory pool (on by default) calls gc.collect() when it finds
@@ -61,7 +62,7 @@ def compile_model(model: nn.Module, sizes: Iterable[int], mode: str, backend: st
             torch._inductor.config.triton.slow_path_cudagraph_asserts = False
     kwargs = {"backend": backend} if backend is not None else {"mode": mode}
     compiled = torch.compile(model, dynamic=False, **kwargs)
-    return ShapeStableModel(model, compiled, sizes, clone_outputs=backend is None and uses_cuda_graphs(mode))
+    return ShapeStableModel(model, compiled, sizes, clone_outputs=graphs)
 
 
 def uses_cuda_graphs(mode: str) -> bool:

@@ -163,9 +163,10 @@ def load(home: Path, name: str) -> tuple[Any, Request]:
         raise TuneError("STUDY", f"no study {name!r} in {home / STUDIES}")
     store = storage(home, name)
     try:
-        attrs = opt.load_study(study_name=name, storage=store).user_attrs
+        study = opt.load_study(study_name=name, storage=store)
     except KeyError:
         raise TuneError("STUDY", f"no study {name!r} in {study_path(home, name)}") from None
+    attrs = study.user_attrs
     req = Request(home=home, study=name, profile_path=attrs["profile_path"],
                   space=[Dimension(**{**d, "choices": tuple(d["choices"])}) for d in attrs["space"]],
                   base=list(attrs["base"]), trials=int(attrs["trials"]), objective=Objective(**attrs["objective"]),
@@ -173,9 +174,10 @@ def load(home: Path, name: str) -> tuple[Any, Request]:
                   gpus=attrs.get("gpus"), slurm=attrs.get("slurm"),
                   # a study made before these were recorded pruned from epoch 1 after 2 trials; it goes on so
                   prune_after=int(attrs.get("prune_after", 1)), prune_startup=int(attrs.get("prune_startup", 2)))
-    made = len(opt.load_study(study_name=name, storage=store).get_trials(deepcopy=False))
-    sampler, pruner = sampler_and_pruner(resumed_seed(req.seed, made), req.pruner, req.prune_after, req.prune_startup)
-    return opt.load_study(study_name=name, storage=store, sampler=sampler, pruner=pruner), req
+    made = len(study.get_trials(deepcopy=False))
+    study.sampler, study.pruner = sampler_and_pruner(resumed_seed(req.seed, made), req.pruner, req.prune_after,
+                                                     req.prune_startup)
+    return study, req
 
 
 def resumed_seed(seed: int, made: int) -> int:
