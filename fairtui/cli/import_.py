@@ -63,15 +63,31 @@ def check_in_engine(run_dir, timeout: float) -> int:
 
     from fairtui.launcher import GpuChoice, start_engine
 
-    def terminated(signum, frame):
-        raise _Terminated()
-
     from engine.contract.protocol import engine_command
 
-    previous = signal.signal(signal.SIGTERM, terminated)
+    # A signal that lands while start_engine is inside Popen (the check already started, its pid not yet
+    # ours) must not leave the check running in its session of its own: until `proc` is set, Ctrl-C and
+    # SIGTERM are only noted, and acted on as soon as it is.
+    pending: list[BaseException] = []
+    started = False
+
+    def interrupted(why: BaseException):
+        def handler(signum, frame):
+            if not started:
+                pending.append(why)
+                return
+            raise why
+
+        return handler
+
+    previous = (signal.signal(signal.SIGTERM, interrupted(_Terminated())),
+                signal.signal(signal.SIGINT, interrupted(KeyboardInterrupt())))
     proc = None
     try:
         proc = start_engine(run_dir, GpuChoice(cpu=True), command=engine_command("import", run_dir))
+        started = True
+        if pending:
+            raise pending[0]
         return proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt, _Terminated) as why:
         if proc is not None:
@@ -86,7 +102,8 @@ def check_in_engine(run_dir, timeout: float) -> int:
         typer.echo("fairtui import: interrupted; nothing was imported", err=True)
         raise typer.Exit(130 if isinstance(why, KeyboardInterrupt) else 143) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
 
 
 def import_model(

@@ -461,3 +461,37 @@ def test_sigterm_during_the_import_check_kills_the_check_and_removes_the_run(tmp
     _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 143 and "interrupted; nothing was imported" in err
     assert runs_in(home) == [] and _engine_processes_of(home) == []
+
+
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_that_lands_while_the_check_is_being_started_still_kills_it(tmp_path, monkeypatch, capsys,
+                                                                              signame, code):
+    """The race the test above can hit on a busy machine: the check has started (its command line is in
+    /proc) but Popen has not yet returned its pid to `fairtui import`. The signal lands there on purpose
+    here; the check must still be killed and the run removed, not left running in its own session."""
+    import signal
+    import sys
+
+    from fairtui import launcher
+    from fairtui.cli import main
+
+    real_start, started = launcher.start_engine, []
+
+    def start_then_signal(*args, **kwargs):
+        proc = real_start(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), getattr(signal, signame))  # its handler runs here, before the pid is returned
+        return proc
+
+    monkeypatch.setattr(launcher, "start_engine", start_then_signal)
+    _save_looping_model(tmp_path / "loop.ts")
+    home = tmp_path / "home"
+    monkeypatch.setattr(sys, "argv", ["fairtui", "import", "--torchscript", str(tmp_path / "loop.ts"),
+                                      "--trust-code", "--dataset", "digits", "--home", str(home)])
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit) as leaving:
+        main()
+    assert leaving.value.code == code and "interrupted; nothing was imported" in capsys.readouterr().err
+    assert len(started) == 1 and started[0].returncode == -signal.SIGKILL  # killed and reaped, not orphaned
+    assert runs_in(home) == [] and _engine_processes_of(home) == []
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers
