@@ -69,11 +69,11 @@ def check_in_engine(run_dir, timeout: float) -> int:
     # ours) must not leave the check running in its session of its own: until `proc` is set, Ctrl-C and
     # SIGTERM are only noted, and acted on as soon as it is.
     pending: list[BaseException] = []
-    started = False
+    proc = None
 
     def interrupted(why: BaseException):
         def handler(signum, frame):
-            if not started:
+            if proc is None:
                 pending.append(why)
                 return
             raise why
@@ -82,10 +82,8 @@ def check_in_engine(run_dir, timeout: float) -> int:
 
     previous = (signal.signal(signal.SIGTERM, interrupted(_Terminated())),
                 signal.signal(signal.SIGINT, interrupted(KeyboardInterrupt())))
-    proc = None
     try:
         proc = start_engine(run_dir, GpuChoice(cpu=True), command=engine_command("import", run_dir))
-        started = True
         if pending:
             raise pending[0]
         return proc.wait(timeout=timeout)
