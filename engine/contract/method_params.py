@@ -288,7 +288,8 @@ class FAALParams(MethodParams):
     # "code": c_k = n_k l_k, the sum of the class's margins (FAAL.py l.58); "class_mean": c_k = l_k.
     class_scores: str = field("code", choices=("code", "class_mean"))
     bisection_steps: int = field(64, min=8, max=200)
-    # The fine-tune (ft_prn.py): lr finetune_lr in its first half, x finetune_gamma after; a new SGD.
+    # The fine-tune (ft_prn.py): a new SGD at finetune_lr, x finetune_gamma at each of ft_prn.py's milestones
+    # for the fine-tune's length (engine.methods.faal.ft_prn_milestones; 2 epochs: the second).
     finetune_lr: float = field(0.01, gt=0.0)
     finetune_gamma: float = field(0.1, gt=0.0, max=1.0)
     # "avg_worst" (the engine's rule, the code's both_best) or "worst" (the run scripts' worst_best).

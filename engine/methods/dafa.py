@@ -10,7 +10,8 @@ class-mean adversarial softmax matrix P is gathered from the loss's own train-mo
          = 0                if p_i(i) = p_j(j)   (paper; the authors' code subtracts: ``tie_rule``)
 
 (README Algorithm 2; utils.py ``DAFA_comp``). Epochs tau+1..E train with margin W_y eps, step
-W_y alpha, and W_y on the natural CE only, reduced as a sum over the batch divided by B:
+W_y alpha, and W_y on the natural CE only, reduced as a sum over the batch divided by B (on TRADES, the two
+train-mode forwards in the authors' order, f(x') then f(x)):
 
     TRADES: L = (1/B) sum_i W_{y_i} CE(f(x_i), y_i) + beta (1/B) sum_i KL(f(x_i) || f(x'_i))
     PGD-AT: L = (1/B) sum_i W_{y_i} CE(f(x'_i), y_i)
@@ -135,8 +136,10 @@ class DAFA(Method):
         a = self.ctx.attack
         if self.p.base == "trades":
             x_adv = self.base.attack.perturb(x, eps=eps, step=step, draws=draws)
-            logits_clean = model(x)
+            # The authors' order (losses.py l.65-66): x' first, then x. Loss and gradient do not depend on it,
+            # but BatchNorm's running statistics do, and the next batch's eval-mode attack reads them.
             logits_adv = model(x_adv)
+            logits_clean = model(x)
             loss = dafa_loss(ce_per_sample(logits_clean, y), w, trades_kl(logits_adv, logits_clean), self.p.beta)
             clean = logits_clean.detach()
         else:

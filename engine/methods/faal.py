@@ -1,8 +1,8 @@
 """FAAL: Fairness-Aware Adversarial Learning (Zhang et al., CVPR 2024), as the authors' code runs it.
 
 A fine-tune of an already robust model (``init_from``, or ``pretrain_epochs`` in the same run): a new
-SGD, lr ``finetune_lr`` in the first half of the fine-tune and x ``finetune_gamma`` after (2 epochs:
-0.01, then 0.001). Per batch (ft_prn.py l.190-276):
+SGD at ``finetune_lr``, times ``finetune_gamma`` at ft_prn.py's milestones for the fine-tune's length
+(:func:`ft_prn_milestones`; 2 epochs: 0.01, then 0.001). Per batch (ft_prn.py l.190-276):
 
 1. x' from the base's attack (PGD-CE for AT, the TRADES KL attack for TRADES), in eval mode;
 2. train-mode forwards z' = f(x') and z = f(x) (the clean one runs for AT too: BatchNorm statistics);
@@ -97,6 +97,24 @@ def faal_loss(logits_adv: Tensor, logits_clean: Tensor, y: Tensor, k: int, p: FA
     return (weights * per_sample).mean(), p_star, c
 
 
+def ft_prn_milestones(epochs: int) -> list[float]:
+    """The milestones ft_prn.py gives MultiStepLR (``lr_schedule = "multistep"``) for ``epochs`` epochs, as it
+    writes them: a table by epoch count, else thirds. MultiStepLR compares its integer step count with each
+    milestone, so one that is not a whole number (thirds of 5 epochs: 1.67, 3.33) never fires: the caller
+    counts only whole ones, as PyTorch does."""
+    if epochs == 200:
+        return [epochs / 2, epochs * 3 / 4]
+    if epochs == 110:
+        return [epochs * 100 / 110, epochs * 105 / 110]
+    if epochs == 50:
+        return [epochs * 25 / 50, epochs * 40 / 50]
+    if epochs in (2, 4, 100):
+        return [epochs * 1 / 2]
+    if epochs in (6, 10, 20):
+        return [1]
+    return [epochs * 1 / 3, epochs * 2 / 3]
+
+
 class FAAL(FineTunePhase, Method):
     name = "faal"
 
@@ -118,12 +136,14 @@ class FAAL(FineTunePhase, Method):
 
     # -- schedule (pre-training, selection, the fresh optimiser, init_from: FineTunePhase) --------------
     def lr_for(self, epoch: int, scheduled_lr: float) -> float:
-        """The fine-tune's MultiStepLR(milestones=[epochs / 2]): finetune_lr, then x finetune_gamma."""
+        """ft_prn.py's MultiStepLR for the fine-tune's length, stepped once per epoch: finetune_lr times
+        finetune_gamma for every milestone passed."""
         if self.pretraining(epoch):
             return scheduled_lr
-        done = epoch - self.p.pretrain_epochs - 1  # fine-tune epochs before this one
+        done = epoch - self.p.pretrain_epochs - 1  # fine-tune epochs before this one: the scheduler's steps
         total = self.ctx.profile.train.epochs - self.p.pretrain_epochs
-        return self.p.finetune_lr * (self.p.finetune_gamma if done >= total / 2 else 1.0)
+        passed = sum(1 for m in ft_prn_milestones(total) if m == int(m) and m <= done)
+        return self.p.finetune_lr * self.p.finetune_gamma ** passed
 
     def selection_score(self, val: ValResult) -> float:
         from engine import metrics
