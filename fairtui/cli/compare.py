@@ -1,20 +1,38 @@
-"""`fairtui compare RUN RUN...`: per class side by side, summaries, deltas and rho, the config diff."""
+"""`fairtui compare RUN RUN...`: per class side by side, summaries, deltas and rho, the config diff.
+
+`fairtui compare --by profile|name|tag|sweep` or `--group LABEL=RUN,...`: groups of seeds, each with its mean and
+95% t-interval, and with `--baseline LABEL` each paired with the baseline by seed (fairtui.groups)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+from fairtui.cli.groups import Bases, By, GroupOpt, Results
 from fairtui.cli.options import Home, HomeT, Json, fail, resolve_run
 
-HELP = "Compare 2 to 20 runs per class under one attack, with deltas and rho against a baseline."
+HELP = ("Compare 2 to 20 runs per class under one attack, with deltas and rho against a baseline; or groups of "
+        "seeds (--by, --group), paired by seed with a baseline group: intervals, p-values, a verdict and the "
+        "seeds still needed.")
 
 
 def compare(
-    runs: List[str] = typer.Argument(..., metavar="RUN RUN..."),
+    runs: List[str] = typer.Argument(None, metavar="RUN RUN..."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="the run deltas are taken against "
-                                           "(default: the first)"),
+                                           "(default: the first); with groups, the baseline group's label"),
+    by: Optional[str] = By,
+    group: List[str] = GroupOpt,
+    results: List[Path] = Results,
+    bases: List[Path] = Bases,
+    method: Optional[str] = typer.Option(None, "--method", help="with --by: only runs of this method"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="with --by: only runs on this data set"),
+    status: Optional[str] = typer.Option(None, "--status", help="with --by: runs of this status (default "
+                                         "completed)"),
+    tag: Optional[str] = typer.Option(None, "--tag", help="with --by: only runs with this tag"),
+    name: Optional[str] = typer.Option(None, "--name", help="with --by: run names matching this glob"),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="with --by: only the runs of this sweep"),
     attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
     checkpoint: str = typer.Option("best", "--checkpoint"),
     n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
@@ -28,6 +46,15 @@ def compare(
     from fairtui.compare import CompareError, compare as do_compare
     from fairtui.runfolder import RunView
 
+    if by is not None or group:
+        if runs:
+            raise fail("give either runs, or groups (--by, --group), not both")
+        if tui:
+            raise fail("--tui shows runs, not groups: `fairtui` then the compare screen's g key groups them")
+        filters = dict(method=method, dataset=dataset, status=status, tag=tag, name=name, sweep=sweep)
+        raise typer.Exit(compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint,
+                                                n_per_class, filters, json_out))
+    runs = runs or []
     if not 2 <= len(runs) <= 20:
         raise fail(f"compare takes 2 to 20 runs, got {len(runs)}")
     dirs = [resolve_run(home, r) for r in runs]
@@ -56,3 +83,30 @@ def compare(
     console = Console()
     for table in comparison_tables(result):
         console.print(table)
+
+
+def compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, filters,
+                           json_out) -> int:
+    """Groups of seeds, and each against the baseline group, paired by seed: print and return the exit code."""
+    import json
+
+    from fairtui.cli.groups import bases_views, named_groups
+    from fairtui.compare import CompareError
+    from fairtui.groups import compare_groups
+
+    named = named_groups(home, by, group, results, filters)
+    try:
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases))
+    except CompareError as err:
+        raise fail(str(err)) from None
+    if json_out:
+        typer.echo(json.dumps(cmp.to_json()))
+        return 0
+    from rich.console import Console
+
+    from fairtui.group_report import terminal
+
+    console = Console(width=min(Console().width, 80))
+    for part in terminal(cmp):
+        console.print(part)
+    return 0

@@ -1,0 +1,203 @@
+"""Renderings of a group comparison (fairtui.groups): the terminal's (80 columns), Markdown, LaTeX and CSV. Numbers
+in percent (points for differences), each table titled with the attack, checkpoint and settings behind it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+from fairtui.groups import GroupComparison, Pairing
+
+METRIC_WORDS = {"worst_robust": "worst", "avg_robust": "average"}
+
+
+def pct(x: float | None, signed: bool = False, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x * 100:+.{digits}f}" if signed else f"{x * 100:.{digits}f}"
+
+
+def mean_ci(interval: tuple[float, float, float], sep: str = " ± ") -> str:
+    """"38.9 ± 1.2" (the half-width of the 95% interval); one seed: the value alone."""
+    mean, lo, hi = interval
+    return pct(mean) if math.isnan(lo) else f"{pct(mean)}{sep}{(hi - lo) * 50:.1f}"
+
+
+def p_text(p: float | None) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "-"
+    return f"{p:.3f}" if p >= 0.001 else "<0.001"
+
+
+def seeds_text(seeds: list) -> str:
+    return ", ".join("?" if s is None else str(s) for s in seeds)
+
+
+def compact_seeds(seeds: list) -> str:
+    """"0-4" for a run of consecutive seeds, else "0,2,5"."""
+    known = [s for s in seeds if s is not None]
+    if len(known) == len(seeds) and len(known) > 2 and known == list(range(known[0], known[0] + len(known))):
+        return f"{known[0]}-{known[-1]}"
+    return ",".join("?" if s is None else str(s) for s in seeds)
+
+
+def needed_text(n: int | None) -> str:
+    from fairtui.stats import SEEDS_NEEDED_MAX
+
+    if n is None:
+        return "-"
+    return f">{SEEDS_NEEDED_MAX}" if n > SEEDS_NEEDED_MAX else str(n)
+
+
+def title(cmp: GroupComparison) -> str:
+    setting = "; ".join(dict.fromkeys(g.setting() for g in cmp.groups))
+    return f"{setting} @ {cmp.checkpoint}"
+
+
+# -- the terminal ----------------------------------------------------------------------------------------------
+
+def terminal(cmp: GroupComparison) -> list:
+    """Rich renderables, none wider than 80 columns: the groups, their per-class means, and each pairing as a
+    short block of lines."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list = []
+    groups = Table(title=f"Groups: {title(cmp)}", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
+                   caption="mean ± 95% t half-width over the seeds, %; CV in fractions^2", caption_justify="left")
+    for name, justify in (("group", "left"), ("seeds", "left"), ("clean", "right"), ("robust", "right"),
+                          ("worst", "right"), ("CV", "right")):
+        groups.add_column(name, justify=justify, no_wrap=True, max_width=24 if name == "group" else None)
+    for g in cmp.groups:
+        groups.add_row(g.label, compact_seeds(g.seeds), *(mean_ci(g.interval(k), "±") for k in
+                                                          ("avg_clean", "avg_robust", "worst_robust")),
+                       f"{g.interval('cv')[0]:.4f}")
+    out.append(groups)
+    per_class = Table(title="Per-class robust accuracy, mean of the seeds (%)", box=box.SIMPLE_HEAD,
+                      title_justify="left", pad_edge=False, padding=(0, 0))
+    per_class.add_column("group", max_width=22, no_wrap=True)
+    for name in cmp.class_names:
+        per_class.add_column(name[:4], justify="right", no_wrap=True, min_width=4)
+    for g in cmp.groups:
+        per_class.add_row(g.label, *(pct(v, digits=0) for v in g.per_class_means()))
+    out.append(per_class)
+    for g in cmp.groups:
+        for line in g.left_out:
+            out.append(Text(f"left out of {g.label}: {line}", style="yellow"))
+    for p in cmp.pairings:
+        out.append(Text("\n".join(pairing_lines(p))))
+    return out
+
+
+def pairing_lines(p: Pairing) -> list[str]:
+    head = f"{p.group} against {p.baseline}"
+    if p.reason is not None:
+        return [f"{head}: not paired, {p.reason}"]
+    how = "each run with the run it started from" if p.by_init else "by seed"
+    seeds = seeds_text([a.seed for a, _ in p.pairs])
+    lines = [head, f"  paired {how}: seeds {seeds}"
+             + (f"; dropped: seeds {seeds_text(p.dropped_seeds)}" if p.dropped_seeds else "")]
+    for metric, word in METRIC_WORDS.items():
+        r = p.results[metric]
+        ci = f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]"
+        lines.append(f"  {word:<7} {pct(r.mean, True)} points {ci}  p {p_text(r.p)} (t), "
+                     f"{p_text(r.p_permutation)} (exact)")
+        need = needed_text(r.seeds_needed)
+        lines.append(f"          {r.verdict}; 80% power at {need} seeds")
+    rho = [f"{x:+.2f}" if x is not None else "-" for x in p.rho]
+    mean = [x for x in p.rho if x is not None]
+    if rho:
+        lines.append(f"  rho     {', '.join(rho)}" + (f" (mean {sum(mean) / len(mean):+.2f})" if mean else ""))
+    return lines
+
+
+# -- files -----------------------------------------------------------------------------------------------------
+
+def render(cmp: GroupComparison, fmt: str) -> str:
+    """Markdown, LaTeX or CSV of the groups and the paired differences."""
+    if fmt == "csv":
+        return _csv(cmp)
+    if fmt == "latex":
+        return _latex(cmp)
+    return _markdown(cmp)
+
+
+def _group_cells(g) -> list[str]:
+    return [g.label, str(len(g.members)), seeds_text(g.seeds), mean_ci(g.interval("avg_clean")),
+            mean_ci(g.interval("avg_robust")), mean_ci(g.interval("worst_robust")), f"{g.interval('cv')[0]:.4f}"]
+
+
+def _pair_cells(p: Pairing, metric: str) -> list[str]:
+    r = p.results[metric]
+    return [p.group, p.baseline, METRIC_WORDS[metric], str(r.n), pct(r.mean, True),
+            f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]", p_text(r.p), p_text(r.p_permutation), r.verdict,
+            needed_text(r.seeds_needed), seeds_text(p.dropped_seeds) or "-"]
+
+
+GROUP_HEAD = ["group", "n", "seeds", "clean", "robust avg", "robust worst", "CV"]
+PAIR_HEAD = ["group", "baseline", "metric", "n", "difference (points)", "95% CI", "p (t)", "p (exact)", "verdict",
+             "seeds for 80% power", "dropped seeds"]
+
+
+def _markdown(cmp: GroupComparison) -> str:
+    lines = [f"Groups ({title(cmp)}; mean ± 95% t half-width over seeds, %):", "",
+             "| " + " | ".join(GROUP_HEAD) + " |", "|" + "---|" * len(GROUP_HEAD)]
+    lines += ["| " + " | ".join(_group_cells(g)) + " |" for g in cmp.groups]
+    paired = [p for p in cmp.pairings if p.reason is None]
+    if paired:
+        lines += ["", f"Paired against {cmp.baseline} (differences in points of %):", "",
+                  "| " + " | ".join(PAIR_HEAD) + " |", "|" + "---|" * len(PAIR_HEAD)]
+        lines += ["| " + " | ".join(_pair_cells(p, m)) + " |" for p in paired for m in METRIC_WORDS]
+    for p in cmp.pairings:
+        if p.reason is not None:
+            lines.append(f"\n{p.group} is not paired with {p.baseline}: {p.reason}.")
+    return "\n".join(lines) + "\n"
+
+
+LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{",
+         "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$"}
+
+
+def _latex_escape(text: str) -> str:
+    return "".join(LATEX.get(ch, ch) for ch in text)
+
+
+def _latex(cmp: GroupComparison) -> str:
+    def row(cells):
+        return " & ".join(_latex_escape(c) for c in cells) + r" \\"
+
+    lines = [r"% fairtui compare: " + _latex_escape(title(cmp)), r"\begin{tabular}{lrlrrrr}", r"\toprule",
+             row(GROUP_HEAD), r"\midrule", *(row(_group_cells(g)) for g in cmp.groups), r"\bottomrule",
+             r"\end{tabular}"]
+    paired = [p for p in cmp.pairings if p.reason is None]
+    if paired:
+        lines += ["", r"\begin{tabular}{lllrrlrrlrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
+                  *(row(_pair_cells(p, m)) for p in paired for m in METRIC_WORDS), r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def _csv(cmp: GroupComparison) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["table", "group", "baseline", "metric", "n", "seeds", "mean", "ci95_lo", "ci95_hi", "p_t",
+                "p_exact", "verdict", "seeds_needed", "dropped_seeds", "setting", "checkpoint", "units"])
+    setting = title(cmp)
+    for g in cmp.groups:
+        for key in ("avg_clean", "avg_robust", "worst_robust", "cv"):
+            mean, lo, hi = g.interval(key)
+            w.writerow(["group", g.label, "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
+                        "" if math.isnan(lo) else f"{lo:.6g}", "" if math.isnan(hi) else f"{hi:.6g}", "", "", "", "",
+                        "", setting, cmp.checkpoint, "fractions"])
+    for p in cmp.pairings:
+        if p.reason is not None:
+            continue
+        for metric in METRIC_WORDS:
+            r = p.results[metric]
+            w.writerow(["paired", p.group, p.baseline, metric, r.n, seeds_text([a.seed for a, _ in p.pairs]),
+                        f"{r.mean:.6g}", f"{r.ci95[0]:.6g}", f"{r.ci95[1]:.6g}", f"{r.p:.6g}",
+                        "" if math.isnan(r.p_permutation) else f"{r.p_permutation:.6g}", r.verdict,
+                        r.seeds_needed if r.seeds_needed is not None else "", seeds_text(p.dropped_seeds), setting,
+                        cmp.checkpoint, "fractions"])
+    return buf.getvalue()

@@ -1,0 +1,321 @@
+"""Groups of runs (a method's seeds) judged against a baseline group, paired by seed: the data layer of
+`fairtui compare --by/--group`, `export` and `plot forest`, and of experiments/fairness_table.py. Plain Python:
+no torch, no Textual.
+
+Runs come from the home and from folders of committed run files (``--results DIR``: the layout of
+``experiments/results/<profile>/<run-id>/``), which are only read. A group's number for a seed is that run's
+headline result (the profile's own attack settings on the whole test split) at the chosen checkpoint."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.contract import metrics
+from fairtui import stats
+from fairtui.compare import CompareError, pick_result, setting_label, summarise
+from fairtui.runfolder import RunView
+
+BY = ("profile", "name", "tag", "sweep")
+PAIRED_METRICS = ("worst_robust", "avg_robust")
+GROUP_METRICS = ("avg_clean", "avg_robust", "worst_robust", "cv")
+SEED_SUFFIX = re.compile(r"-s(?:eed)?\d+$")
+
+
+# -- sources ---------------------------------------------------------------------------------------------------
+
+def results_runs(folder: Path) -> list[Path]:
+    """The run folders of a results folder: ``<profile>/<run-id>/`` (or ``<run-id>/``) holding events.jsonl and
+    profile.toml. A folder that does not exist is an error, not an empty table."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise CompareError(f"--results {folder}: no such folder (it should hold <profile>/<run-id>/ folders with "
+                           "events.jsonl, profile.toml and meta.json)")
+    found = []
+    for candidate in sorted([folder, *folder.iterdir(), *(p for d in folder.iterdir() if d.is_dir()
+                                                          for p in d.iterdir())]):
+        if candidate.is_dir() and (candidate / "events.jsonl").is_file() and (candidate / "profile.toml").is_file():
+            found.append(candidate)
+    return found
+
+
+def profile_name(view: RunView) -> str:
+    """The profile a run was made from: its resolved profile's ``name``, else its profile file's stem."""
+    name = view.config.get("name")
+    if name:
+        return str(name)
+    path = view.meta.get("profile_path") or ""
+    return Path(path).stem or view.name
+
+
+def seed_of(view: RunView) -> int | None:
+    seed = view.config.get("seed")
+    return int(seed) if isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit()) else None
+
+
+def group_keys(view: RunView, by: str) -> list[str]:
+    """The groups a run joins under ``--by``: its profile, its name less a trailing -s<seed>, each of its tags,
+    or its sweep."""
+    if by == "profile":
+        return [profile_name(view)]
+    if by == "name":
+        return [SEED_SUFFIX.sub("", view.name)]
+    if by == "tag":
+        return list(view.meta.get("tags") or [])
+    if by == "sweep":
+        return [view.meta["sweep"]] if view.meta.get("sweep") else []
+    raise CompareError(f"--by must be one of {', '.join(BY)}, got {by!r}")
+
+
+# -- groups ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Member:
+    view: RunView
+    seed: int | None
+    result: dict
+    summary: dict
+
+
+@dataclass
+class Group:
+    label: str
+    members: list[Member] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # runs without the result, or a second run of a seed
+
+    @property
+    def seeds(self) -> list[int | None]:
+        return [m.seed for m in self.members]
+
+    def values(self, key: str) -> list[float]:
+        return [m.summary[key] for m in self.members]
+
+    def interval(self, key: str) -> tuple[float, float, float]:
+        return stats.t_interval(self.values(key))
+
+    def per_class_means(self) -> list[float]:
+        rows = [m.result["robust_acc_per_class"] for m in self.members]
+        return [statistics.fmean(r[c] for r in rows if r[c] is not None) for c in range(len(rows[0]))]
+
+    def setting(self) -> str:
+        return "; ".join(dict.fromkeys(setting_label(m.result) for m in self.members))
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"label": self.label, "n": len(self.members), "seeds": self.seeds,
+                               "runs": [m.view.run_id for m in self.members], "setting": self.setting(),
+                               "left_out": self.left_out, "protocol": protocol(self.members[0])}
+        for key in GROUP_METRICS:
+            mean, lo, hi = self.interval(key)
+            out[key] = {"mean": mean, "ci95": [_num(lo), _num(hi)], "values": self.values(key)}
+        out["robust_acc_per_class_mean"] = self.per_class_means()
+        return out
+
+
+def build_group(label: str, views: list[RunView], attack: str | None, checkpoint: str,
+                n_per_class: int = 0) -> Group:
+    """A group of ``views``: each run's result at ``checkpoint`` (its headline one unless ``n_per_class``); a run
+    without one, or a second run of a seed already in the group, is left out and named."""
+    group = Group(label)
+    for view in sorted(views, key=lambda v: (seed_of(v) is None, seed_of(v) or 0, v.meta.get("created", 0))):
+        seed = seed_of(view)
+        try:
+            result = pick_result(view, attack, checkpoint, n_per_class=n_per_class)
+        except CompareError:
+            group.left_out.append(f"{view.name} [{view.run_id}]: no {attack or 'robust'} result at {checkpoint}")
+            continue
+        if seed is not None and seed in group.seeds:
+            group.left_out.append(f"{view.name} [{view.run_id}]: a second run of seed {seed}")
+            continue
+        group.members.append(Member(view, seed, result, summarise(result)))
+    return group
+
+
+def protocol(member: Member) -> dict[str, Any]:
+    """What makes two groups' numbers comparable: data set, training set size, model, and the headline attack,
+    its eps, the split and the subset it was measured on."""
+    cfg, view = member.view.config, member.view
+    data, model = cfg.get("data", {}), cfg.get("model", {})
+    sizes = (view.started or {}).get("split_sizes", {}).get("train")
+    result = member.result
+    setting = result.get("setting") or {}
+    eps = setting.get("eps", result.get("eps"))
+    return {"dataset": data.get("dataset"),
+            "train_images": sum(sizes) if sizes else data.get("train_per_class"),
+            "model": f"{model.get('arch')} (base width {model.get('base_width', 'default')})",
+            "attack": result.get("attack"), "eps": None if eps is None else round(float(eps), 6),
+            "split": result.get("split"), "n_per_class": setting.get("n_per_class", result.get("n_per_class", 0))}
+
+
+def protocol_difference(a: Member, b: Member) -> str | None:
+    """One line naming the first protocol key on which two runs differ, or None."""
+    pa, pb = protocol(a), protocol(b)
+    for key in pa:
+        if pa[key] != pb[key]:
+            return f"{key} differs ({pa[key]} against {pb[key]})"
+    return None
+
+
+# -- pairing ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Pairing:
+    """One group against the baseline: the pairs, what was dropped, and the paired statistics."""
+
+    group: str
+    baseline: str
+    pairs: list[tuple[Member, Member]] = field(default_factory=list)
+    dropped_seeds: list[int | None] = field(default_factory=list)
+    by_init: bool = False  # the fine-tune's runs are paired with the runs they started from
+    reason: str | None = None  # not paired: why
+    results: dict[str, stats.PairedResult] = field(default_factory=dict)
+    rho: list[float | None] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.pairs)
+
+    def entries(self) -> list[dict]:
+        """The JSON entries of `compare --json`'s ``paired`` list, one per metric."""
+        out = []
+        for metric in PAIRED_METRICS:
+            r = self.results[metric]
+            out.append({"group": self.group, "baseline": self.baseline, "metric": metric, "n": r.n,
+                        "mean": _num(r.mean), "ci95": [_num(r.ci95[0]), _num(r.ci95[1])], "p": _num(r.p),
+                        "p_permutation": _num(r.p_permutation), "verdict": r.verdict, "seeds_needed": r.seeds_needed,
+                        "dropped_seeds": self.dropped_seeds, "seeds": [a.seed for a, _ in self.pairs],
+                        "differences": [a.summary[metric] - b.summary[metric] for a, b in self.pairs],
+                        "pairing": "init_from" if self.by_init else "seed",
+                        "rho_per_seed": self.rho, "rho_mean": _num(_mean_or_nan(self.rho))})
+        return out
+
+
+def init_run_id(view: RunView) -> str | None:
+    """The run a fine-tune started from (``method.init_from``: a run folder or a checkpoint inside one), by id."""
+    ref = (view.config.get("method") or {}).get("init_from") or ""
+    if not ref:
+        return None
+    parts = Path(ref).parts
+    if "runs" in parts and parts.index("runs") + 1 < len(parts):
+        return parts[parts.index("runs") + 1]
+    return Path(ref).name or None
+
+
+def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None, attack: str | None = None,
+         checkpoint: str = "best", n_per_class: int = 0) -> Pairing:
+    """``group`` against ``baseline``, seed by seed. A fine-tune whose every run names the run it started from
+    (``method.init_from``), each found among the baseline's runs or ``bases`` and of the baseline's profile, is
+    paired with those runs instead. Only seeds both sides have are paired; the rest are dropped and named. Groups
+    whose protocols differ are not paired (``reason``)."""
+    out = Pairing(group.label, baseline.label)
+    if not group.members or not baseline.members:
+        out.reason = "a group has no run with the result"
+        return out
+    difference = protocol_difference(group.members[0], baseline.members[0])
+    if difference:
+        out.reason = difference
+        return out
+    base_by_seed = {m.seed: m for m in baseline.members}
+    partners = _init_partners(group, baseline, bases or {}, attack, checkpoint, n_per_class)
+    if partners is not None:
+        out.by_init = True
+        out.pairs = [(m, partners[m.view.run_id]) for m in group.members]
+    else:
+        out.pairs = [(m, base_by_seed[m.seed]) for m in group.members if m.seed in base_by_seed]
+        paired_seeds = {m.seed for m, _ in out.pairs}
+        out.dropped_seeds = sorted((s for s in set(group.seeds) | set(base_by_seed) if s not in paired_seeds),
+                                   key=lambda s: (s is None, s or 0))
+    for a, b in out.pairs:
+        difference = protocol_difference(a, b)
+        if difference:
+            out.reason = f"{a.view.run_id} against {b.view.run_id}: {difference}"
+            out.pairs = []
+            break
+    for metric in PAIRED_METRICS:
+        out.results[metric] = stats.paired([a.summary[metric] - b.summary[metric] for a, b in out.pairs])
+    out.rho = [metrics.rho(a.summary["avg_robust"], a.summary["worst_robust"], b.summary["avg_robust"],
+                           b.summary["worst_robust"]) if b.summary["worst_robust"] > 0 and b.summary["avg_robust"] > 0
+               else None for a, b in out.pairs]
+    return out
+
+
+def _init_partners(group: Group, baseline: Group, bases: dict[str, RunView], attack, checkpoint,
+                   n_per_class) -> dict[str, Member] | None:
+    """run id -> the Member of the run it started from, when every run of ``group`` has one of the baseline's
+    profile; else None (pair by seed)."""
+    known = {m.view.run_id: m for m in baseline.members}
+    base_profile = profile_name(baseline.members[0].view)
+    out = {}
+    for m in group.members:
+        ref = init_run_id(m.view)
+        if ref in known:
+            out[m.view.run_id] = known[ref]
+            continue
+        view = bases.get(ref or "")
+        if view is None or profile_name(view) != base_profile:
+            return None
+        try:
+            result = pick_result(view, attack, checkpoint, n_per_class=n_per_class)
+        except CompareError:
+            return None
+        out[m.view.run_id] = Member(view, seed_of(view), result, summarise(result))
+    return out
+
+
+def _num(x: float | None) -> float | None:
+    """JSON has no NaN: an undefined number is null."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _mean_or_nan(values: list[float | None]) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else math.nan
+
+
+# -- the whole comparison --------------------------------------------------------------------------------------
+
+@dataclass
+class GroupComparison:
+    attack: str | None
+    checkpoint: str
+    groups: list[Group]
+    baseline: str | None
+    pairings: list[Pairing]
+    class_names: list[str]
+
+    def to_json(self) -> dict:
+        return {"checkpoint": self.checkpoint, "attack": self.attack, "baseline": self.baseline,
+                "units": "fractions in [0, 1]; differences in fractions; CV in fraction^2",
+                "class_names": self.class_names,
+                "groups": [g.to_json() for g in self.groups],
+                "paired": [e for p in self.pairings if p.reason is None for e in p.entries()],
+                "not_paired": [{"group": p.group, "baseline": p.baseline, "reason": p.reason}
+                               for p in self.pairings if p.reason is not None]}
+
+
+def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None, attack: str | None = None,
+                   checkpoint: str = "best", n_per_class: int = 0,
+                   bases: dict[str, RunView] | None = None) -> GroupComparison:
+    """Groups (label -> runs) with their statistics, and each against ``baseline`` (a label) when given."""
+    if not named:
+        raise CompareError("no group to compare: name runs with --group LABEL=RUN,RUN or select them with --by")
+    if baseline is not None and baseline not in named:
+        raise CompareError(f"--baseline {baseline!r} is not a group; the groups are: {', '.join(named)}")
+    groups = [build_group(label, views, attack, checkpoint, n_per_class) for label, views in named.items()]
+    empty = [g.label for g in groups if not g.members]
+    if len(empty) == len(groups):
+        raise CompareError(f"no run of any group has a {attack or 'robust'} result at {checkpoint}: "
+                           + "; ".join(g.left_out[0] for g in groups if g.left_out))
+    groups = [g for g in groups if g.members]
+    names = groups[0].members[0].view.class_names()
+    pairings = []
+    if baseline is not None:
+        base = next((g for g in groups if g.label == baseline), None)
+        if base is None:
+            raise CompareError(f"the baseline group {baseline!r} has no run with a {attack or 'robust'} result at "
+                               f"{checkpoint}")
+        pairings = [pair(g, base, bases, attack, checkpoint, n_per_class) for g in groups if g is not base]
+    return GroupComparison(attack, checkpoint, groups, baseline, pairings, names)

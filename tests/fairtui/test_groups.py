@@ -1,0 +1,203 @@
+"""Groups of seeds judged against a baseline (fairtui.stats, fairtui.groups, `fairtui compare --by/--group`): the
+statistics against hand-computed cases, pairing by seed with the dropped seeds named, fine-tunes paired with the runs
+they started from, the protocol check, and committed results read without a byte written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from fairtui import stats
+from tests.conftest import fairtui_cmd
+
+CLASSES = ["a", "b", "c", "d"]
+
+
+# -- the statistics, by hand ------------------------------------------------------------------------------------
+
+def test_t_interval_is_students_t_by_hand():
+    # mean 0.33, sd 0.03, n 3: t_{0.975, 2} = 4.302653 (the textbook table's 4.303)
+    mean, lo, hi = stats.t_interval([0.30, 0.36, 0.33])
+    assert mean == pytest.approx(0.33)
+    assert hi - mean == pytest.approx(4.302653 * 0.03 / math.sqrt(3), rel=1e-6)
+    assert mean - lo == pytest.approx(hi - mean)
+    assert math.isnan(stats.t_interval([0.5])[1])  # one seed: no width, not zero width
+
+
+def test_paired_t_p_by_the_closed_form_of_two_degrees_of_freedom():
+    # diffs 2, 4, 6 (points): mean 4, sd 2, t = 4 / (2 / sqrt 3) = sqrt 12; with 2 df the t tail is closed-form:
+    # P(T > t) = (1 - t / sqrt(t^2 + 2)) / 2
+    t = math.sqrt(12)
+    expected = 2 * 0.5 * (1 - t / math.sqrt(t * t + 2))
+    assert stats.paired_t_p([0.02, 0.04, 0.06]) == pytest.approx(expected, rel=1e-9)
+    assert expected == pytest.approx(0.0741799, abs=1e-7)
+    assert stats.paired_t_p([0.01, 0.01]) == 0.0 and stats.paired_t_p([0.0, 0.0]) == 1.0
+    assert math.isnan(stats.paired_t_p([0.1]))
+
+
+def test_sign_flip_p_counts_the_sign_vectors_by_hand():
+    # 1, 1, 1, -1: observed sum 2. A sign vector's sum is 2k - 4 for k plus signs; |2k - 4| >= 2 for k in
+    # {0, 1, 3, 4}: 1 + 4 + 4 + 1 = 10 of the 16 vectors.
+    assert stats.sign_flip_p([0.01, 0.01, 0.01, -0.01]) == pytest.approx(10 / 16)
+    # all of one sign: only all-plus and all-minus reach the observed sum: 2 / 2^n, the smallest p there is
+    assert stats.sign_flip_p([0.01, 0.02, 0.03]) == pytest.approx(2 / 8)
+    assert stats.sign_flip_p([0.1, 0.2, 0.05, 0.3, 0.02]) == pytest.approx(2 / 32)
+    # 3, -1, 2: observed 4; sums of +-3 +-1 +-2: 6, 4, 2, 0, 0, -2, -4, -6: |s| >= 4 for 4 of 8
+    assert stats.sign_flip_p([0.03, -0.01, 0.02]) == pytest.approx(4 / 8)
+    assert math.isnan(stats.sign_flip_p([0.01] * 11))  # not enumerated past 10
+
+
+def test_seeds_needed_is_the_paired_t_tests_sample_size():
+    # standardised effect 1 (diffs 0, 1, 2 points: mean 1, sd 1): the classic answer is 10 pairs (power 0.803),
+    # and 9 fall short (0.759); effect 0.5 needs 34 (0.808; 33 give 0.798)
+    assert stats.seeds_needed([0.0, 0.01, 0.02]) == 10
+    assert stats.power_paired(1.0, 10) == pytest.approx(0.8031, abs=5e-4)
+    assert stats.power_paired(1.0, 9) < 0.8
+    assert stats.power_paired(0.5, 34) >= 0.8 > stats.power_paired(0.5, 33)
+    assert stats.seeds_needed([0.01, 0.01, 0.01]) == 2  # no spread: any two seeds show it
+    assert stats.seeds_needed([0.01, -0.01]) is None  # no difference to detect
+    assert stats.seeds_needed([0.01]) is None
+
+
+def test_verdict_follows_the_interval():
+    assert stats.paired([0.02, 0.04, 0.06]).verdict == "not distinguishable at 3 seeds"  # p 0.074
+    better = stats.paired([0.05, 0.06, 0.055, 0.052])
+    assert better.verdict == "better" and better.ci95[0] > 0 and better.p < 0.05
+    assert stats.paired([-0.05, -0.06, -0.055]).verdict == "worse"
+    assert stats.paired([0.05]).verdict == "not distinguishable at 1 seed"
+
+
+# -- run folders for the groups ---------------------------------------------------------------------------------
+
+def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[float], clean: float = 0.8,
+              dataset: str = "cifar10", eps: float = 4 / 255, init_from: str = "", method: str = "pgd_at") -> Path:
+    """A finished run's small files, as experiments/results holds them: run_started, one test result at the
+    best and the last checkpoint, run_finished."""
+    run_dir = root / profile / run_id
+    run_dir.mkdir(parents=True)
+    config = {"name": profile, "seed": seed, "data": {"dataset": dataset, "train_per_class": 100},
+              "model": {"arch": "preact_resnet18", "base_width": 8}, "attack": {"eps": eps},
+              "eval": {"eps": eps, "attacks": ["pgd20"]}, "method": {"name": method, "init_from": init_from}}
+    (run_dir / "profile.toml").write_text(f'name = "{profile}"\nseed = {seed}\n')
+    (run_dir / "meta.json").write_text(json.dumps({"run_id": run_id, "name": f"{profile}-s{seed}", "tags": ["t"]}))
+    events = [{"v": 1, "seq": 0, "t": 0, "run_id": run_id, "type": "run_started", "config": config,
+               "num_classes": 4, "class_names": CLASSES, "device": "cpu", "seed": seed,
+               "split_sizes": {"train": [100] * 4, "test": [50] * 4}}]
+    for i, ckpt in enumerate(("best", "last")):
+        events.append({"v": 1, "seq": 1 + i, "t": 0, "run_id": run_id, "type": "eval_result", "split": "test",
+                       "checkpoint": ckpt, "attack": "pgd20", "eps": eps,
+                       "clean_acc_per_class": [clean] * 4, "robust_acc_per_class": robust})
+    events.append({"v": 1, "seq": 3, "t": 0, "run_id": run_id, "type": "run_finished", "status": "completed"})
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return run_dir
+
+
+def folder_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        h.update(str(p.relative_to(folder)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+BASE_WORST = {0: 0.10, 1: 0.14, 2: 0.12, 4: 0.20}
+NEW_WORST = {0: 0.15, 1: 0.17, 2: 0.18, 3: 0.30}
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "results"
+    for seed, worst in BASE_WORST.items():
+        write_run(root, "cpu-base", f"20260101-00000{seed}-base{seed:02d}", seed, [worst, 0.4, 0.5, 0.6])
+    for seed, worst in NEW_WORST.items():
+        write_run(root, "cpu-new", f"20260102-00000{seed}-new{seed:03d}", seed, [worst, 0.4, 0.5, 0.5])
+    return root
+
+
+def test_compare_by_profile_pairs_by_seed_names_the_dropped_seeds_and_writes_nothing(results, tmp_path):
+    from scipy import stats as scipy_stats
+
+    before = folder_digest(results)
+    out = fairtui_cmd("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base",
+                      "--checkpoint", "last", "--json", home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert folder_digest(results) == before  # committed results are only read
+    (worst,) = [e for e in doc["paired"] if e["metric"] == "worst_robust"]
+    assert worst["group"] == "cpu-new" and worst["baseline"] == "cpu-base" and worst["n"] == 3
+    assert worst["dropped_seeds"] == [3, 4] and worst["seeds"] == [0, 1, 2]
+    new, base = [NEW_WORST[s] for s in (0, 1, 2)], [BASE_WORST[s] for s in (0, 1, 2)]
+    diffs = [a - b for a, b in zip(new, base)]  # 0.05, 0.03, 0.06
+    test = scipy_stats.ttest_rel(new, base)
+    assert worst["mean"] == pytest.approx(sum(diffs) / 3)
+    assert worst["p"] == pytest.approx(test.pvalue, rel=1e-9)
+    ci = test.confidence_interval(0.95)
+    assert worst["ci95"] == pytest.approx([ci.low, ci.high], rel=1e-9)
+    assert worst["p_permutation"] == pytest.approx(2 / 8)
+    assert worst["verdict"] == "better"  # [+0.8, +8.5] points
+    # rho (WAT Eq. 7) per seed: (worst - worst_b) / worst_b - (avg_b - avg) / avg_b
+    avg = lambda w, last: (w + 0.4 + 0.5 + last) / 4  # noqa: E731
+    rho0 = (0.15 - 0.10) / 0.10 - (avg(0.10, 0.6) - avg(0.15, 0.5)) / avg(0.10, 0.6)
+    assert worst["rho_per_seed"][0] == pytest.approx(rho0)
+    groups = {g["label"]: g for g in doc["groups"]}
+    assert groups["cpu-new"]["seeds"] == [0, 1, 2, 3]
+    assert groups["cpu-base"]["worst_robust"]["mean"] == pytest.approx(sum(BASE_WORST.values()) / 4)
+
+
+def test_the_terminal_table_fits_80_columns(results, tmp_path):
+    out = fairtui_cmd("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base",
+                      home=tmp_path / "home", env_extra={"COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    assert "better" in out.stdout and "dropped: seeds 3, 4" in out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+
+
+def test_groups_whose_protocols_differ_are_not_paired(results, tmp_path):
+    write_run(results, "digits-new", "20260103-000000-dig000", 0, [0.3] * 4, dataset="digits")
+    write_run(results, "cpu-eps8", "20260103-000001-eps000", 0, [0.3] * 4, eps=8 / 255)
+    out = fairtui_cmd("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base", "--json",
+                      home=tmp_path / "home")
+    doc = json.loads(out.stdout)
+    assert {e["group"] for e in doc["paired"]} == {"cpu-new"}
+    reasons = {e["group"]: e["reason"] for e in doc["not_paired"]}
+    assert reasons["digits-new"].startswith("dataset differs (digits against cifar10)")
+    assert reasons["cpu-eps8"].startswith("eps differs")
+
+
+def test_explicit_groups_and_a_fine_tune_paired_with_the_runs_it_started_from(results, tmp_path):
+    """--group names runs by id; a fine-tune whose runs name their starting runs (method.init_from) is paired with
+    those, found among the baseline's runs or --bases, even where the seeds differ."""
+    bases = tmp_path / "bases"
+    own = write_run(bases, "cpu-base", "20260104-000000-retr00", 1, [0.30, 0.4, 0.5, 0.6])  # seed 1, retrained
+    write_run(results, "cpu-ft", "20260105-000000-ft0000", 0, [0.20, 0.4, 0.5, 0.6],
+              init_from="/somewhere/runs/20260101-000000-base00/checkpoints/best.pt", method="faal")
+    write_run(results, "cpu-ft", "20260105-000001-ft0001", 1, [0.35, 0.4, 0.5, 0.6],
+              init_from=f"/elsewhere/runs/{own.name}", method="faal")
+    out = fairtui_cmd("compare", "--results", str(results), "--bases", str(bases), "--by", "profile",
+                      "--baseline", "cpu-base", "--method", "faal", "--json", home=tmp_path / "home")
+    assert out.returncode == 2 and "is not a group" in out.stderr  # --method faal leaves no baseline group
+    out = fairtui_cmd("compare", "--results", str(results), "--bases", str(bases), "--by", "profile",
+                      "--baseline", "cpu-base", "--json", home=tmp_path / "home")
+    (ft,) = [e for e in json.loads(out.stdout)["paired"] if e["group"] == "cpu-ft" and e["metric"] == "worst_robust"]
+    assert ft["pairing"] == "init_from" and ft["dropped_seeds"] == []
+    assert ft["differences"] == pytest.approx([0.20 - 0.10, 0.35 - 0.30])  # seed 1 against its own base, not the row's
+    out = fairtui_cmd("compare", "--results", str(results), "--group", "mine=20260102-000000-new000,cpu-new-s1",
+                      "--group", "theirs=20260101-000000-base00,20260101-000001-base01", "--baseline", "theirs",
+                      "--json", home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    (mine,) = [e for e in json.loads(out.stdout)["paired"] if e["metric"] == "worst_robust"]
+    assert mine["group"] == "mine" and mine["n"] == 2 and mine["differences"] == pytest.approx([0.05, 0.03])
+
+
+def test_bad_group_input_is_one_line(results, tmp_path):
+    for args, says in ((["--group", "nolabel"], "LABEL=RUN"), (["--by", "colour"], "--by must be one of"),
+                       (["--results", str(tmp_path / "missing"), "--by", "profile"], "no such folder"),
+                       (["--by", "profile", "--baseline", "nope"], "is not a group")):
+        out = fairtui_cmd("compare", "--results", str(results), *args, home=tmp_path / "home")
+        assert out.returncode == 2, (args, out.stderr)
+        assert says in out.stderr and "Traceback" not in out.stderr
