@@ -42,19 +42,18 @@ FIGURES = {"at": ["at", "frl", "cfa-at", "faal"], "trades": ["trades", "wat", "c
 CHECKPOINTS = ["best", "last", "fawa", "ema"]
 HEADLINE_ATTACK = "pgd20"
 
-# Student's t quantile t_{0.975, df} for df = 1..30 (beyond: 1.96 is within 2%).
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042]
+# Each fairness method against the base it builds on, paired by seed (fairtui compare's statistics).
+BASES = {"frl": "at", "cfa-at": "at", "faal": "at", "wat": "trades", "cfa-trades": "trades", "dafa": "trades",
+         "tian": "trades", "bat": "trades", "csr": "trades"}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of freedom)."""
-    mean = statistics.mean(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    t = T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96
-    return mean, t * statistics.stdev(values) / len(values) ** 0.5
+    """Mean and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of freedom:
+    fairtui.stats, the statistics `fairtui compare` gives)."""
+    from fairtui.stats import t_interval
+
+    mean, lo, hi = t_interval(values)
+    return mean, (hi - lo) / 2
 
 
 def fmt(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
@@ -216,6 +215,42 @@ def exploratory_table(rows: list[Row], attacks: tuple[str, ...] = ("aa", "aa-fas
             "|---|---|---|---|---|---|---|---|", *lines]
 
 
+def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = ("last", "best")) -> list[str]:
+    """Each fairness method against its base (BASES), paired by seed: `fairtui compare --by profile --baseline
+    BASE` on the same files, one row per method and checkpoint. A fine-tune is paired with the runs it started
+    from (in RESULTS or RESULTS-bases)."""
+    from fairtui.group_report import needed_text, p_text, pct, seeds_text
+    from fairtui.groups import compare_groups, results_runs
+
+    bases_dir = results.with_name(results.name + "-bases")
+    bases = {d.name: RunView.load(d) for d in results_runs(bases_dir)} if bases_dir.is_dir() else {}
+    by_method = {r.method: r for r in rows}
+    lines = []
+    for ckpt in checkpoints:
+        for row in rows:
+            base = by_method.get(BASES.get(row.method, ""))
+            if base is None or not row.results(ckpt) or not base.results(ckpt):
+                continue
+            cmp = compare_groups({base.profile: base.views, row.profile: row.views}, base.profile, HEADLINE_ATTACK,
+                                 ckpt, bases=bases)
+            (p,) = cmp.pairings
+            if p.reason is not None:
+                lines.append(f"| {row.label} | {base.label} | {ckpt} | not paired: {p.reason} | | | | | | |")
+                continue
+            w, a = p.results["worst_robust"], p.results["avg_robust"]
+            seeds = seeds_text([m.seed for m, _ in p.pairs]) + (" (each with the run it started from)" if p.by_init else "")
+            lines.append(
+                f"| {row.label} | {base.label} | {ckpt} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
+                f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} | {w.verdict} | "
+                f"{needed_text(w.seeds_needed)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, {pct(a.ci95[1], True)}] "
+                f"| {a.verdict} |")
+    if not lines:
+        return []
+    return ["| method | base | checkpoint | seeds paired | worst class, difference [95% CI] | p (t / exact) | "
+            "verdict | seeds for 80% power | average, difference [95% CI] | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|", *lines]
+
+
 def provenance_lines(rows: list[Row]) -> list[str]:
     out = []
     for row in rows:
@@ -254,6 +289,13 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
     if explore:
         parts += ["", "Exploratory, not headline: AutoAttack on a class-balanced test subset (seed-chosen).", "",
                   *explore]
+    paired = paired_table(results, rows)
+    if paired:
+        parts += ["", "Each method against its base, paired by seed (PGD-20, points of %; `fairtui compare --results "
+                  f"{where} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same): the mean "
+                  "difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the verdict "
+                  "at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
+                  "spread.", "", *paired]
     parts += ["", "Where each row ran:", "", *provenance_lines(rows)]
     return "\n".join(parts)
 

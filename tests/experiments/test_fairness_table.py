@@ -29,7 +29,7 @@ def test_a_row_is_the_mean_and_interval_of_its_runs_own_events():
         row = next(line for line in table.splitlines() if line.startswith(f"| PGD-AT | digits-at | 2 | {checkpoint} |"))
         cells = [c.strip() for c in row.split("|")[1:-1]]
         values = [headline(r, checkpoint)["avg_robust"] for r in runs]
-        mean, half = statistics.mean(values), 12.706 * statistics.stdev(values) / 2 ** 0.5
+        mean, half = statistics.mean(values), 12.7062047 * statistics.stdev(values) / 2 ** 0.5  # t_{0.975, 1}
         assert cells[5] == f"{mean * 100:.1f} ± {half * 100:.1f}"
         worst = [headline(r, checkpoint)["worst_robust"] for r in runs]
         assert cells[6].startswith(f"{statistics.mean(worst) * 100:.1f}")
@@ -41,7 +41,7 @@ def test_a_row_is_the_mean_and_interval_of_its_runs_own_events():
 
 def test_interval_is_students_t_half_width():
     mean, half = interval([0.30, 0.36, 0.33])
-    assert mean == pytest.approx(0.33) and half == pytest.approx(4.303 * 0.03 / 3 ** 0.5)
+    assert mean == pytest.approx(0.33) and half == pytest.approx(4.302653 * 0.03 / 3 ** 0.5, rel=1e-6)
     assert interval([0.5])[0] == 0.5
 
 
@@ -68,3 +68,45 @@ def test_a_run_trained_from_a_modified_tree_says_so():
     assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": False}) == "7278ca5"
     assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": True}) == "7278ca5 with uncommitted changes"
     assert commit_label({}) == "?"
+
+
+def test_compare_on_the_committed_cifar10_cpu_files_is_a_paired_t_test_of_their_worst_classes(tmp_path):
+    """The issue's check: `fairtui compare --results experiments/results/cifar10-cpu --by profile --baseline
+    cifar10-cpu-trades --checkpoint last --json` gives, for every group paired by seed, the n, mean, interval and p
+    of scipy's paired t-test on the worst-class accuracies read straight from the committed events; adding the
+    digits results pairs no digits group with the CIFAR-10 baseline."""
+    from scipy import stats as scipy_stats
+
+    from tests.conftest import fairtui_cmd
+
+    results = ROOT / "experiments" / "results"
+    out = fairtui_cmd("compare", "--results", str(results / "cifar10-cpu"), "--results", str(results / "digits"),
+                      "--by", "profile", "--baseline", "cifar10-cpu-trades", "--checkpoint", "last", "--json",
+                      home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert not any(e["group"].startswith("digits-") for e in doc["paired"])
+    assert {e["group"] for e in doc["not_paired"]} >= {"digits-at", "digits-trades"}
+
+    def worst_by_seed(profile):
+        out = {}
+        for run in (results / "cifar10-cpu" / profile).iterdir():
+            seed = next(json.loads(line) for line in (run / "events.jsonl").open())["seed"]
+            out[seed] = headline(run, "last")["worst_robust"]
+        return out
+
+    base = worst_by_seed("cifar10-cpu-trades")
+    checked = 0
+    for entry in doc["paired"]:
+        if entry["metric"] != "worst_robust" or entry["pairing"] != "seed":
+            continue
+        mine = worst_by_seed(entry["group"])
+        seeds = sorted(set(mine) & set(base))
+        test = scipy_stats.ttest_rel([mine[s] for s in seeds], [base[s] for s in seeds])
+        assert entry["n"] == len(seeds) and entry["seeds"] == seeds
+        assert entry["mean"] == pytest.approx(statistics.mean(mine[s] - base[s] for s in seeds), abs=1e-12)
+        assert entry["p"] == pytest.approx(test.pvalue, rel=1e-9)
+        ci = test.confidence_interval(0.95)
+        assert entry["ci95"] == pytest.approx([ci.low, ci.high], rel=1e-9)
+        checked += 1
+    assert checked >= 5
