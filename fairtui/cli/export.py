@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from fairtui.cli.groups import Bases, Baseline, By, GroupOpt, Results
 from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail, resolve_run
 
 HELP = ("Export runs as a paper table (runs differing only in seed are grouped as mean ± std), or as "
@@ -25,11 +26,27 @@ def export(
     n_per_class: int = NPerClass,
     tag: Optional[str] = typer.Option(None, "--tag", help="export every run with this tag"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="export a sweep: mean ± std over seeds per grid point"),
+    by: Optional[str] = By,
+    group: List[str] = GroupOpt,
+    results: List[Path] = Results,
+    bases: List[Path] = Bases,
+    baseline: Optional[str] = Baseline,
     home: HomeT = Home,
 ) -> None:
     from fairtui.compare import CompareError, export_rows
     from fairtui.export import render
     from fairtui.runfolder import RunView
+
+    if by is not None or group or results:
+        if runs or tag or sweep:
+            raise fail("give either runs (--tag, --sweep), or groups (--by, --group with --results), not both")
+        if fmt not in ("csv", "md", "latex", "json"):
+            raise fail(f"groups export as csv, md, latex or json, got {fmt!r}")
+        if by is None and not group:
+            raise fail("--results needs --by or --group: which runs form which group")
+        text = group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt)
+        write_or_print(text, output, force, home)
+        return
 
     if fmt not in ("csv", "md", "latex", "json", "tensorboard"):
         raise fail(f"--format must be csv, md, latex, json or tensorboard, got {fmt!r}")
@@ -53,7 +70,10 @@ def export(
         rows = export_rows([RunView.load(d) for d in dirs], attack, checkpoint, n_per_class)
     except CompareError as err:
         raise fail(str(err)) from None
-    text = render(rows, fmt, checkpoint)
+    write_or_print(render(rows, fmt, checkpoint), output, force, home)
+
+
+def write_or_print(text: str, output: "Path | None", force: bool, home: HomeT) -> None:
     if output:
         from fairtui.export import OutputError, write_output
         from fairtui.home import resolve_home
@@ -65,6 +85,23 @@ def export(
         typer.echo(f"wrote {written}", err=True)
     else:
         typer.echo(text, nl=False)
+
+
+def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt) -> str:
+    """Groups of seeds and their paired differences with the baseline group (fairtui.groups), as ``fmt``."""
+    import json
+
+    from fairtui.cli.groups import bases_views, named_groups
+    from fairtui.compare import CompareError
+    from fairtui.group_report import render as render_groups
+    from fairtui.groups import compare_groups
+
+    named = named_groups(home, by, group, results, {})
+    try:
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases))
+    except CompareError as err:
+        raise fail(str(err)) from None
+    return json.dumps(cmp.to_json(), indent=1) + "\n" if fmt == "json" else render_groups(cmp, fmt)
 
 
 def collect_runs(home: HomeT, runs: "list[str] | None", tag: "str | None", sweep: "str | None") -> list[Path]:

@@ -7,16 +7,18 @@ from typing import List, Optional
 
 import typer
 
+from fairtui.cli.groups import Bases, Baseline, By, GroupOpt, Results
 from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail
 
 HELP = ("Draw a paper figure from runs: classes (per-class bars), curves (per-class accuracy over epochs), "
         "state (a method's class-wise state), confusion (robustness confusion matrix), tradeoff (average vs "
-        "worst class); or from a tuning study: study STUDY (the objective over the trials, and --key's effect). "
+        "worst class); forest (groups of seeds against --baseline: paired differences and their intervals, with "
+        "--by or --group); or from a tuning study: study STUDY (the objective over the trials, and --key's effect). "
         "PDF, SVG or PNG by the suffix of -o.")
 
 
 def plot(
-    kind: str = typer.Argument(..., metavar="KIND", help="classes, curves, state, confusion, tradeoff or study"),
+    kind: str = typer.Argument(..., metavar="KIND", help="classes, curves, state, confusion, tradeoff, forest or study"),
     runs: List[str] = typer.Argument(None, metavar="RUN..."),
     output: Path = typer.Option(..., "-o", "--output", help="the figure file: .pdf, .svg or .png (never inside "
                                 "the home; an existing file only with --force)"),
@@ -32,6 +34,11 @@ def plot(
                                           "6.9; 3.3 for confusion and tradeoff)"),
     tag: Optional[str] = typer.Option(None, "--tag", help="every completed run with this tag"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="a sweep's completed runs (seeds as mean ± std)"),
+    by: Optional[str] = By,
+    group: List[str] = GroupOpt,
+    results: List[Path] = Results,
+    bases: List[Path] = Bases,
+    baseline: Optional[str] = Baseline,
     home: HomeT = Home,
 ) -> None:
     from fairtui.cli.export import collect_runs
@@ -39,13 +46,16 @@ def plot(
     from fairtui.figures import KINDS, PlotError, figure_format, require_matplotlib
     from fairtui.home import resolve_home
 
-    if kind not in KINDS and kind != "study":
-        raise fail(f"unknown figure {kind!r}; choose {', '.join(KINDS)} or study")
+    if kind not in KINDS and kind not in ("study", "forest"):
+        raise fail(f"unknown figure {kind!r}; choose {', '.join(KINDS)}, forest or study")
     try:
         fmt = figure_format(str(output))
         require_matplotlib()
     except PlotError as err:
         raise fail(str(err)) from None
+    if kind == "forest":  # groups of seeds against a baseline group, paired by seed
+        raise typer.Exit(_plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class,
+                                      output, fmt, width, force, home))
     if kind == "study":  # a tuning study (fairtui tune): its objective over the trials, and one parameter's effect
         raise typer.Exit(_plot_study(runs, output, fmt, key, width, force, home))
     dirs = collect_runs(home, runs, tag, sweep)
@@ -77,6 +87,41 @@ def _plot_study(names: list[str] | None, output: Path, fmt: str, key: str | None
         fig = draw.study(tune.summary(study, req), key, width or 6.9)
         written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)
     except (tune.TuneError, PlotError, OutputError) as err:
+        raise fail(str(err)) from None
+    typer.echo(f"wrote {written}", err=True)
+    return 0
+
+
+def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class, output: Path, fmt: str,
+                 width, force: bool, home: HomeT) -> int:
+    from fairtui.cli.groups import bases_views, named_groups
+    from fairtui.compare import CompareError
+    from fairtui.export import OutputError, write_output
+    from fairtui.figures import PlotError, draw
+    from fairtui.group_report import title
+    from fairtui.groups import compare_groups
+    from fairtui.home import resolve_home
+
+    if runs:
+        raise fail("plot forest draws groups: give --by or --group (and --results), not runs")
+    if by is None and not group:
+        raise fail("plot forest needs groups (--by profile|name|tag|sweep, or --group LABEL=RUN,...) and --baseline")
+    if baseline is None:
+        raise fail("plot forest needs --baseline LABEL: the group the differences are taken against")
+    named = named_groups(home, by, group, results, {})
+    try:
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases))
+    except CompareError as err:
+        raise fail(str(err)) from None
+    rows = cmp.to_json()["paired"]
+    if not rows:
+        raise fail(f"no group could be paired with {baseline!r}: "
+                   + "; ".join(f"{p.group}: {p.reason}" for p in cmp.pairings) if cmp.pairings else "no other group")
+    caption = f"paired by seed against {baseline}, 95% t-intervals; {title(cmp)}"
+    try:
+        fig = draw.forest(rows, caption, width or 6.9)
+        written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)
+    except (PlotError, OutputError) as err:
         raise fail(str(err)) from None
     typer.echo(f"wrote {written}", err=True)
     return 0

@@ -112,6 +112,37 @@ def tradeoff(data: ResultFigure, width: float = 3.3) -> "Figure":
     return fig
 
 
+def forest(rows: list[dict], caption: str, width: float = 6.9) -> "Figure":
+    """The paired differences against a baseline group, one row per method: the mean difference (points) and its
+    95% t-interval, a panel per metric (worst class, average), a line at 0. ``rows``: `compare --json`'s
+    ``paired`` entries, in the order to draw."""
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    labels = list(dict.fromkeys(r["group"] for r in rows))
+    titles = {"worst_robust": "worst-class robust acc.", "avg_robust": "average robust acc."}
+    with paper_style():
+        fig = _new_figure(width, 0.6 + 0.22 * len(labels) + 0.45)
+        axes = fig.subplots(1, len(metrics), sharey=True, squeeze=False)[0]
+        for ax, metric in zip(axes, metrics):
+            for i, label in enumerate(labels):
+                entry = next((r for r in rows if r["group"] == label and r["metric"] == metric), None)
+                if entry is None or entry["mean"] is None:
+                    continue
+                y = len(labels) - 1 - i
+                lo, hi = entry["ci95"]
+                colour = PALETTE[0] if entry["verdict"] == "better" else PALETTE[3] if entry["verdict"] == "worse" \
+                    else "#555555"
+                if lo is not None and hi is not None:
+                    ax.plot([100 * lo, 100 * hi], [y, y], color=colour, linewidth=1.0, gid=f"ci-{metric}-{i}")
+                ax.plot([100 * entry["mean"]], [y], "o", color=colour, markersize=3.5, gid=f"mean-{metric}-{i}")
+            ax.axvline(0, color="black", linewidth=0.6)
+            ax.set_xlabel(f"{titles.get(metric, metric)}: difference (points)")
+            ax.grid(axis="x", linewidth=0.3, alpha=0.5)
+        names = [f"{label} (n={next(r['n'] for r in rows if r['group'] == label)})" for label in labels]
+        axes[0].set_yticks(range(len(labels) - 1, -1, -1), names)
+        fig.suptitle(_wrap(caption, width), fontstyle="italic")
+    return fig
+
+
 def _grid(fig: "Figure", n: int, sharey: bool = True):
     cols = 1 if n == 1 else 2
     rows = math.ceil(n / cols)

@@ -139,7 +139,7 @@ def test_compare_by_profile_pairs_by_seed_names_the_dropped_seeds_and_writes_not
     ci = test.confidence_interval(0.95)
     assert worst["ci95"] == pytest.approx([ci.low, ci.high], rel=1e-9)
     assert worst["p_permutation"] == pytest.approx(2 / 8)
-    assert worst["verdict"] == "better"  # [+0.8, +8.5] points
+    assert worst["verdict"] == "better"  # [+0.9, +8.5] points: 4.67 ± 4.303 x 1.53 / sqrt 3
     # rho (WAT Eq. 7) per seed: (worst - worst_b) / worst_b - (avg_b - avg) / avg_b
     avg = lambda w, last: (w + 0.4 + 0.5 + last) / 4  # noqa: E731
     rho0 = (0.15 - 0.10) / 0.10 - (avg(0.10, 0.6) - avg(0.15, 0.5)) / avg(0.10, 0.6)
@@ -201,3 +201,32 @@ def test_bad_group_input_is_one_line(results, tmp_path):
         out = fairtui_cmd("compare", "--results", str(results), *args, home=tmp_path / "home")
         assert out.returncode == 2, (args, out.stderr)
         assert says in out.stderr and "Traceback" not in out.stderr
+
+
+def test_export_writes_the_groups_and_paired_differences_in_every_format(results, tmp_path):
+    import csv
+    import io
+
+    common = ["--results", str(results), "--by", "profile", "--baseline", "cpu-base", "--checkpoint", "last"]
+    md = fairtui_cmd("export", *common, "--format", "md", home=tmp_path / "home")
+    assert md.returncode == 0, md.stderr
+    assert "| cpu-new | cpu-base | worst | 3 | +4.7 | [+0.9, +8.5] |" in md.stdout
+    assert "pgd20, eps 0.01569, whole split @ last" in md.stdout
+    rows = list(csv.DictReader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv",
+                                                       home=tmp_path / "home").stdout)))
+    (worst,) = [r for r in rows if r["table"] == "paired" and r["metric"] == "worst_robust"]
+    assert float(worst["mean"]) == pytest.approx(0.14 / 3, rel=1e-5) and worst["dropped_seeds"] == "3, 4"
+    latex = fairtui_cmd("export", *common, "--format", "latex", home=tmp_path / "home").stdout
+    assert r"\begin{tabular}" in latex and r"$\pm$" in latex and "cpu-new & cpu-base & worst" in latex
+
+
+def test_plot_forest_draws_one_row_per_paired_group(results, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = fairtui_cmd("plot", "forest", "--results", str(results), "--by", "profile", "--baseline", "cpu-base",
+                      "-o", str(tmp_path / "forest.svg"), home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    svg = (tmp_path / "forest.svg").read_text()
+    assert 'id="mean-worst_robust-0"' in svg and 'id="ci-avg_robust-0"' in svg and "cpu-new (n=3)" in svg
+    missing = fairtui_cmd("plot", "forest", "--results", str(results), "--by", "profile", "-o",
+                          str(tmp_path / "f.svg"), home=tmp_path / "home")
+    assert missing.returncode == 2 and "--baseline" in missing.stderr
