@@ -93,14 +93,7 @@ def named_groups(home: "str | None", by: Optional[str], groups: list[str], resul
             raise fail(f"--by {by}: no completed run to group (the home and {len(results)} --results folder(s) "
                        "were searched, with the filters given)")
     if groups:
-        from fairtui.groups import results_runs
-        from fairtui.compare import CompareError
-        from fairtui.runfolder import RunView
-
-        try:
-            pool = [RunView.load(d) for folder in results for d in results_runs(folder)]
-        except CompareError as err:
-            raise fail(str(err)) from None
+        pool = results_pool(results)
         for spec in groups:
             label, sep, refs = spec.partition("=")
             if not sep or not label.strip() or not refs.strip():
@@ -109,6 +102,18 @@ def named_groups(home: "str | None", by: Optional[str], groups: list[str], resul
                 raise fail(f"--group {label.strip()!r}: a group of that name exists already")
             out[label.strip()] = [resolve_any(home, r.strip(), pool) for r in refs.split(",") if r.strip()]
     return out
+
+
+def results_pool(folders: list[Path]) -> list["RunView"]:
+    """Every run of the ``--results`` folders, for a RUN named on the command line."""
+    from fairtui.compare import CompareError
+    from fairtui.groups import results_runs
+    from fairtui.runfolder import RunView
+
+    try:
+        return [RunView.load(d) for folder in folders for d in results_runs(folder)]
+    except CompareError as err:
+        raise fail(str(err)) from None
 
 
 def bases_views(folders: list[Path]) -> dict[str, "RunView"]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import List
+
 import typer
 
-from fairtui.cli.options import Home, HomeT, Json, resolve_run
+from fairtui.cli.groups import Results
+from fairtui.cli.options import Home, HomeT, Json
 from fairtui.display import SHOW_EXPLORATORY
 
 HELP = "Show one run: configuration, per-class results per attack and checkpoint, method state, timings."
@@ -14,15 +18,16 @@ def show(
     run_ref: str = typer.Argument(..., metavar="RUN"),
     all_results: bool = typer.Option(False, "--all", help=f"every exploratory evaluation (default: the latest "
                                      f"{SHOW_EXPLORATORY} settings)"),
+    results: List[Path] = Results,
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
     import json
 
+    from fairtui.cli.groups import resolve_any, results_pool
     from fairtui.report import run_summary
-    from fairtui.runfolder import RunView
 
-    view = RunView.load(resolve_run(home, run_ref))
+    view = resolve_any(home, run_ref, results_pool(results))  # a committed run (--results) or the home's
     for warning in view.warnings:
         typer.echo(f"warning: {warning}", err=True)
     last = view.last_epoch  # a long run's other epochs stay unread

@@ -230,3 +230,13 @@ def test_plot_forest_draws_one_row_per_paired_group(results, tmp_path):
     missing = fairtui_cmd("plot", "forest", "--results", str(results), "--by", "profile", "-o",
                           str(tmp_path / "f.svg"), home=tmp_path / "home")
     assert missing.returncode == 2 and "--baseline" in missing.stderr
+
+
+def test_show_reads_a_committed_run_by_name_or_id(results, tmp_path):
+    before = folder_digest(results)
+    out = fairtui_cmd("show", "cpu-new-s3", "--results", str(results), "--json", home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["run_id"] == "20260102-000003-new003"
+    out = fairtui_cmd("show", "20260101-000004", "--results", str(results), home=tmp_path / "home")
+    assert out.returncode == 0 and "cpu-base-s4" in out.stdout
+    assert folder_digest(results) == before
