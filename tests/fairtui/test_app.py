@@ -348,3 +348,35 @@ async def test_keys_typed_right_after_ctrl_u_are_kept(tmp_path):
         await pilot.press("enter")
         await wait_until(pilot, lambda: json.loads((home / "runs" / "20260101-000000-a9a8a7" / "meta.json")
                                                    .read_text())["tags"] == ["abc"], timeout=HANG_S)
+
+
+async def test_compare_screen_groups_the_runs_by_profile_and_pairs_them_at_80x24(tmp_path):
+    """g groups the compared runs by profile (a method's seeds) and pairs each group with the baseline group by
+    seed, in 80 columns; b moves the baseline to the next group."""
+    from engine.contract.config import Profile
+
+    home = tmp_path / "home"
+    ids = []
+    for i, (profile, seed, centre) in enumerate([("base", 0, 0.4), ("base", 1, 0.42), ("fair", 0, 0.5),
+                                                 ("fair", 1, 0.52), ("fair", 2, 0.5)]):
+        ids.append(f"20260101-00000{i}-aaaaa{i}")
+        make_run(home, ids[-1], name=f"{profile}-s{seed}", seed=seed, robust_centre=centre,
+                 profile=Profile(name=profile, seed=seed))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, compare=ids,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await pilot.pause()
+        cmp = app.screen.group_comparison
+        assert [g.label for g in cmp.groups] == ["base", "fair"] and cmp.baseline == "base"
+        (pairing,) = cmp.pairings
+        assert pairing.group == "fair" and pairing.dropped_seeds == [2] and pairing.n == 2
+        shown = app.export_screenshot().replace("&#160;", " ")
+        assert "fair" in shown and "Groups:" in shown
+        await pilot.press("b")
+        await pilot.pause()
+        assert app.screen.group_comparison.baseline == "fair"
+        await pilot.press("g")  # back to the runs
+        await pilot.pause()
+        assert app.screen.comparison is not None and not app.screen.grouped

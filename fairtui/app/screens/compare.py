@@ -1,4 +1,5 @@
-"""The compare screen: per-class robust bars grouped by class, summary with deltas and rho, config diff."""
+"""The compare screen: per-class robust bars grouped by class, summary with deltas and rho, config diff; with g, the
+runs grouped by profile (a method's seeds), each group paired by seed with the baseline group (fairtui.groups)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ from fairtui.app.widgets.bars import GroupedBars
 
 
 class CompareScreen(Screen):
-    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("b", "next_baseline", "baseline")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("b", "next_baseline", "baseline"),
+                Binding("g", "toggle_groups", "groups")]
 
     def __init__(self, run_ids: list[str], attack: str | None = None, checkpoint: str = "best"):
         super().__init__()
         self.run_ids, self.attack, self.checkpoint = run_ids, attack, checkpoint
         self.baseline = 0
         self.comparison = None
+        self.grouped = False
+        self.group_comparison = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -35,7 +39,39 @@ class CompareScreen(Screen):
     def on_mount(self) -> None:
         self.render_comparison()
 
+    def render_groups(self) -> None:
+        """The runs grouped by profile: each group's seeds with intervals, and each paired with the baseline group
+        by seed (the text `fairtui compare --by profile --baseline` prints, which fits 80 columns)."""
+        from rich.console import Group
+
+        from fairtui.compare import CompareError
+        from fairtui.group_report import terminal
+        from fairtui.groups import compare_groups, group_keys
+        from fairtui.runfolder import RunView
+
+        named: dict[str, list] = {}
+        for r in self.run_ids:
+            view = RunView.load(self.app.home / "runs" / r)
+            named.setdefault(group_keys(view, "profile")[0], []).append(view)
+        labels = list(named)
+        baseline = labels[self.baseline % len(labels)]
+        try:
+            self.group_comparison = compare_groups(named, baseline, self.attack, self.checkpoint)
+        except CompareError as err:
+            self.query_one("#compare-title", Static).update(f"cannot compare groups: {inert(err, markup=True)}")
+            return
+        self.query_one("#compare-title", Static).update(
+            f"{len(labels)} groups of {len(self.run_ids)} runs by profile; baseline {inert(baseline, markup=True)} "
+            "(b: next baseline, g: runs)")
+        self.query_one("#compare-summary", Static).update(Group(*terminal(self.group_comparison)))
+        self.query_one(GroupedBars).display = False
+        self.query_one("#compare-diff", Static).update("")
+
     def render_comparison(self) -> None:
+        if self.grouped:
+            self.render_groups()
+            return
+        self.query_one(GroupedBars).display = True
         from fairtui.compare import CompareError, compare
         from fairtui.report import comparison_tables
         from fairtui.runfolder import RunView
@@ -60,4 +96,9 @@ class CompareScreen(Screen):
 
     def action_next_baseline(self) -> None:
         self.baseline = (self.baseline + 1) % len(self.run_ids)
+        self.render_comparison()
+
+    def action_toggle_groups(self) -> None:
+        self.grouped = not self.grouped
+        self.baseline = 0
         self.render_comparison()
