@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.fairness_table import fmt, replace_block  # noqa: E402
+from fairtui.stats import kendall_tau  # noqa: E402
 
 # Each method's knobs, as `fairtui tune --space` takes them; the paper's (or the profile's) value is inside
 # every range, noted after it. Baselines get their own knob so that every row has the same budget. Tian et
@@ -216,14 +217,6 @@ def results_of(folder: Path) -> dict[int, tuple[float, float]]:
         if h:
             found[seed_of(run)] = h
     return found
-
-
-def kendall_tau(a: list[str], b: list[str]) -> float:
-    """Kendall's rank correlation of two orderings of the same items (1: the same order, -1: reversed)."""
-    pos = {m: i for i, m in enumerate(b)}
-    pairs = [(x, y) for i, x in enumerate(a) for y in a[i + 1:]]
-    agree = sum(1 if pos[x] < pos[y] else -1 for x, y in pairs)
-    return agree / len(pairs) if pairs else float("nan")
 
 
 def table(results: Path) -> str:

@@ -117,3 +117,14 @@ def paired(diffs: list[float]) -> PairedResult:
     n = len(diffs)
     return PairedResult(n, mean, (lo, hi), paired_t_p(diffs), sign_flip_p(diffs), seeds_needed(diffs),
                         verdict(mean, lo, hi, n))
+
+
+def kendall_tau(a: list, b: list) -> float:
+    """Kendall's rank correlation of two orderings of the same items (1: the same order, -1: reversed):
+    scipy's tau of the items' positions."""
+    from scipy import stats
+
+    if len(a) < 2:
+        return math.nan
+    pos = {m: i for i, m in enumerate(b)}
+    return float(stats.kendalltau(list(range(len(a))), [pos[m] for m in a]).statistic)
