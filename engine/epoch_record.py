@@ -51,5 +51,6 @@ def run_started_payload(profile: Any, splits: Any, device: str, group_payload: d
     for split, counts in sizes.items():
         log.info("%s split: %d images, per class %s", split, sum(counts), counts)
     return {"config": profile.to_table(), "num_classes": splits.num_classes, "class_names": splits.class_names,
-            "device": device, "seed": profile.seed, "split_sizes": sizes, "provenance": provenance(),
+            "device": device, "seed": profile.seed, "split_sizes": sizes, "data_fingerprint": splits.fingerprint(),
+            "provenance": provenance(),
             **group_payload}

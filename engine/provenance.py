@@ -37,8 +37,37 @@ def provenance() -> dict:
         "numpy": numpy.__version__, "platform": platform.platform(), "host": socket.gethostname(),
         "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
-        "determinism": determinism(),
+        "determinism": determinism(), "cpu": cpu(),
     }
+
+
+# The instruction sets that choose oneDNN's and PyTorch's CPU kernels beyond torch's capability level (AVX2,
+# AVX512): matrix units and dot-product extensions change which kernel runs, and so the rounding.
+KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu(cpuinfo: str | None = None) -> dict:
+    """The CPU's model and the kernel-selecting instruction sets it reports (Linux: /proc/cpuinfo's first
+    processor), beside torch's capability level. Two runs of one profile and seed on CPUs that differ here may
+    differ in their last bits, and then in every number after."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor is enough: a machine's cores are alike
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {"model": fields.get("model name") or fields.get("Model") or platform.processor() or "?",
+            "vendor": fields.get("vendor_id", ""), "family": fields.get("cpu family", ""),
+            "model_id": fields.get("model", ""), "flags": [f for f in KERNEL_FLAGS if f in flags]}
 
 
 def determinism() -> dict:

@@ -235,3 +235,49 @@ def comparison_tables(cmp) -> list[Table]:
             diff.add_row(key, *["-" if v is None else str(v) for v in values])
         tables.append(diff)
     return tables
+
+
+def provenance_line(view: RunView) -> str | None:
+    """Where the run's numbers came from: the data it used (fingerprints of its splits), the CPU that ran it (model
+    and kernel-selecting instruction sets), torch's kernel level and threads, the code's commit."""
+    started = view.started or {}
+    record = started.get("provenance") or {}
+    if not record and not started.get("data_fingerprint"):
+        return None
+    parts = []
+    fp = started.get("data_fingerprint")
+    parts.append("data " + ("/".join(fp.get(k, "?")[:8] for k in ("train", "val", "test")) + " (train/val/test)"
+                            if fp else "not fingerprinted (before the fifth fidelity round)"))
+    cpu, det = record.get("cpu") or {}, record.get("determinism") or {}
+    flags = ", ".join(cpu.get("flags") or []) or "-"
+    parts.append(f"cpu {cpu.get('model', '?')} ({flags})" if cpu else "cpu model not recorded")
+    parts.append(f"torch {record.get('torch', '?')} {det.get('cpu_capability', '?')} kernels, "
+                 f"{det.get('threads', '?')} thread(s)")
+    code = record.get("code") or {}
+    if code.get("git_commit"):
+        parts.append(f"commit {code['git_commit'][:7]}" + (" with uncommitted changes" if code.get("git_dirty") else ""))
+    return "provenance: " + "; ".join(parts)
+
+
+def provenance_warnings(views: list[RunView]) -> list[str]:
+    """One line for each two runs of the same profile and seed whose data or CPU differ: their numbers are not
+    expected to be equal (docs/results-and-guarantees.md)."""
+    def key(v: RunView):
+        return (v.config.get("name"), v.config.get("seed"))
+
+    def identity(v: RunView) -> tuple:
+        started = v.started or {}
+        cpu = (started.get("provenance") or {}).get("cpu") or {}
+        return started.get("data_fingerprint"), (cpu.get("model"), tuple(cpu.get("flags") or ()))
+
+    out = []
+    for i, a in enumerate(views):
+        for b in views[i + 1:]:
+            if key(a) != key(b) or a.run_id == b.run_id:
+                continue
+            (da, ca), (db, cb) = identity(a), identity(b)
+            what = [w for w, x, y in (("data", da, db), ("CPU", ca, cb)) if x and y and x != y]
+            if what:
+                out.append(f"{a.name} [{a.run_id}] and {b.name} [{b.run_id}] are profile {key(a)[0]!r} seed "
+                           f"{key(a)[1]} on different {' and '.join(what)}: their numbers are not expected to match")
+    return out

@@ -56,6 +56,23 @@ class Splits:
         k = self.num_classes
         return {"train": self.train.per_class(k), "val": self.val.per_class(k), "test": self.test.per_class(k)}
 
+    def fingerprint(self) -> dict[str, str]:
+        """What data the run used, as sha256 of each split's images and labels after the subset is picked and
+        before augmentation (the first 16 hex digits): two runs of one profile and seed whose numbers differ
+        can then say whether their data did (another decoder of the same files gives other pixels)."""
+        import hashlib
+
+        out = {}
+        for name in ("train", "val", "test"):
+            split = getattr(self, name)
+            h = hashlib.sha256()
+            for t in (split.x, split.y):
+                t = t.detach().cpu().contiguous()
+                h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+                h.update(t.numpy().tobytes())
+            out[name] = h.hexdigest()[:16]
+        return out
+
 
 def stratified_pick(y: np.ndarray, per_class: int | None, fraction: float, rng: np.random.Generator,
                     num_classes: int) -> np.ndarray:

@@ -69,8 +69,13 @@ def compare(
 
         run_app(home=home, compare=[d.name for d in dirs])  # the baseline is the first
         return
+    from fairtui.report import provenance_warnings
+
+    views = [RunView.load(d) for d in dirs]
+    for line in provenance_warnings(views):
+        typer.echo(f"warning: {line}", err=True)
     try:
-        result = do_compare([RunView.load(d) for d in dirs], attack, checkpoint, base_index, n_per_class)
+        result = do_compare(views, attack, checkpoint, base_index, n_per_class)
     except CompareError as err:
         raise fail(str(err)) from None
     if json_out:
@@ -95,6 +100,10 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
     from fairtui.groups import compare_groups
 
     named = named_groups(home, by, group, results, filters)
+    from fairtui.report import provenance_warnings
+
+    for line in provenance_warnings([v for views in named.values() for v in views]):
+        typer.echo(f"warning: {line}", err=True)
     try:
         cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases))
     except CompareError as err:

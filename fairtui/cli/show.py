@@ -62,6 +62,11 @@ def show(
         console.print(Text(import_source_line(view.imported)))
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
+    from fairtui.report import provenance_line
+
+    where = provenance_line(view)
+    if where:
+        console.print(Text(where))
     if view.meta.get("notes"):
         console.print(Text(f"notes: {inert(view.meta['notes'], keep_newlines=True)}"))
     for table in per_class_tables(view):

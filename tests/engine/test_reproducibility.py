@@ -32,8 +32,51 @@ def test_deterministic_mode_is_recorded_and_two_runs_are_bit_identical(tmp_path)
     assert ends(a) == ends(b)
 
 
-def test_every_run_records_its_thread_count_and_switches(tmp_path):
+def test_every_run_records_its_thread_count_switches_cpu_and_data(tmp_path):
     run = train_tiny(tmp_path, ("train.threads=2",))
-    det = events_of(run)[0]["provenance"]["determinism"]
+    started = events_of(run)[0]
+    det = started["provenance"]["determinism"]
     assert det["threads"] == 2 and det["deterministic_algorithms"] is False
     assert {"interop_threads", "cpu_count", "cpu_capability", "cudnn_deterministic", "env"} <= set(det)
+    from engine.provenance import KERNEL_FLAGS, cpu
+
+    assert started["provenance"]["cpu"] == cpu() and set(cpu()["flags"]) <= set(KERNEL_FLAGS)
+    # the data's fingerprint is the splits' own: the same profile's splits, loaded again, hash the same
+    from engine.contract.profile_io import load_profile
+    from engine.data import load_splits
+
+    profile = load_profile(run / "profile.toml")
+    splits = load_splits(profile.data, profile.seed)
+    assert started["data_fingerprint"] == splits.fingerprint()
+
+
+def test_the_data_fingerprint_moves_with_one_pixel_or_one_label():
+    import numpy as np
+
+    from engine.data.datasets import Splits
+    from engine.data.tensors import TensorData
+
+    def splits(x, y):
+        d = TensorData(torch.as_tensor(x), torch.as_tensor(y))
+        return Splits(d, d, d, ["a", "b"], (0.0,), (1.0,), "none")
+
+    x, y = np.zeros((4, 1, 2, 2), dtype=np.uint8), np.array([0, 1, 0, 1])
+    base = splits(x, y).fingerprint()
+    h = hashlib.sha256()
+    h.update(b"torch.uint8(4, 1, 2, 2)" + x.tobytes() + b"torch.int64(4,)" + y.tobytes())
+    assert base["train"] == h.hexdigest()[:16] == base["test"]
+    x2 = x.copy()
+    x2[3, 0, 1, 1] = 1
+    assert splits(x2, y).fingerprint()["train"] != base["train"]
+    assert splits(x, np.array([0, 1, 1, 1])).fingerprint()["train"] != base["train"]
+
+
+def test_the_cpu_record_reads_model_and_kernel_flags_from_cpuinfo():
+    from engine.provenance import cpu
+
+    info = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+            "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu sse avx2 fma avx512f avx512_bf16 "
+            "amx_bf16 amx_tile avx512_vnni\n\nprocessor\t: 1\nmodel name\t: something else\n")
+    record = cpu(info)
+    assert record["model"] == "Intel(R) Xeon(R) Platinum 8480+" and record["model_id"] == "143"
+    assert record["flags"] == ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"]

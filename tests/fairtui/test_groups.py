@@ -240,3 +240,26 @@ def test_show_reads_a_committed_run_by_name_or_id(results, tmp_path):
     out = fairtui_cmd("show", "20260101-000004", "--results", str(results), home=tmp_path / "home")
     assert out.returncode == 0 and "cpu-base-s4" in out.stdout
     assert folder_digest(results) == before
+
+
+def test_compare_warns_when_runs_of_one_profile_and_seed_ran_on_other_data_or_cpus(results, tmp_path):
+    def stamp(run_dir, data, model):
+        lines = (run_dir / "events.jsonl").read_text().splitlines()
+        started = json.loads(lines[0])
+        started["data_fingerprint"] = {"train": data, "val": "v", "test": "t"}
+        started["provenance"] = {"cpu": {"model": model, "flags": ["avx2"]}}
+        (run_dir / "events.jsonl").write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+
+    first = results / "cpu-base" / "20260101-000000-base00"
+    again = write_run(tmp_path / "other", "cpu-base", "20260109-000000-again0", 0, [0.1, 0.4, 0.5, 0.6])
+    stamp(first, "aaaa", "EPYC")
+    stamp(again, "bbbb", "EPYC")
+    out = fairtui_cmd("compare", "--results", str(results), "--results", str(tmp_path / "other"), "--group",
+                      "x=20260101-000000-base00,20260109-000000-again0", home=tmp_path / "home")
+    assert "on different data: their numbers are not expected to match" in out.stderr
+    stamp(again, "aaaa", "Xeon")
+    out = fairtui_cmd("compare", "--results", str(results), "--results", str(tmp_path / "other"), "--group",
+                      "x=20260101-000000-base00,20260109-000000-again0", home=tmp_path / "home")
+    assert "on different CPU" in out.stderr and "different data" not in out.stderr
+    shown = fairtui_cmd("show", "20260109-000000-again0", "--results", str(tmp_path / "other"), home=tmp_path / "home")
+    assert "provenance: data aaaa/v/t (train/val/test); cpu Xeon (avx2)" in shown.stdout.replace("\n", " ")
