@@ -144,6 +144,10 @@ class AttackConfig:
     random_start: bool = field(True)
     loss: str = field("ce", choices=("ce", "cw", "ce_t"))
     temperature: float = field(1.0, gt=0.0)
+    # The TRADES KL's arithmetic (engine.attacks.trades.trades_kl): "log_space" (fairtui's, finite gradients for
+    # any logits), "textbook" (KLDivLoss(log_softmax, softmax), every authors' code), or "auto": textbook when
+    # the method's form is "code", else log space.
+    kl: str = field("auto", choices=("auto", "log_space", "textbook"))
 
 
 @dataclass(frozen=True)
@@ -350,3 +354,13 @@ def resolved_train(p: Profile) -> TrainConfig:
 def training_attack_mode(p: Profile) -> str:
     """``train.attack_mode`` resolved: train mode for the CFA authors' code on AT and FAT, else eval."""
     return str(resolved_train(p).attack_mode)
+
+
+def trades_kl_form(p: Profile) -> str:
+    """``attack.kl`` resolved: "textbook" (the authors' codes' KLDivLoss) when the method's form is "code", else
+    "log_space", unless the profile names one."""
+    if p.attack.kl != "auto":
+        return p.attack.kl
+    params = p.method
+    resolved = params.resolved() if hasattr(params, "resolved") else params
+    return "textbook" if getattr(resolved, "form", None) == "code" else "log_space"

@@ -60,6 +60,13 @@ class MethodContext:
         return self.profile.attack
 
     @property
+    def kl(self) -> str:
+        """The TRADES KL's form (``attack.kl``, resolved: engine.contract.config.trades_kl_form)."""
+        from engine.contract.config import trades_kl_form
+
+        return trades_kl_form(self.profile)
+
+    @property
     def training_attack_mode(self) -> str:
         """The mode training attacks run the model in (``train.attack_mode``, resolved)."""
         return training_attack_mode(self.profile)

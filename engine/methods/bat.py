@@ -43,7 +43,8 @@ class BAT(Method):
         assert isinstance(params, BATParams)
         self.p: BATParams = params
         a = ctx.attack
-        common = dict(eps=a.eps, step=a.step, steps=a.steps, norm=a.norm, model_mode=ctx.training_attack_mode)
+        common = dict(eps=a.eps, step=a.step, steps=a.steps, norm=a.norm, model_mode=ctx.training_attack_mode,
+                      kl=ctx.kl)
         self.last_clean = StoppingTRADESAttack(ctx.attack_model, rule="last_clean", **common)  # type: ignore[arg-type]
         self.first_adv = StoppingTRADESAttack(ctx.attack_model, rule="first_adv", tau=params.firstadv_tau,
                                               **common)  # type: ignore[arg-type]
@@ -55,7 +56,7 @@ class BAT(Method):
         logits_fa = model(x_fa)
         logits_clean = model(x)
         natural = ce_per_sample(logits_lc, y)
-        robust = self.p.beta * trades_kl(logits_fa, logits_clean)
+        robust = self.p.beta * trades_kl(logits_fa, logits_clean, self.ctx.kl)
         uniform = self.p.uniform_weight * (kl_to_uniform(logits_lc) + kl_to_uniform(logits_fa))
         loss = (natural + robust + uniform).mean()
         return StepOutput(loss, logits_fa.detach(), logits_clean.detach(),

@@ -73,7 +73,7 @@ class CSR(FineTunePhase, Method):
         self.p: CSRParams = params
         a = ctx.attack
         self.attack = TRADESAttack(ctx.attack_model, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore
-                                   model_mode=ctx.training_attack_mode)
+                                   model_mode=ctx.training_attack_mode, kl=ctx.kl)
         # the confusion pass's attack: PGD with cross-entropy from a uniform start, in eval mode
         self.confusion_attack = PGD(ctx.attack_model, eps=a.eps, step=a.step, steps=params.confusion_steps,  # type: ignore
                                     norm=a.norm, random_start=True, loss="ce", model_mode="eval")
@@ -116,7 +116,7 @@ class CSR(FineTunePhase, Method):
         x_adv = self.attack.perturb(x, draws=draws)
         logits_clean = model(x)  # the code's four train-mode forwards, in its order: x, x', x, x'
         natural = ce_per_sample(logits_clean, y)
-        robust = self.p.beta * trades_kl(model(x_adv), model(x))
+        robust = self.p.beta * trades_kl(model(x_adv), model(x), self.ctx.kl)
         logits_adv = model(x_adv)
         g = self.weights[logits_adv.argmax(1).detach(), y].to(logits_adv.dtype)
         log_p = F.log_softmax(logits_adv, 1).gather(1, y.view(-1, 1)).squeeze(1)

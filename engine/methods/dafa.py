@@ -140,7 +140,8 @@ class DAFA(Method):
             # but BatchNorm's running statistics do, and the next batch's eval-mode attack reads them.
             logits_adv = model(x_adv)
             logits_clean = model(x)
-            loss = dafa_loss(ce_per_sample(logits_clean, y), w, trades_kl(logits_adv, logits_clean), self.p.beta)
+            loss = dafa_loss(ce_per_sample(logits_clean, y), w, trades_kl(logits_adv, logits_clean, self.ctx.kl),
+                             self.p.beta)
             clean = logits_clean.detach()
         else:
             attack = self.base.attack

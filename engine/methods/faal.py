@@ -75,7 +75,8 @@ def probability_margin(logits: Tensor, y: Tensor) -> Tensor:
     return other - true
 
 
-def faal_loss(logits_adv: Tensor, logits_clean: Tensor, y: Tensor, k: int, p: FAALParams, group: Any = None
+def faal_loss(logits_adv: Tensor, logits_clean: Tensor, y: Tensor, k: int, p: FAALParams, group: Any = None,
+              kl: str = "log_space"
               ) -> tuple[Tensor, Tensor, Tensor]:
     """L = (1/B) sum_i K p*_{y_i} L_i with p* the worst class distribution for the batch's class scores;
     also p* and c. ``group``: c is summed over the ranks' shards first (the global batch's scores)."""
@@ -92,7 +93,7 @@ def faal_loss(logits_adv: Tensor, logits_clean: Tensor, y: Tensor, k: int, p: FA
     if p.base == "at":
         per_sample = ce_per_sample(logits_adv, y)
     else:
-        per_sample = ce_per_sample(logits_clean, y) + p.beta * trades_kl(logits_adv, logits_clean)
+        per_sample = ce_per_sample(logits_clean, y) + p.beta * trades_kl(logits_adv, logits_clean, kl)
     weights = (k * p_star).to(per_sample.dtype)[y]
     return (weights * per_sample).mean(), p_star, c
 
@@ -161,7 +162,7 @@ class FAAL(FineTunePhase, Method):
         x_adv = attack.perturb(x, y, draws=draws) if self.p.base == "at" else attack.perturb(x, draws=draws)
         logits_adv = model(x_adv)
         logits_clean = model(x)  # in AT too, as the code runs it (BatchNorm's running statistics)
-        loss, p, c = faal_loss(logits_adv, logits_clean, y, k, self.p, self.ctx.group)
+        loss, p, c = faal_loss(logits_adv, logits_clean, y, k, self.p, self.ctx.group, self.ctx.kl)
         with torch.no_grad():
             kp = k * p
             self.kp_sum += kp

@@ -85,7 +85,7 @@ class TRADES(Method):
         super().__init__(params, ctx)
         a = ctx.attack
         self.attack = TRADESAttack(ctx.attack_model, eps=a.eps, step=a.step, steps=a.steps, norm=a.norm,  # type: ignore
-                                   model_mode=ctx.training_attack_mode)
+                                   model_mode=ctx.training_attack_mode, kl=ctx.kl)
         betas = getattr(params, "beta_per_class", ())
         if betas and len(betas) != ctx.num_classes:
             raise ProfileError("profile", "method.beta_per_class", f"needs {ctx.num_classes} values (one per "
@@ -108,7 +108,7 @@ class TRADES(Method):
         target = model(x) if self.kl_target_forward else logits_clean
         beta = self.beta_per_class[y]
         natural = ce_per_sample(logits_clean, y)
-        robust = beta * trades_kl(logits_adv, target)
+        robust = beta * trades_kl(logits_adv, target, self.ctx.kl)
         if self.scale:
             natural, robust = natural / (1 + beta), robust / (1 + beta)
         loss = weighted_mean(natural, self.weight_nat[y]) + weighted_mean(robust, self.weight_bndy[y])

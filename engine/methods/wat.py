@@ -60,7 +60,7 @@ class WAT(TRADES):
                      ) -> tuple[Tensor, Tensor, Tensor]:
         x_adv = self.attack.perturb(x, draws=draws)
         logits_clean, logits_adv = model(x), model(x_adv)
-        per_sample = ce_per_sample(logits_clean, y) + self.p.beta * trades_kl(logits_adv, logits_clean)
+        per_sample = ce_per_sample(logits_clean, y) + self.p.beta * trades_kl(logits_adv, logits_clean, self.ctx.kl)
         return per_sample, logits_clean, logits_adv
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:
@@ -94,7 +94,7 @@ class WAT(TRADES):
                     x_adv = self.attack.perturb(x, draws=draws)
                 logits_clean, logits_adv = model(x), model(x_adv)
                 per_sample = F.cross_entropy(logits_clean, y, reduction="none") + \
-                    self.p.beta * trades_kl(logits_adv, logits_clean)
+                    self.p.beta * trades_kl(logits_adv, logits_clean, self.ctx.kl)
                 s, c = per_class_mean(per_sample.double(), y, k)
                 sums += s.cpu()
                 counts += c.cpu()

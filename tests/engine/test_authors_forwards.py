@@ -49,16 +49,14 @@ def assert_same_model(ours, theirs, forwards):
 
 def authors_trades_attack(model, x, eps, step, steps):
     """x + 0.001 N(0, 1), then signed KL steps in eval mode, clamped to the ball and [0, 1] (the CFA and
-    FRL codes). The KL is fairtui's log-space form: its rounding is discussed in docs/profiles-and-methods.md."""
-    from engine.attacks.trades import trades_kl
-
+    FRL codes), on their KLDivLoss(log_softmax, softmax): `form = "code"` selects that arithmetic."""
     model.eval()
     x_adv = x + 0.001 * torch.randn(x.shape)
     for _ in range(steps):
         x_adv.requires_grad_()
         with torch.no_grad():
             clean = model(x)
-        grad = torch.autograd.grad(trades_kl(model(x_adv), clean).sum(), [x_adv])[0]
+        grad = torch.autograd.grad(textbook_kl(model(x_adv), clean).sum(), [x_adv])[0]
         x_adv = x_adv.detach() + step * torch.sign(grad)
         x_adv = torch.min(torch.max(x_adv, x - eps), x + eps).clamp(0.0, 1.0)
     model.train()
