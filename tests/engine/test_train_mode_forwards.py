@@ -143,3 +143,14 @@ def test_wat_forwards_x_then_x_adv():
     """boqili/WAT worst_class_adversarial_train.py train(): natural_logits = model(data), then
     adv_logits = model(output_adv)."""
     assert one_step(WATParams()) == ["x", "x'"]
+
+
+@pytest.mark.parametrize("params, expected", [
+    ("pgd_at", ["x'"]), ("trades", ["x", "x'"]), ("tian", ["x", "x'"])])
+def test_the_baselines_forwards(params, expected):
+    """PGD-AT, TRADES and Tian et al.'s class-wise-beta TRADES follow no authors' code: fairtui's forwards, recorded
+    in the docs' table so that a change of them is a decision."""
+    from engine.contract.method_params import PGDATParams, TRADESParams
+
+    made = {"pgd_at": PGDATParams(), "trades": TRADESParams(), "tian": TRADESParams(beta_per_class=(6.0, 3.0, 6.0))}
+    assert one_step(made[params]) == expected
