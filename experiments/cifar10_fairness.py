@@ -173,9 +173,22 @@ class Table:
         return copy_small_files(run_dir, folder / run_dir.name)
 
 
+    def collected(self, method: str, seed: int) -> bool:
+        """Whether the table already holds this profile and seed (collected from this home or an earlier one)."""
+        folder = self.results / f"{self.prefix}-{method}"
+        return folder.is_dir() and any(read_toml(p).get("seed") == seed for p in folder.glob("*/profile.toml"))
+
+    def needed_as_base(self, method: str, seed: int) -> bool:
+        """Whether a fine-tune of this call, not yet collected, starts from this method's run of the seed."""
+        return any(FINE_TUNES.get(m) == method and not self.collected(m, seed) for m in self.args.methods)
+
     def job(self, method: str, seed: int) -> None:
         name = self.name(method, seed)
         try:
+            if find(name, self.home) is None and self.collected(method, seed) and not self.needed_as_base(method, seed):
+                # an earlier home's run (a session's home does not outlive its machine): hours not spent again
+                self.say(f"{name}: seed {seed} is collected already in {self.results}; not trained again")
+                return
             self.train(method, seed)
             if self.args.aa_per_class:
                 self.autoattack(method, seed, fairtui(["show", name], self.home))

@@ -35,20 +35,25 @@ from experiments.fairness_table import fmt, replace_block  # noqa: E402
 from fairtui.stats import kendall_tau  # noqa: E402
 
 # Each method's knobs, as `fairtui tune --space` takes them; the paper's (or the profile's) value is inside
-# every range, noted after it. Baselines get their own knob so that every row has the same budget. Tian et
-# al.'s knob is its class-wise beta vector, which `--space` cannot search (a key takes one number or one
-# choice): it is left out rather than tuned on a key that does nothing.
+# every range, noted after it. Every space holds the step size, as a log range from a quarter to four times the
+# profile's (train.lr 0.05 on digits; a fine-tune's own rate for FRL, FAAL and CSR, whose train.lr its fine-tune
+# does not use): CFA's CCR divides the TRADES loss by 1 + beta_y, which trains like a rate 7-8 times smaller, and a
+# space without the rate could not find that. Baselines get the same budget. Tian et al.'s knob is its class-wise
+# beta vector, which `--space` cannot search (a key takes one number or one choice): it is left out rather than
+# tuned on a key that does nothing. The committed studies record the space each ran with (study.json).
+LR = "train.lr=0.0125:0.2:log"  # digits' 0.05, x1/4 to x4
 SPACES: dict[str, list[str]] = {
-    "at": ["train.lr=0.01:0.2:log"],  # digits-at's 0.05
-    "trades": ["method.beta=1:12:log"],  # TRADES's 6
-    "frl": ["method.tau1=0.02:0.12", "method.alpha1=0.01:0.2:log"],  # FRL's tau 0.05 (and 0.07), rate 0.05
-    "cfa-at": ["method.lambda1=0.3:0.8", "method.fawa_threshold=0.1:0.4"],  # CFA's lambda1 0.5 (AT), delta 0.2
+    "at": [LR],
+    "trades": ["method.beta=1:12:log", LR],  # TRADES's 6
+    "frl": ["method.tau1=0.02:0.12", "method.alpha1=0.01:0.2:log",
+            "method.finetune_lr=0.00125:0.02:log"],  # FRL's tau 0.05 (and 0.07), rate 0.05; digits' 0.005
+    "cfa-at": ["method.lambda1=0.3:0.8", "method.fawa_threshold=0.1:0.4", LR],  # CFA's lambda1 0.5 (AT), delta 0.2
     "cfa-trades": ["method.lambda1=0.1:0.6", "method.lambda2=0.2:0.8",
-                   "method.fawa_threshold=0.1:0.4"],  # 0.3 (TRADES), 0.5, 0.2
-    "wat": ["method.eta=0.01:1:log", "method.beta=1:12:log"],  # WAT's eta 0.1, beta 6
-    "dafa": ["method.dafa_lambda=0.1:3:log", "method.warmup_epochs=10:25"],  # DAFA's lambda 1.0; digits 19
-    "faal": ["method.radius=0.1:1.0", "method.finetune_lr=0.001:0.05:log"],  # FAAL's 0.5, 0.01
-    "bat": ["method.beta=1:12:log", "method.firstadv_tau=0:3"],  # BAT's code: beta 6, tau 1
+                   "method.fawa_threshold=0.1:0.4", LR],  # 0.3 (TRADES), 0.5, 0.2
+    "wat": ["method.eta=0.01:1:log", "method.beta=1:12:log", LR],  # WAT's eta 0.1, beta 6
+    "dafa": ["method.dafa_lambda=0.1:3:log", "method.warmup_epochs=10:25", LR],  # DAFA's lambda 1.0; digits 19
+    "faal": ["method.radius=0.1:1.0", "method.finetune_lr=0.001:0.05:log"],  # FAAL's 0.5, 0.01 (its step size)
+    "bat": ["method.beta=1:12:log", "method.firstadv_tau=0:3", LR],  # BAT's code: beta 6, tau 1
     "csr": ["method.spectral_weight=0.05:0.6", "method.finetune_lr=0.0003:0.003:log"],  # CSR's code: 0.3, 1e-3
 }
 FINE_TUNES = {"faal": "tune-baseline-at", "csr": "tune-base-trades"}
