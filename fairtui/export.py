@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from fairtui.compare import EXPORT_METRICS, ExportRow
+from fairtui.usertext import csv_cell, inert, latex, md_cell
 
 HEADERS = {"avg_clean": "Clean avg", "avg_robust": "Robust avg", "worst_robust": "Robust worst",
            "worst20_robust": "Robust worst-20%", "cv": "CV", "mcd": "MCD"}
@@ -55,17 +56,18 @@ def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
         writer.writerow(["label", "n_runs", "setting", "checkpoint", "units"]
                         + [f"{k}_{s}" for k in EXPORT_METRICS for s in ("mean", "std")])
         for r in rows:
-            writer.writerow([r.label, len(r.runs), r.setting, checkpoint, FRACTION_UNITS]
+            writer.writerow([csv_cell(r.label), len(r.runs), csv_cell(r.setting), checkpoint, FRACTION_UNITS]
                             + [f"{v:.6g}" for k in EXPORT_METRICS for v in r.mean_std(k)])
         return buf.getvalue()
     if fmt == "md":
         lines = [f"{title}; accuracies in %, CV in %^2", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join([label(r)] + [_cell(r, k, " ± ") for k in EXPORT_METRICS]) + " |" for r in rows]
+        lines += ["| " + " | ".join([md_cell(label(r))] + [_cell(r, k, " ± ") for k in EXPORT_METRICS]) + " |"
+                  for r in rows]
         return "\n".join(lines) + "\n"
     if fmt == "latex":
-        esc = lambda s: s.replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")  # noqa: E731
-        lines = [f"% {title}; accuracies in percent, CV in percent^2",  # a comment: nothing to escape
+        esc = latex
+        lines = [f"% {inert(title)}; accuracies in percent, CV in percent^2",  # a comment to the line's end
                  r"\begin{tabular}{l" + "r" * len(EXPORT_METRICS) + "}", r"\toprule",
                  " & ".join(esc(h) for h in header) + r" \\", r"\midrule"]
         lines += [" & ".join([esc(label(r))] + [_cell(r, k, r" $\pm$ ") for k in EXPORT_METRICS]) + r" \\"
@@ -145,11 +147,29 @@ def write_output(target: Path, text: str | bytes, home: Path, force: bool = Fals
         raise OutputError(f"-o {target}: no such folder: {resolved.parent}")
     if resolved.exists() and not force:
         raise OutputError(f"-o {target}: exists; --force overwrites it")
-    tmp = resolved.with_name(f".{resolved.name}.fairtui-tmp")
+    import tempfile
+
+    tmp = None
     try:
-        tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text)
+        # Created exclusively (O_EXCL) under an unpredictable name in the target's folder: a link planted there
+        # beforehand cannot redirect the write, and the rename replaces the target itself, never a link's target.
+        fd, name = tempfile.mkstemp(prefix=f".{resolved.name}.", suffix=".fairtui-tmp", dir=resolved.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text if isinstance(text, bytes) else text.encode())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, resolved)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise OutputError(f"-o {target}: not written: {err.strerror or err}") from None
     return resolved
+
+
+def _umask() -> int:
+    """The process's umask (mkstemp makes files 0600; an export gets the mode a plain write would give it)."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -8,6 +8,7 @@ import io
 import math
 
 from fairtui.groups import GroupComparison, Pairing
+from fairtui.usertext import csv_cell, inert, latex, md_cell
 
 METRIC_WORDS = {"worst_robust": "worst", "avg_robust": "average"}
 
@@ -65,13 +66,13 @@ def terminal(cmp: GroupComparison) -> list:
     from rich.text import Text
 
     out: list = []
-    groups = Table(title=f"Groups: {title(cmp)}", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
+    groups = Table(title=inert(f"Groups: {title(cmp)}", markup=True), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
                    caption="mean ± 95% t half-width over the seeds, %; CV in fractions^2", caption_justify="left")
     for name, justify in (("group", "left"), ("seeds", "left"), ("clean", "right"), ("robust", "right"),
                           ("worst", "right"), ("CV", "right")):
         groups.add_column(name, justify=justify, no_wrap=True, max_width=24 if name == "group" else None)
     for g in cmp.groups:
-        groups.add_row(g.label, compact_seeds(g.seeds), *(mean_ci(g.interval(k), "±") for k in
+        groups.add_row(inert(g.label, markup=True), compact_seeds(g.seeds), *(mean_ci(g.interval(k), "±") for k in
                                                           ("avg_clean", "avg_robust", "worst_robust")),
                        f"{g.interval('cv')[0]:.4f}")
     out.append(groups)
@@ -79,15 +80,15 @@ def terminal(cmp: GroupComparison) -> list:
                       title_justify="left", pad_edge=False, padding=(0, 0))
     per_class.add_column("group", max_width=22, no_wrap=True)
     for name in cmp.class_names:
-        per_class.add_column(name[:4], justify="right", no_wrap=True, min_width=4)
+        per_class.add_column(inert(name[:4], markup=True), justify="right", no_wrap=True, min_width=4)
     for g in cmp.groups:
-        per_class.add_row(g.label, *(pct(v, digits=0) for v in g.per_class_means()))
+        per_class.add_row(inert(g.label, markup=True), *(pct(v, digits=0) for v in g.per_class_means()))
     out.append(per_class)
     for g in cmp.groups:
         for line in g.left_out:
-            out.append(Text(f"left out of {g.label}: {line}", style="yellow"))
+            out.append(Text(inert(f"left out of {g.label}: {line}"), style="yellow"))
     for p in cmp.pairings:
-        out.append(Text("\n".join(pairing_lines(p))))
+        out.append(Text("\n".join(inert(line) for line in pairing_lines(p))))
     return out
 
 
@@ -144,31 +145,23 @@ PAIR_HEAD = ["group", "baseline", "metric", "n", "difference (points)", "95% CI"
 def _markdown(cmp: GroupComparison) -> str:
     lines = [f"Groups ({title(cmp)}; mean ± 95% t half-width over seeds, %):", "",
              "| " + " | ".join(GROUP_HEAD) + " |", "|" + "---|" * len(GROUP_HEAD)]
-    lines += ["| " + " | ".join(_group_cells(g)) + " |" for g in cmp.groups]
+    lines += ["| " + " | ".join(md_cell(c) for c in _group_cells(g)) + " |" for g in cmp.groups]
     paired = [p for p in cmp.pairings if p.reason is None]
     if paired:
         lines += ["", f"Paired against {cmp.baseline} (differences in points of %):", "",
                   "| " + " | ".join(PAIR_HEAD) + " |", "|" + "---|" * len(PAIR_HEAD)]
-        lines += ["| " + " | ".join(_pair_cells(p, m)) + " |" for p in paired for m in METRIC_WORDS]
+        lines += ["| " + " | ".join(md_cell(c) for c in _pair_cells(p, m)) + " |" for p in paired for m in METRIC_WORDS]
     for p in cmp.pairings:
         if p.reason is not None:
-            lines.append(f"\n{p.group} is not paired with {p.baseline}: {p.reason}.")
+            lines.append(f"\n{md_cell(p.group)} is not paired with {md_cell(p.baseline)}: {md_cell(p.reason)}.")
     return "\n".join(lines) + "\n"
-
-
-LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{",
-         "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$"}
-
-
-def _latex_escape(text: str) -> str:
-    return "".join(LATEX.get(ch, ch) for ch in text)
 
 
 def _latex(cmp: GroupComparison) -> str:
     def row(cells):
-        return " & ".join(_latex_escape(c) for c in cells) + r" \\"
+        return " & ".join(latex(c) for c in cells) + r" \\"
 
-    lines = [r"% fairtui compare: " + _latex_escape(title(cmp)), r"\begin{tabular}{lrlrrrr}", r"\toprule",
+    lines = [r"% fairtui compare: " + inert(title(cmp)), r"\begin{tabular}{lrlrrrr}", r"\toprule",
              row(GROUP_HEAD), r"\midrule", *(row(_group_cells(g)) for g in cmp.groups), r"\bottomrule",
              r"\end{tabular}"]
     paired = [p for p in cmp.pairings if p.reason is None]
@@ -187,17 +180,17 @@ def _csv(cmp: GroupComparison) -> str:
     for g in cmp.groups:
         for key in ("avg_clean", "avg_robust", "worst_robust", "cv"):
             mean, lo, hi = g.interval(key)
-            w.writerow(["group", g.label, "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
+            w.writerow(["group", csv_cell(g.label), "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
                         "" if math.isnan(lo) else f"{lo:.6g}", "" if math.isnan(hi) else f"{hi:.6g}", "", "", "", "",
-                        "", setting, cmp.checkpoint, "fractions"])
+                        "", csv_cell(setting), cmp.checkpoint, "fractions"])
     for p in cmp.pairings:
         if p.reason is not None:
             continue
         for metric in METRIC_WORDS:
             r = p.results[metric]
-            w.writerow(["paired", p.group, p.baseline, metric, r.n, seeds_text([a.seed for a, _ in p.pairs]),
+            w.writerow(["paired", csv_cell(p.group), csv_cell(p.baseline), metric, r.n, seeds_text([a.seed for a, _ in p.pairs]),
                         f"{r.mean:.6g}", f"{r.ci95[0]:.6g}", f"{r.ci95[1]:.6g}", f"{r.p:.6g}",
                         "" if math.isnan(r.p_permutation) else f"{r.p_permutation:.6g}", r.verdict,
-                        r.seeds_needed if r.seeds_needed is not None else "", seeds_text(p.dropped_seeds), setting,
+                        r.seeds_needed if r.seeds_needed is not None else "", seeds_text(p.dropped_seeds), csv_cell(setting),
                         cmp.checkpoint, "fractions"])
     return buf.getvalue()

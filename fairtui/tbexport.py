@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from engine.contract.scalars import safe_name
@@ -135,9 +136,9 @@ def export(views: list[RunView], out_dir: Path, home: Path, force: bool = False)
         resolved.mkdir(parents=True, exist_ok=True)
         written = []
         for view, target in targets:
-            tmp = target.with_name(f".{target.name}.fairtui-tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
+            # an exclusive folder under an unpredictable name (mkdtemp): nothing planted beforehand is written into
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".fairtui-tmp", dir=resolved))
+            os.chmod(tmp, 0o755)
             write_run(view, tmp)
             if target.exists():
                 shutil.rmtree(target)

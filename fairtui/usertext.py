@@ -65,3 +65,28 @@ def inert(text: object, markup: bool = False, keep_newlines: bool = False) -> st
 
         out = escape(out)
     return out
+
+
+# -- escaping for a file format: a label that came from a profile or a run name is data, never markup --------
+
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{",
+          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "±": r"$\pm$"}
+
+
+def latex(text: object) -> str:
+    """``text`` as LaTeX prints it, with no command of its own: every special character escaped (a backslash
+    too, so that ``\\input{...}`` or ``\\write18`` is text), control characters as visible escapes."""
+    return "".join(_LATEX.get(ch, ch) for ch in inert(text))
+
+
+def md_cell(text: object) -> str:
+    """``text`` in one Markdown table cell: a ``|`` cannot split it, a newline cannot end the row."""
+    return inert(text).replace("\\", "\\\\").replace("|", "\\|")
+
+
+def csv_cell(text: object) -> str:
+    """``text`` for a CSV cell a spreadsheet opens: a leading ``=``, ``+``, ``-``, ``@``, tab or carriage return
+    (a formula) is quoted with ``'`` (OWASP's rule), control characters are shown as escapes. Numbers are not
+    passed through here."""
+    out = inert(text)
+    return "'" + out if out[:1] in ("=", "+", "-", "@", "\t", "\r") else out

@@ -263,3 +263,65 @@ def test_compare_warns_when_runs_of_one_profile_and_seed_ran_on_other_data_or_cp
     assert "on different CPU" in out.stderr and "different data" not in out.stderr
     shown = fairtui_cmd("show", "20260109-000000-again0", "--results", str(tmp_path / "other"), home=tmp_path / "home")
     assert "provenance: data aaaa/v/t (train/val/test); cpu Xeon (avx2)" in shown.stdout.replace("\n", " ")
+
+
+HOSTILE = "\\input{/etc/passwd}\\immediate\\write18{id} |x| =cmd [bold]\x1b]0;pwned\x07"
+
+
+def test_a_hostile_profile_name_is_text_in_every_format(tmp_path):
+    """A profile name is data: LaTeX gets no command of it, Markdown no extra cell, CSV no formula, the terminal no
+    escape sequence and no Rich markup."""
+    import csv
+    import io
+
+    root = tmp_path / "results"
+    for seed in (0, 1):
+        write_run(root, "base", f"20260101-00000{seed}-base{seed:02d}", seed, [0.1 + seed / 100, 0.4, 0.5, 0.6])
+        write_run(root, "evil", f"20260102-00000{seed}-evil{seed:02d}", seed, [0.2 + seed / 50, 0.4, 0.5, 0.6])
+        for run in (root / "evil").iterdir():  # the run's resolved profile names it so
+            lines = (run / "events.jsonl").read_text().splitlines()
+            started = json.loads(lines[0])
+            started["config"]["name"] = HOSTILE
+            (run / "events.jsonl").write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+    common = ["--results", str(root), "--by", "profile", "--baseline", "base"]
+    latex = fairtui_cmd("export", *common, "--format", "latex", home=tmp_path / "home").stdout
+    assert "\\input{" not in latex and "\\write18" not in latex and r"\textbackslash{}input\{" in latex
+    md = fairtui_cmd("export", *common, "--format", "md", home=tmp_path / "home").stdout
+    evil_rows = [line for line in md.splitlines() if "input" in line]
+    import re
+
+    cells_of = lambda line: len(re.findall(r"(?<!\\)\|", line)) - 1  # noqa: E731 (unescaped pipes)
+    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 11}  # the group and the paired tables
+    cells = list(csv.reader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv", home=tmp_path / "home").stdout)))
+    assert all(not c.startswith(("=", "+", "@")) for row in cells for c in row)
+    shown = fairtui_cmd("compare", *common, home=tmp_path / "home", env_extra={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b]" not in shown.stdout and "\x07" not in shown.stdout and "\\x1b" in shown.stdout
+
+
+def test_an_output_is_never_written_through_a_planted_link(results, tmp_path):
+    """export -o and plot -o write a temporary file beside the target: created exclusively under an unpredictable
+    name, a link planted where the old fixed name was cannot redirect the write."""
+    out_dir = tmp_path / "shared"
+    out_dir.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (out_dir / ".table.md.fairtui-tmp").symlink_to(victim)
+    out = fairtui_cmd("export", "--results", str(results), "--by", "profile", "--format", "md", "-o",
+                      str(out_dir / "table.md"), home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    assert victim.read_text() == "precious"
+    target = out_dir / "table.md"
+    assert target.is_file() and not target.is_symlink() and "cpu-new" in target.read_text()
+    assert sorted(p.name for p in out_dir.iterdir()) == [".table.md.fairtui-tmp", "table.md"]  # nothing left over
+
+
+def test_a_hostile_run_name_is_text_in_a_run_export(tmp_path):
+    from fairtui.synthetic import make_run
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name=HOSTILE)
+    for fmt, forbidden in (("latex", "\\input{"), ("md", "\x1b"), ("csv", "\n=cmd")):
+        out = fairtui_cmd("export", "20260101-000000-aaaaaa", "--format", fmt, home=home)
+        assert out.returncode == 0, out.stderr
+        assert forbidden not in out.stdout and "\x07" not in out.stdout, fmt
