@@ -130,7 +130,8 @@ def _provenance(view: RunView, key: str) -> str:
     return {"commit": lambda: commit_label(record.get("code", {})),
             "device": lambda: started.get("device", "?"), "torch": lambda: record.get("torch", "?"),
             "threads": lambda: str(determinism.get("threads", "?")),
-            "cpu": lambda: str(determinism.get("cpu_capability", "?"))}[key]()
+            "cpu": lambda: str(determinism.get("cpu_capability", "?"))
+            + (f" on {record['cpu'].get('model')}" if (record.get("cpu") or {}).get("model") else "")}[key]()
 
 
 def commit_label(code: dict) -> str:
