@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.fairness_table import METHODS as ALL_METHODS  # noqa: E402
-from experiments.fairness_table import markdown  # noqa: E402
+from experiments.fairness_table import at_least, markdown  # noqa: E402
 
 SCALES = {"cpu": ("cifar10-cpu", ROOT / "experiments" / "results" / "cifar10-cpu"),
           "short": ("cifar10-short", ROOT / "experiments" / "results" / "cifar10")}
@@ -243,11 +243,12 @@ def main() -> None:
                         help="download CIFAR-10 into --data-root first (torchvision; needs the network)")
     parser.add_argument("--home", type=Path, default=Path(".fairtui-cifar10"))
     parser.add_argument("--results", type=Path, help="where the small files go (default: the scale's folder)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=at_least(0), nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", help="rows to train (default: every profile of the scale)")
-    parser.add_argument("--workers", type=int, default=1, help="runs at once")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads per engine (0: PyTorch's default)")
-    parser.add_argument("--aa-per-class", type=int, default=0, help="AutoAttack on N test images per class (0: none)")
+    parser.add_argument("--workers", type=at_least(1), default=1, help="runs at once")
+    parser.add_argument("--threads", type=at_least(0), default=0, help="CPU threads per engine (0: PyTorch's default)")
+    parser.add_argument("--aa-per-class", type=at_least(0), default=0,
+                        help="AutoAttack on N test images per class (0: none)")
     parser.add_argument("--gpus", default="", help="passed to fairtui run/eval (e.g. 0, or cpu)")
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run (smoke tests)")
     parser.add_argument("--table-only", action="store_true", help="print the table of the collected runs")

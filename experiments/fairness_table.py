@@ -301,6 +301,19 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
     return "\n".join(parts)
 
 
+def at_least(low: int):
+    """An argparse type: a whole number >= ``low``, refused before anything trains (the experiment scripts' counts)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+    return parse
+
+
 def replace_block(text: str, key: str, block: str, mark: str = "<!-- generated: {} -->",
                   end_mark: str = "<!-- end generated: {} -->") -> str:
     """``text`` with the lines between ``mark`` and ``end_mark`` (formatted with ``key``) replaced by ``block``."""
@@ -341,6 +354,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write-docs", type=Path, help="replace the generated block for RESULTS in this file")
     parser.add_argument("--figure-dir", type=Path, help="write <RESULTS name>-<at|trades>.png figures here")
     args = parser.parse_args(argv)
+    if not args.results.is_dir():
+        parser.error(f"{args.results}: no such folder (it should hold <profile>/<run-id>/ folders of run files)")
     rows = load(args.results)
     block = markdown(args.results, rows)
     print(block)

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.fairness_table import fmt, replace_block  # noqa: E402
+from experiments.fairness_table import at_least, fmt, replace_block  # noqa: E402
 from fairtui.stats import kendall_tau  # noqa: E402
 
 # Each method's knobs, as `fairtui tune --space` takes them; the paper's (or the profile's) value is inside
@@ -269,9 +269,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--home", type=Path, default=Path(".fairtui-tune"))
     parser.add_argument("--results", type=Path, default=ROOT / "experiments" / "results" / "tune-digits")
-    parser.add_argument("--trials", type=int, default=16)
-    parser.add_argument("--parallel", type=int, default=2)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--trials", type=at_least(1), default=16)
+    parser.add_argument("--parallel", type=at_least(1), default=2)
+    parser.add_argument("--seeds", type=at_least(0), nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--methods", nargs="+", default=list(SPACES), choices=list(SPACES))
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run (smoke tests)")
     parser.add_argument("--defaults-from", type=Path, help="the digits table's home (experiments/digits_fairness.py"
@@ -280,6 +280,8 @@ def main() -> None:
     parser.add_argument("--write-docs", type=Path, help="replace the block marked "
                         f"`{DOCS_MARK.format('tune-digits')}` of this file with the table")
     args = parser.parse_args()
+    if args.defaults_from is not None and not (args.defaults_from / "runs").is_dir():
+        parser.error(f"--defaults-from {args.defaults_from}: not a fairtui home (no runs/ folder in it)")
     if not args.table_only:
         args.home = args.home.resolve()
         args.defaults_from = args.defaults_from.resolve() if args.defaults_from else None
