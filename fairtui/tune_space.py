@@ -84,6 +84,10 @@ def parse_dimension(item: str) -> Dimension:
     choices = tuple(c.strip() for c in spec.split(","))
     if len(choices) < 2 or any(not c for c in choices):
         raise TuneError("--space", f"{key}: a choice needs at least two values, got {spec!r}")
+    if any(ch in c for c in choices for ch in "\"\n\r\t\x00") or any(ord(ch) < 32 or ord(ch) == 127 for c in choices
+                                                                        for ch in c):
+        raise TuneError("--space", f"{key}: a choice is a plain value (a number, true/false or a word), without "
+                        f"quotes or control characters: {spec!r}")
     return Dimension(key, "choice", choices=tuple(_choice(c) for c in choices))
 
 
@@ -97,9 +101,12 @@ def _choice(text: str) -> Any:
 
 
 def override(key: str, value: Any) -> str:
-    """A trial's value as a `--set` item (TOML)."""
+    """A trial's value as a `--set` item (TOML): a string as a TOML basic string, every quote, backslash and
+    control character escaped, so that a choice cannot close its string and write another key."""
     if isinstance(value, str):
-        return f'{key}="{value}"'
+        import json
+
+        return f"{key}={json.dumps(value)}"
     if isinstance(value, bool):
         return f"{key}={'true' if value else 'false'}"
     return f"{key}={value!r}"
@@ -180,6 +187,9 @@ def parse_objective(text: str, home: Path) -> Objective:
     except ValueError:
         raise TuneError("--objective", f"expected worst_at_avg:FRACTION or worst_at_avg:RUN-POINTS, got {text!r}") \
             from None
+    if not (math.isfinite(drop) and 0 <= drop <= 100):
+        raise TuneError("--objective", f"{text!r}: the points below the baseline are a number from 0 to 100, "
+                        f"got {points}")
     from fairtui.home import RunNotFound, find_run
     from fairtui.runfolder import RunView
 

@@ -80,7 +80,7 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = field(10, min=1)
+    epochs: int = field(10, min=1, max=100_000)  # a bound: a tuning range's end is checked against it
     lr: float = field(0.1, gt=0.0)
     momentum: float = field(0.9, min=0.0, max=1.0)
     nesterov: bool = field(False)

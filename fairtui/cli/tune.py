@@ -27,7 +27,7 @@ def tune(
     study: Optional[str] = typer.Option(None, "--study", help="the study's name (default: the profile's name and "
                                         "a time stamp)"),
     pruner: str = typer.Option("median", "--pruner", help="median, hyperband or none"),
-    seed: int = typer.Option(0, "--seed", min=0, help="the sampler's seed"),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="the sampler's seed (0 to 2^32 - 1)"),
     set_: List[str] = typer.Option([], "--set", help="KEY=VALUE for every trial, as fairtui run's"),
     resume: bool = typer.Option(False, "--resume", help="continue the study named STUDY"),
     gpus: Optional[str] = Gpus,

@@ -421,3 +421,27 @@ def test_a_resumed_study_never_draws_its_first_trials_again(tmp_path, tiny_profi
     resumed = draw(again)
     assert all(resumed != d for d in drawn)
     assert t.resumed_seed(0, 0) == 0 and t.resumed_seed(0, 3) == t.resumed_seed(0, 3) != t.resumed_seed(0, 4)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--space", "train.epochs=1:100000000000000000000000"], "must be at most 100000"),
+    (["--space", 'method.name=pgd_at,trades"\nseed = 99\nx="'], "without quotes or control characters"),
+    (["--space", "train.lr=0.01:0.1", "--objective", "worst_at_avg:somerun-nan"], "a number from 0 to 100"),
+    (["--space", "train.lr=0.01:0.1", "--objective", "worst_at_avg:somerun-inf"], "a number from 0 to 100"),
+    (["--space", "train.lr=0.01:0.1", "--seed", "4294967296"], "4294967296"),
+])
+def test_hostile_tuning_input_is_refused_before_anything_exists(tmp_path, args, says):
+    from tests.conftest import fairtui_cmd
+
+    home = tmp_path / "home"
+    out = fairtui_cmd("tune", str(ROOT / "profiles" / "quickstart.toml"), "--trials", "1", *args, home=home)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
+    assert not (home / "studies").exists() and not (home / "runs").exists()
+
+
+def test_a_string_choice_is_written_as_one_toml_string():
+    import tomllib
+
+    from fairtui.tune_space import override
+
+    assert tomllib.loads(override("method.form", 'co"de\\')) == {"method": {"form": 'co"de\\'}}
