@@ -124,8 +124,10 @@ class SlurmSettings:
             if value is not None:
                 check_sbatch_value(OPTIONS[key] if key in cli and cli[key] is not None else f"sweep.slurm.{key}",
                                    key, value)
-        for key in ("nodes", "gpus_per_node", "time_min", "cpus", "parallelism"):
+        for key in ("nodes", "gpus_per_node", "time_min", "cpus", "parallelism", "mem_gb"):
             value = getattr(settings, key)
+            if key == "mem_gb" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ProfileError(OPTIONS[key], str(value), "must be a whole number, 1 or more")
         if settings.cluster not in ("slurm", "local", "debug"):

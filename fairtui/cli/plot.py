@@ -83,7 +83,7 @@ def _plot_study(names: list[str] | None, output: Path, fmt: str, key: str | None
     if not names or len(names) != 1:
         raise fail("plot study STUDY: name one study")
     try:
-        study, req = tune.load(resolve_home(home), names[0])
+        study, req = tune.load(resolve_home(home), names[0], to_run=False)
         fig = draw.study(tune.summary(study, req), key, width or 6.9)
         written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)
     except (tune.TuneError, PlotError, OutputError) as err:

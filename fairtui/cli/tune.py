@@ -56,7 +56,7 @@ def tune(
     say = (lambda line: typer.echo(line, err=True))
     try:
         if target in ("show", "finish") and study_ref:
-            st, req = t.load(home_dir, study_ref)
+            st, req = t.load(home_dir, study_ref, to_run=target == "finish")
             if target == "finish":
                 record = t.finish(st, req, say)
                 if json_out:

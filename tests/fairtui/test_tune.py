@@ -445,3 +445,39 @@ def test_a_string_choice_is_written_as_one_toml_string():
     from fairtui.tune_space import override
 
     assert tomllib.loads(override("method.form", 'co"de\\')) == {"method": {"form": 'co"de\\'}}
+
+
+def _planted_study(home, profile, **attrs):
+    """A study as `fairtui tune` makes it, then lines appended to its journal (as anyone who can edit a committed
+    journal could): each attribute set again with another value."""
+    from fairtui.tune_space import Objective, parse_dimension
+
+    req = t.Request(home=home, study="s", profile_path=str(profile), space=[parse_dimension("train.lr=0.02:0.1")],
+                    trials=2, objective=Objective("avg_worst"))
+    study = t.create(req)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+@pytest.mark.parametrize("attrs, key", [
+    ({"slurm": {"partition": "gpu\nrm -rf ~", "cluster": "slurm"}}, "slurm"),
+    ({"slurm": {"partition": "gpu", "mem_gb": "64G", "cluster": "slurm"}}, "slurm"),
+    ({"space": [{"key": "method.name", "kind": "choice", "low": None, "high": None, "log": False,
+                 "choices": ['pgd_at"\nseed = 99\nx="', "trades"]}]}, "space"),
+    ({"space": [{"key": "seed", "kind": "int", "low": 0, "high": 9, "log": False, "choices": []}]}, "space"),
+    ({"base": ["train.epochs=1e23"]}, "base"),
+    ({"objective": {"name": "worst_at_avg", "floor": float("nan")}}, "objective"),
+    ({"trials": -1}, "trials"),
+    ({"gpus": "0;reboot"}, "gpus"),
+])
+def test_a_journal_is_input_a_bad_recorded_value_stops_the_resume(tmp_path, tiny_profile, attrs, key):
+    """`tune STUDY --resume` reads the study's settings back from its journal, which may be committed and edited:
+    each goes through the command line's checks, and a bad one is one line naming the journal and the key, before
+    any trial or run exists."""
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile(), **attrs)
+    proc = fairtui_cmd("tune", "s", "--resume", home=home)
+    assert proc.returncode == 2, proc.stderr
+    assert "s.journal" in proc.stderr and f"recorded {key}" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (home / "runs").exists()

@@ -70,7 +70,7 @@ class StudyScreen(Screen):
         from fairtui import tune
 
         try:
-            study, req = tune.load(self.app.home, self.study)
+            study, req = tune.load(self.app.home, self.study, to_run=False)
             doc = tune.summary(study, req)
         except tune.TuneError as err:
             self.app.call_from_thread(self.show_error, str(err))
