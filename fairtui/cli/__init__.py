@@ -45,8 +45,48 @@ app.command("tune", help=_tune.HELP)(_tune.tune)
 app.command("queue-worker", hidden=True)(_sweep.queue_worker)
 
 
+def version_line() -> str:
+    """What to paste into a bug report: fairtui's version and commit, Python, torch and the platform (torch's
+    version from its package metadata: nothing heavy is imported)."""
+    import platform
+    from importlib import metadata
+
+    from engine.provenance import code_version
+    from fairtui import __version__
+
+    import subprocess
+    from pathlib import Path
+
+    code = code_version()
+    dirty = code.get("git_dirty")
+    try:  # the engine's flag covers engine/; a bug report is about fairtui/ too
+        root = Path(__file__).resolve().parents[2]
+        dirty = dirty or bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "engine",
+                                              "fairtui"], capture_output=True, text=True, timeout=5).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    commit = f" (commit {code['git_commit'][:7]}{', with uncommitted changes' if dirty else ''})" \
+        if code.get("git_commit") else ""
+    versions = []
+    for package in ("torch", "torchvision", "textual"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} not installed")
+    return (f"fairtui {__version__}{commit}; Python {platform.python_version()}; {', '.join(versions)}; "
+            f"{platform.platform()}")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit(0)
+
+
 @app.callback(invoke_without_command=True)
 def _root(ctx: typer.Context,
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print fairtui's version, commit, Python, torch and platform, and exit"),
           home: str = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)"),
           profiles: str = typer.Option(None, "--profiles", help="the folder the launch dialog lists"),
           per_gpu: int = typer.Option(1, "--per-gpu", min=1, help="runs at once on each GPU")) -> None:

@@ -440,3 +440,15 @@ def test_a_hung_engine_is_killed_by_stop_now_or_a_second_stop_and_resumes(tmp_pa
         events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
         assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
         assert max(e["epoch"] for e in events if e["type"] == "epoch_end") == 6
+
+
+def test_version_names_fairtui_its_commit_python_and_torch(tmp_path):
+    from importlib import metadata
+
+    from fairtui import __version__
+    from tests.conftest import fairtui_cmd
+
+    out = fairtui_cmd("--version", home=tmp_path / "home")
+    assert out.returncode == 0 and out.stdout.startswith(f"fairtui {__version__}")
+    assert f"torch {metadata.version('torch')}" in out.stdout and "Python 3." in out.stdout
+    assert not (tmp_path / "home").exists()
