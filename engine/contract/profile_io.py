@@ -80,11 +80,28 @@ def check_data_root(profile: Profile, file: str) -> None:
     if d.dataset in ("digits", "gaussian") or d.download:
         return
     root = Path(d.root).expanduser()
+    expected = DATA_LAYOUT.get(d.dataset)
+    holds = f"the folder that holds {expected[1]}" if expected else f"the folder of the {d.dataset} files"
+    fix = (f"give it with --set data.root=DIR, {holds}; data.download = true fetches them where the network "
+           "reaches")
     if not root.exists():
-        raise ProfileError(file, "data.root", f"{str(root)!r} does not exist (it should hold the {d.dataset} "
-                           "files; data.download = true fetches them where the network reaches)")
+        raise ProfileError(file, "data.root", f"{str(root)!r} does not exist: {fix}")
     if not root.is_dir():
-        raise ProfileError(file, "data.root", f"{str(root)!r} is a file, not a folder")
+        raise ProfileError(file, "data.root", f"{str(root)!r} is a file, not a folder: {fix}")
+    if expected and not all((root / part).exists() for part in expected[0]):
+        missing = next(part for part in expected[0] if not (root / part).exists())
+        raise ProfileError(file, "data.root", f"{str(root)!r} has no {missing}: {fix}")
+
+
+# What a file-based data set's root must hold, checked before a run folder exists: (paths that must exist, how to
+# say it). The readers (engine.data.vision) say the rest, file by file.
+DATA_LAYOUT = {
+    "cifar10": (("cifar-10-batches-py/test_batch",), "cifar-10-batches-py/"),
+    "cifar100": (("cifar-100-python/test",), "cifar-100-python/"),
+    "svhn": (("train_32x32.mat", "test_32x32.mat"), "train_32x32.mat and test_32x32.mat"),
+    "stl10": (("stl10_binary",), "stl10_binary/"),
+    "tiny_imagenet": (("tiny-imagenet-200",), "tiny-imagenet-200/"),
+}
 
 
 def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:

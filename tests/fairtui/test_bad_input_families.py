@@ -76,17 +76,22 @@ def test_unreadable_profiles_get_one_line_and_exit_2(tmp_path, make):
     assert untouched(home)
 
 
-@pytest.mark.parametrize("root_kind", ["missing", "file"])
+@pytest.mark.parametrize("root_kind", ["missing", "file", "empty"])
 def test_a_bad_data_root_is_found_before_the_run_folder_exists(tmp_path, root_kind):
+    """Missing, a file, or a folder without cifar-10-batches-py/: refused before any run folder exists, with the
+    fix named (no failed run left in the history on every try)."""
     root = tmp_path / "cifar"
     if root_kind == "file":
         root.write_text("")
+    elif root_kind == "empty":
+        root.mkdir()
     path = tmp_path / "p.toml"
     path.write_text(TINY.replace('dataset = "digits"', f'dataset = "cifar10"\nroot = "{root}"'))
     home = tmp_path / "home"
     for args in (("run", str(path)), ("sweep", str(path), "--grid", "train.lr=0.1,0.2", "--gpus", "cpu")):
         proc = fairtui_cmd(*args, home=home)
         assert proc.returncode == 2 and "data.root" in proc.stderr, (args, proc.stderr)
+        assert "--set data.root=DIR" in proc.stderr and "cifar-10-batches-py/" in proc.stderr
         assert untouched(home)
 
 
