@@ -162,16 +162,55 @@ def load(home: Path, name: str, to_run: bool = True) -> tuple[Any, Request]:
     opt = optuna()
     if not study_path(home, name).exists():
         raise TuneError("STUDY", f"no study {name!r} in {home / STUDIES}")
+    check_journal(study_path(home, name), repair=to_run)
     store = storage(home, name)
     try:
         study = opt.load_study(study_name=name, storage=store)
     except KeyError:
         raise TuneError("STUDY", f"no study {name!r} in {study_path(home, name)}") from None
+    except (AssertionError, ValueError, TypeError) as err:  # a line Optuna's replay cannot apply
+        raise TuneError("STUDY", f"{study_path(home, name)}: Optuna cannot replay this journal ({err or type(err).__name__}); "
+                        "nothing was resumed") from None
     req = checked_request(home, name, study.user_attrs, study_path(home, name), to_run)
     made = len(study.get_trials(deepcopy=False))
     study.sampler, study.pruner = sampler_and_pruner(resumed_seed(req.seed, made), req.pruner, req.prune_after,
                                                      req.prune_startup)
     return study, req
+
+
+def check_journal(path: Path, repair: bool = False) -> None:
+    """Every complete line of a study's journal is one of Optuna's operations (a JSON object with a known
+    ``op_code``), else one line naming the journal and the line. A last line without its newline (cut by a
+    kill or a full disk) is an operation that never happened: Optuna skips it when it reads, and ``repair``
+    (before a resume appends) cuts it off, so that the next operation starts a line of its own."""
+    import json
+
+    from optuna.storages.journal._storage import JournalOperation
+
+    known = {int(op) for op in JournalOperation}
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise TuneError("STUDY", f"{path}: cannot be read: {err.strerror or err}") from None
+    lines = data.split(b"\n")[:-1]  # the part after the last newline is not a whole line
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            op = json.loads(line)
+        except ValueError:
+            raise TuneError("STUDY", f"{path}: line {number} is not JSON; the journal was edited or damaged "
+                            "(remove the line, or restore the file), nothing was resumed") from None
+        if not isinstance(op, dict) or op.get("op_code") not in known or not isinstance(op.get("worker_id"), str):
+            raise TuneError("STUDY", f"{path}: line {number} is not an Optuna journal operation; the journal was "
+                            "edited or damaged (remove the line, or restore the file), nothing was resumed")
+    cut = len(data) - (data.rfind(b"\n") + 1)
+    if repair and cut:
+        try:
+            with open(path, "r+b") as fh:
+                fh.truncate(len(data) - cut)
+        except OSError as err:
+            raise storage_error(err, path, "nothing was resumed") from None
 
 
 def checked_request(home: Path, name: str, attrs: dict, journal: Path, to_run: bool = True) -> Request:

@@ -481,3 +481,30 @@ def test_a_journal_is_input_a_bad_recorded_value_stops_the_resume(tmp_path, tiny
     assert proc.returncode == 2, proc.stderr
     assert "s.journal" in proc.stderr and f"recorded {key}" in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and not (home / "runs").exists()
+
+
+@pytest.mark.parametrize("line", [b"garbage{\n", b'{"op_code": 99, "worker_id": "x"}\n', b"[1, 2]\n"])
+def test_a_garbage_or_unknown_journal_line_is_one_line_naming_it(tmp_path, tiny_profile, line):
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    journal = home / "studies" / "s.journal"
+    n = journal.read_bytes().count(b"\n") + 1
+    with open(journal, "ab") as fh:
+        fh.write(line)
+    for args in (("tune", "show", "s"), ("tune", "s", "--resume")):
+        proc = fairtui_cmd(*args, home=home)
+        assert proc.returncode == 2 and f"line {n} is not" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_journal_cut_mid_line_is_repaired_before_a_resume_appends(tmp_path, tiny_profile):
+    """A full disk or a kill leaves the journal's last operation without its newline. Optuna skips it when it
+    reads; a resume cuts it off before appending, so the study stays readable."""
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    journal = home / "studies" / "s.journal"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "worker_id": "w", "study_id": 0, "user_attr": {"x"')
+    study, req = t.load(home, "s")  # as a resume loads it
+    assert journal.read_bytes() == whole
+    study.set_user_attr("after", 1)  # the resume's first write starts a line of its own
+    assert t.load(home, "s", to_run=False)[0].user_attrs["after"] == 1
