@@ -9,23 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-def code_version() -> dict[str, str | bool]:
-    from engine import __version__
-
-    out: dict[str, str | bool] = {"engine": __version__}
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5)
-        if commit.returncode == 0:
-            out["git_commit"] = commit.stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "."],
-                                   capture_output=True, text=True, timeout=5)
-            out["git_dirty"] = bool(dirty.stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return out
+from engine.contract.code import code_version  # noqa: F401 (re-exported: the run's provenance)
 
 
 def provenance() -> dict:

@@ -51,7 +51,7 @@ def version_line() -> str:
     import platform
     from importlib import metadata
 
-    from engine.provenance import code_version
+    from engine.contract.code import code_version
     from fairtui import __version__
 
     import subprocess

@@ -508,3 +508,26 @@ def test_a_journal_cut_mid_line_is_repaired_before_a_resume_appends(tmp_path, ti
     assert journal.read_bytes() == whole
     study.set_user_attr("after", 1)  # the resume's first write starts a line of its own
     assert t.load(home, "s", to_run=False)[0].user_attrs["after"] == 1
+
+
+async def test_the_study_screen_on_a_damaged_journal_says_so_and_the_app_lives(tmp_path, tiny_profile):
+    """`y` on a trial of a study whose journal holds a bad line: the screen says what is wrong, the app goes on."""
+    from fairtui.app import make_app
+    from fairtui.app.screens.study import StudyScreen
+    from fairtui.synthetic import make_run
+    from tests.fairtui.test_app import wait_until
+
+    home = tmp_path / "home"
+    ids = [f"20260101-00000{i}-trial{i}" for i in range(4)]
+    for i, run_id in enumerate(ids):
+        make_run(home, run_id, name=f"fig-t{i}", tags=("study:fig", f"trial:{i}"))
+    _made_study(home, tiny_profile, ids)
+    with open(home / "studies" / "fig.journal", "ab") as fh:
+        fh.write(b'{"op_code": 99, "worker_id": "x"}\n')
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.app.push_screen(StudyScreen("fig"))
+        await wait_until(pilot, lambda: "is not an Optuna journal operation" in
+                         str(app.screen.query_one("#study-title").render()))
+        assert app.is_running

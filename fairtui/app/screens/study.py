@@ -75,6 +75,10 @@ class StudyScreen(Screen):
         except tune.TuneError as err:
             self.app.call_from_thread(self.show_error, str(err))
             return
+        except Exception as err:  # noqa: BLE001 - a worker's error is a notice on the screen, never a dead app
+            self.app.call_from_thread(self.show_error, f"study {self.study}: cannot be read: "
+                                      f"{type(err).__name__}: {err}")
+            return
         self.app.call_from_thread(self.show, doc)
 
     def show_error(self, message: str) -> None:
