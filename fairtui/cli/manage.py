@@ -6,7 +6,7 @@ from typing import List
 
 import typer
 
-from fairtui.cli.options import Home, HomeT, fail, resolve_run
+from fairtui.cli.options import Home, HomeT, Json, fail, resolve_run
 from fairtui.usertext import inert
 
 STOP_HELP = "Stop a running run cleanly (it finishes its batch and keeps its last checkpoint)."
@@ -20,7 +20,8 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN"), home: HomeT = Home,
          wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until the engine has stopped"),
          now: bool = typer.Option(False, "--now", help="kill the engine's processes (SIGKILL) at once: for an "
                                   "engine that hangs; the run keeps its last checkpoint. A second stop of a run "
-                                  "asked to stop already does the same")) -> None:
+                                  "asked to stop already does the same"),
+         json_out: bool = Json) -> None:
     from fairtui.control import StopError, kill_run, stop_requested, stop_run
 
     run_dir = resolve_run(home, run_ref)
@@ -35,10 +36,19 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN"), home: HomeT = Home,
     except StopError as err:
         raise fail(str(err)) from None
     typer.echo(f"run {run_dir.name}: {status}", err=True)
+    _json(json_out, {"run_id": run_dir.name, "status": status})
+
+
+def _json(json_out: bool, doc: dict) -> None:
+    """With --json, the command's one JSON document on stdout (its words stay on stderr)."""
+    if json_out:
+        import json
+
+        typer.echo(json.dumps(doc))
 
 
 def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Option(False, "--yes", "-y"),
-       home: HomeT = Home) -> None:
+       home: HomeT = Home, json_out: bool = Json) -> None:
     from fairtui.control import ControlError, check_deletable, delete_run
     from fairtui.runfolder import RunView
 
@@ -52,22 +62,25 @@ def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Opti
         if not typer.confirm(f"delete run {inert(view.name)} [{run_dir.name}] and its folder {run_dir}?", err=True):
             raise typer.Exit(1)
     try:
-        typer.echo(delete_run(run_dir), err=True)
+        said = delete_run(run_dir)
     except ControlError as err:
         raise fail(str(err)) from None
+    typer.echo(said, err=True)
+    _json(json_out, {"run_id": run_dir.name, "name": view.name, "deleted": True})
 
 
-def reindex(home: HomeT = Home) -> None:
+def reindex(home: HomeT = Home, json_out: bool = Json) -> None:
     from fairtui.home import resolve_home
     from fairtui.store import RunIndex
 
     count, dropped = RunIndex(resolve_home(home)).reindex()
-    typer.echo(f"indexed {count} runs" + (f"; dropped {dropped} entries without a folder" if dropped else ""),
-               err=True)
+    typer.echo(f"indexed {count} run{'s' if count != 1 else ''}"
+               + (f"; dropped {dropped} entries without a folder" if dropped else ""), err=True)
+    _json(json_out, {"indexed": count, "dropped": dropped})
 
 
 def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typer.Argument(...),
-        remove: bool = typer.Option(False, "--remove"), home: HomeT = Home) -> None:
+        remove: bool = typer.Option(False, "--remove"), home: HomeT = Home, json_out: bool = Json) -> None:
     from fairtui.control import update_meta
     from fairtui.usertext import UserTextError, check_tag
 
@@ -85,10 +98,11 @@ def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typ
     meta = update_meta(run_dir, change)
     typer.echo(f"run {inert(meta.get('name') or run_dir.name)} [{run_dir.name}]: tags "
                f"{inert(', '.join(meta['tags'])) or '(none)'}", err=True)
+    _json(json_out, {"run_id": run_dir.name, "name": meta.get("name"), "tags": meta["tags"]})
 
 
 def note(run_ref: str = typer.Argument(..., metavar="RUN"), text: str = typer.Argument(...),
-         home: HomeT = Home) -> None:
+         home: HomeT = Home, json_out: bool = Json) -> None:
     from fairtui.control import update_meta
 
     from fairtui.usertext import UserTextError, check_note
@@ -104,3 +118,4 @@ def note(run_ref: str = typer.Argument(..., metavar="RUN"), text: str = typer.Ar
     typer.echo(f"run {name} [{run_dir.name}]: note saved ({len(text)} characters"
                f"{f', {lines} lines' if lines > 1 else ''})" if text else
                f"run {name} [{run_dir.name}]: note cleared", err=True)
+    _json(json_out, {"run_id": run_dir.name, "name": meta.get("name"), "notes": meta.get("notes", "")})

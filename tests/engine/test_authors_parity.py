@@ -21,7 +21,6 @@ from engine.contract.method_params import CFAParams, FRLParams
 from engine.methods.base import MethodContext, ValResult
 from engine.methods.cfa import CFA
 from engine.methods.frl import FRL
-from engine.trainer import lr_at
 from tests.conftest import ROOT
 
 K = 10
@@ -271,36 +270,7 @@ def test_training_attack_mode_resolves(method, train, mode):
 
 # -- learning-rate schedules against the authors' -----------------------------------------------------------
 
-def test_wat_profile_lr_is_the_authors_adjust_learning_rate():
-    profile = load_profile(ROOT / "profiles" / "wat.toml")
-
-    def adjust_learning_rate(epoch: int) -> float:  # called with epoch + 1: the 1-based epoch
-        lr = 0.1
-        if epoch >= 75:
-            lr = 0.1 * 0.1
-        if epoch >= 90:
-            lr = 0.1 * 0.01
-        if epoch >= 100:
-            lr = 0.1 * 0.001
-        return lr
-
-    for epoch in range(1, profile.train.epochs + 1):
-        assert lr_at(epoch, profile) == pytest.approx(adjust_learning_rate(epoch), rel=1e-12), epoch
-
-
-@pytest.mark.parametrize("name", ["cfa-at", "cfa-trades", "cfa-fat", "at", "trades"])
-def test_cfa_profiles_lr_is_the_authors_lr_schedule(name):
-    profile = load_profile(ROOT / "profiles" / f"{name}.toml")
-
-    def lr_schedule(t: int) -> float:  # t: the 0-based epoch
-        if t / 200 < 0.5:
-            return 0.1
-        if t / 200 < 0.75:
-            return 0.1 / 10.0
-        return 0.1 / 100.0
-
-    for epoch in range(1, 201):
-        assert lr_at(epoch, profile) == pytest.approx(lr_schedule(epoch - 1), rel=1e-12), epoch
+# The paper profiles' learning rates, epoch by epoch, against each authors' schedule: test_paper_schedules.py.
 
 
 def test_frl_fine_tuning_starts_a_fresh_optimizer_in_the_loop(tmp_path):

@@ -288,24 +288,3 @@ def test_two_ranks_train_bat_as_one_process(tmp_path, tiny_profile):
         assert e2["val"]["robust_acc_per_class"] == e1["val"]["robust_acc_per_class"]
         assert e2["distributed"]["world_size"] == 2
     assert max_weight_difference(one, two) < 1e-3
-
-
-def test_bat_profile_lr_is_the_authors_adjust_learning_rate():
-    """train.py's adjust_learning_rate, called before every (1-based) epoch: 0.1, x0.1 from 75, x0.01 from 90,
-    x0.001 from 100."""
-    from engine.contract.profile_io import load_profile
-    from engine.trainer import lr_at
-    from tests.conftest import ROOT
-
-    def authors(epoch):
-        lr = 0.1
-        if epoch >= 75:
-            lr = 0.1 * 0.1
-        if epoch >= 90:
-            lr = 0.1 * 0.01
-        if epoch >= 100:
-            lr = 0.1 * 0.001
-        return lr
-
-    profile = load_profile(ROOT / "profiles" / "bat.toml")
-    assert all(lr_at(e, profile) == pytest.approx(authors(e)) for e in range(1, profile.train.epochs + 1))

@@ -452,3 +452,22 @@ def test_version_names_fairtui_its_commit_python_and_torch(tmp_path):
     assert out.returncode == 0 and out.stdout.startswith(f"fairtui {__version__}")
     assert f"torch {metadata.version('torch')}" in out.stdout and "Python 3." in out.stdout
     assert not (tmp_path / "home").exists()
+
+
+def test_tag_note_rm_stop_and_reindex_print_one_json_document_with_json(tmp_path):
+    from fairtui.synthetic import make_run
+    from tests.conftest import fairtui_cmd
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="a")
+    make_run(home, "20260101-000001-bbbbbb", name="b")
+    docs = {}
+    for args in (("tag", "a", "x", "y"), ("note", "a", "hello"), ("reindex",), ("rm", "b", "--yes")):
+        out = fairtui_cmd(*args, "--json", home=home)
+        assert out.returncode == 0, (args, out.stderr)
+        docs[args[0]] = json.loads(out.stdout)  # one document, nothing else on stdout
+    assert docs["tag"]["tags"] == ["x", "y"] and docs["note"]["notes"] == "hello"
+    assert docs["reindex"] == {"indexed": 2, "dropped": 0} and docs["rm"]["deleted"] is True
+    refused = fairtui_cmd("stop", "a", "--json", home=home)  # a finished run: refused, and stdout stays empty
+    assert refused.returncode == 2 and refused.stdout == "" and "not running" in refused.stderr
+    assert not (home / "runs" / "20260101-000001-bbbbbb").exists()
