@@ -10,6 +10,7 @@ import typer
 from fairtui.cli.options import Home, HomeT, Json
 
 HELP = "List runs, newest first, with filters."
+STATUSES = ("completed", "imported", "failed", "stopped", "running", "starting", "queued", "lost")
 
 
 def filter_docs(docs: list[dict], method, dataset, status, tag, name, sweep=None) -> list[dict]:
@@ -45,6 +46,14 @@ def ls(
     from fairtui.home import resolve_home
     from fairtui.store import RunIndex
 
+    if status is not None and status not in STATUSES:
+        from difflib import get_close_matches
+
+        from fairtui.cli.options import fail
+
+        close = get_close_matches(status, STATUSES, n=1)
+        raise fail(f"--status {status!r} is no run status" + (f"; did you mean {close[0]!r}?" if close else "")
+                   + f" (one of {', '.join(STATUSES)})")
     index = RunIndex(resolve_home(home))
     if sweep:
         from engine.contract.profile_schema import ProfileError
@@ -126,7 +135,7 @@ def print_table(docs: list[dict], total: int, wide: bool) -> None:
     console = Console()
     rows = [cells(d) for d in docs]
     columns, name_width = choose_columns(rows, console.width, wide)
-    table = Table(title=f"{total} runs (accuracies: best checkpoint, first robust attack)", title_justify="left",
+    table = Table(title=f"{total} run{'s' if total != 1 else ''} (accuracies: best checkpoint, first robust attack)", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     for col in columns:
         table.add_column(col, justify="right" if col in NUMERIC else "left", no_wrap=True,

@@ -471,3 +471,10 @@ def test_tag_note_rm_stop_and_reindex_print_one_json_document_with_json(tmp_path
     refused = fairtui_cmd("stop", "a", "--json", home=home)  # a finished run: refused, and stdout stays empty
     assert refused.returncode == 2 and refused.stdout == "" and "not running" in refused.stderr
     assert not (home / "runs" / "20260101-000001-bbbbbb").exists()
+
+
+def test_a_misspelt_status_is_refused_with_the_close_one(tmp_path):
+    from tests.conftest import fairtui_cmd
+
+    out = fairtui_cmd("ls", "--status", "runing", home=tmp_path / "home")
+    assert out.returncode == 2 and "did you mean 'running'?" in out.stderr and out.stdout == ""
