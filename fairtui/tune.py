@@ -445,13 +445,40 @@ class Driver:
 
     def run(self) -> None:
         """The study to its budget. A write that fails (a full or read-only disk) ends it with a StorageError:
-        what the journal holds stays, the trials' runs train on, and --resume adopts them."""
+        what the journal holds stays, the trials' runs train on, and --resume adopts them. One driver a study:
+        a second (`tune S --resume` while `tune S` runs) is refused naming the first."""
+        lock = self._driver_lock()
         try:
             self._run()
         except OSError as err:
             raise storage_error(err, study_path(self.req.home, self.req.study),
                                 f"the study stopped; its trials' runs train on, and `fairtui tune {self.req.study} "
                                 "--resume` continues it once the disk can be written") from None
+        finally:
+            lock.close()
+
+    def _driver_lock(self):
+        """``studies/<name>.driver``, locked for the driver's life (flock: a killed driver releases it), with its
+        pid and host written in, for the refusal of a second driver to name it."""
+        import os
+        import socket
+
+        from engine.contract.locks import try_lock
+
+        path = study_path(self.req.home, self.req.study).with_suffix(".driver")
+        lock = try_lock(path, patience=0.5)
+        if lock is None:
+            try:
+                holder = path.read_text().strip() or "another process"
+            except OSError:
+                holder = "another process"
+            raise TuneError("STUDY", f"{self.req.study}: another `fairtui tune` drives this study ({holder}); let it "
+                            "finish, or stop it (Ctrl-C) and resume")
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        lock.flush()
+        return lock
 
     def _run(self) -> None:
         opt = optuna()

@@ -531,3 +531,20 @@ async def test_the_study_screen_on_a_damaged_journal_says_so_and_the_app_lives(t
         await wait_until(pilot, lambda: "is not an Optuna journal operation" in
                          str(app.screen.query_one("#study-title").render()))
         assert app.is_running
+
+
+def test_a_second_driver_of_one_study_is_refused_naming_the_first(tmp_path, tiny_profile):
+    """`tune S --resume` while `tune S` drives S: the second driver is refused in one line naming the first (its
+    pid and host); once the first has ended (its lock released, also by a kill), a resume drives the study."""
+    import os
+
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    study, req = t.load(home, "s")
+    first = t.Driver(study, req)._driver_lock()
+    try:
+        with pytest.raises(t.TuneError, match=rf"another `fairtui tune` drives this study \(pid {os.getpid()} on "):
+            t.Driver(study, req)._driver_lock()
+    finally:
+        first.close()
+    t.Driver(study, req)._driver_lock().close()
