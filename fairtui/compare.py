@@ -203,9 +203,14 @@ def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
     groups: dict[str, list[RunView]] = {}
     for v in views:
         groups.setdefault(group_key(v), []).append(v)
+    names = [members[0].config.get("name") or members[0].name for members in groups.values()]
     out = []
-    for members in groups.values():
-        label = members[0].config.get("name") or members[0].name
+    for members, label in zip(groups.values(), names):
+        if names.count(label) > 1:  # two configurations of one profile: say what tells them apart
+            others = [m[0].config for m, n in zip(groups.values(), names) if n == label]
+            differ = config_diff(others, ignore=("seed", "name", "description", *MIRROR_KEYS))
+            own = flatten(members[0].config)
+            label += " (" + ", ".join(f"{k}={own.get(k)}" for k in list(differ)[:3]) + ")"
         seeds = sorted(v.config.get("seed") for v in members)
         out.append((f"{label} (seeds {', '.join(map(str, seeds))})" if len(members) > 1 else label, members))
     return out

@@ -52,7 +52,7 @@ def export(
         raise fail(f"--format must be csv, md, latex, json or tensorboard, got {fmt!r}")
     if fmt == "tensorboard" and not output:
         raise fail("--format tensorboard writes a folder: give it with -o DIR")
-    dirs = sorted(collect_runs(home, runs, tag, sweep))
+    dirs = collect_runs(home, runs, tag, sweep)  # rows in the order given
     if not dirs:
         raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
     if fmt == "tensorboard":

@@ -478,3 +478,21 @@ def test_a_misspelt_status_is_refused_with_the_close_one(tmp_path):
 
     out = fairtui_cmd("ls", "--status", "runing", home=tmp_path / "home")
     assert out.returncode == 2 and "did you mean 'running'?" in out.stderr and out.stdout == ""
+
+
+def test_export_rows_are_in_the_order_given_and_two_configurations_of_one_profile_are_told_apart(tmp_path):
+    import dataclasses
+
+    from engine.contract.config import ModelConfig, Profile
+    from fairtui.synthetic import make_run
+    from tests.conftest import fairtui_cmd
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="big", profile=Profile(name="digits-dafa"))
+    make_run(home, "20260101-000001-bbbbbb", name="small",
+             profile=dataclasses.replace(Profile(name="digits-dafa"), model=ModelConfig(width=4)))
+    out = fairtui_cmd("export", "20260101-000001-bbbbbb", "20260101-000000-aaaaaa", "--format", "csv", home=home)
+    assert out.returncode == 0, out.stderr
+    labels = [line.split(",")[0] for line in out.stdout.splitlines()[1:]]
+    assert labels == ["digits-dafa (model.width=4)", "digits-dafa (model.width=10)"]
+    assert labels[0] != labels[1]
