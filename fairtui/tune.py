@@ -20,7 +20,6 @@ Optuna is an extra (``pip install 'fairtui[tune]'``); only this module imports i
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import time
 from pathlib import Path
@@ -162,7 +161,12 @@ def load(home: Path, name: str, to_run: bool = True) -> tuple[Any, Request]:
     opt = optuna()
     if not study_path(home, name).exists():
         raise TuneError("STUDY", f"no study {name!r} in {home / STUDIES}")
-    check_journal(study_path(home, name), repair=to_run)
+    from fairtui.tune_journal import check_journal, checked_settings
+
+    try:
+        check_journal(study_path(home, name), repair=to_run)
+    except OSError as err:
+        raise storage_error(err, study_path(home, name), "nothing was resumed") from None
     store = storage(home, name)
     try:
         study = opt.load_study(study_name=name, storage=store)
@@ -171,121 +175,11 @@ def load(home: Path, name: str, to_run: bool = True) -> tuple[Any, Request]:
     except (AssertionError, ValueError, TypeError) as err:  # a line Optuna's replay cannot apply
         raise TuneError("STUDY", f"{study_path(home, name)}: Optuna cannot replay this journal ({err or type(err).__name__}); "
                         "nothing was resumed") from None
-    req = checked_request(home, name, study.user_attrs, study_path(home, name), to_run)
+    req = Request(home=home, study=name, **checked_settings(study.user_attrs, study_path(home, name), to_run))
     made = len(study.get_trials(deepcopy=False))
     study.sampler, study.pruner = sampler_and_pruner(resumed_seed(req.seed, made), req.pruner, req.prune_after,
                                                      req.prune_startup)
     return study, req
-
-
-def check_journal(path: Path, repair: bool = False) -> None:
-    """Every complete line of a study's journal is one of Optuna's operations (a JSON object with a known
-    ``op_code``), else one line naming the journal and the line. A last line without its newline (cut by a
-    kill or a full disk) is an operation that never happened: Optuna skips it when it reads, and ``repair``
-    (before a resume appends) cuts it off, so that the next operation starts a line of its own."""
-    import json
-
-    from optuna.storages.journal._storage import JournalOperation
-
-    known = {int(op) for op in JournalOperation}
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise TuneError("STUDY", f"{path}: cannot be read: {err.strerror or err}") from None
-    lines = data.split(b"\n")[:-1]  # the part after the last newline is not a whole line
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            op = json.loads(line)
-        except ValueError:
-            raise TuneError("STUDY", f"{path}: line {number} is not JSON; the journal was edited or damaged "
-                            "(remove the line, or restore the file), nothing was resumed") from None
-        if not isinstance(op, dict) or op.get("op_code") not in known or not isinstance(op.get("worker_id"), str):
-            raise TuneError("STUDY", f"{path}: line {number} is not an Optuna journal operation; the journal was "
-                            "edited or damaged (remove the line, or restore the file), nothing was resumed")
-    cut = len(data) - (data.rfind(b"\n") + 1)
-    if repair and cut:
-        try:
-            with open(path, "r+b") as fh:
-                fh.truncate(len(data) - cut)
-        except OSError as err:
-            raise storage_error(err, path, "nothing was resumed") from None
-
-
-def checked_request(home: Path, name: str, attrs: dict, journal: Path, to_run: bool = True) -> Request:
-    """The request a study was made with, read back from its journal and checked as the command line is: the
-    journal is input (it may be committed, copied, edited), so a value the command line would refuse stops the
-    resume with one line naming the journal and the key, before anything runs. ``to_run`` False (``show``): the
-    profile file need not exist here, so the checks against it are left out; every value is still typed."""
-    from engine.contract.profile_io import load_profile
-    from engine.contract.profile_schema import ProfileError
-    from fairtui.tune_space import OBJECTIVES, check_space, parse_dimension
-
-    def refuse(key: str, why: str) -> TuneError:
-        return TuneError("STUDY", f"{journal}: the recorded {key} {why}; nothing was resumed")
-
-    def whole(key: str, low: int, high: int = 2**63 - 1, default: int | None = None) -> int:
-        value = attrs.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            raise refuse(key, f"is {value!r}, not a whole number from {low} to {high}")
-        return value
-
-    profile_path = attrs.get("profile_path")
-    if not isinstance(profile_path, str) or (to_run and not Path(profile_path).is_file()):
-        raise refuse("profile_path", f"{profile_path!r} is not a profile file here")
-    base = attrs.get("base")
-    if not isinstance(base, list) or not all(isinstance(b, str) and "=" in b for b in base):
-        raise refuse("base", "is not a list of KEY=VALUE items")
-    if to_run:
-        try:
-            load_profile(profile_path, base)
-        except ProfileError as err:
-            raise refuse("base", f"is refused by the profile: {err}") from None
-    space = []
-    for d in attrs.get("space") if isinstance(attrs.get("space"), list) else [None]:
-        try:  # written back as the command line's KEY=SPEC and parsed by the same code
-            dim = Dimension(**{**d, "choices": tuple(d.get("choices") or ())})
-            if dim.kind not in ("float", "int", "choice"):
-                raise ValueError(dim.kind)
-            again = parse_dimension(f"{dim.key}={dim.spec()}")
-        except (TypeError, ValueError, AttributeError) as err:
-            raise refuse("space", f"entry {d!r} is not a search dimension ({err})") from None
-        if again != dim:
-            raise refuse("space", f"entry {d!r} is not what --space {dim.key}={dim.spec()} gives")
-        space.append(dim)
-    if to_run:
-        check_space(profile_path, base, space)
-    objective = attrs.get("objective") or {}
-    if not isinstance(objective, dict) or objective.get("name") not in OBJECTIVES:
-        raise refuse("objective", f"{objective!r} is not one of {', '.join(OBJECTIVES)}")
-    floor = objective.get("floor")
-    if objective["name"] == "worst_at_avg" and not (isinstance(floor, (int, float)) and math.isfinite(floor)
-                                                    and -1 <= floor <= 1):
-        raise refuse("objective", f"floor {floor!r} is not a finite fraction")
-    pruner = attrs.get("pruner")
-    if pruner not in ("median", "hyperband", "none"):
-        raise refuse("pruner", f"{pruner!r} is not median, hyperband or none")
-    gpus = attrs.get("gpus")
-    if gpus is not None and not (isinstance(gpus, str) and re.fullmatch(r"cpu|\d{1,3}(,\d{1,3})*", gpus)):
-        raise refuse("gpus", f"{gpus!r} is not 'cpu' or device indices like 0,1")
-    slurm = attrs.get("slurm")
-    if slurm is not None:
-        from fairtui.slurm import SlurmSettings
-
-        try:
-            if not isinstance(slurm, dict):
-                raise ProfileError("journal", "slurm", "not a table")
-            settings = SlurmSettings.from_sources({k: v for k, v in slurm.items() if v is not None})
-        except (ProfileError, TypeError) as err:
-            raise refuse("slurm", f"settings are refused: {err}") from None
-        slurm = dataclasses.asdict(settings)
-    # a study made before prune_after and prune_startup were recorded pruned from epoch 1 after 2 trials; so on
-    return Request(home=home, study=name, profile_path=profile_path, space=space, base=list(base),
-                   trials=whole("trials", 1), objective=Objective(objective["name"], floor),
-                   parallel=whole("parallel", 1, 1024), pruner=pruner, seed=whole("seed", 0, 2**32 - 1),
-                   gpus=gpus, slurm=slurm, prune_after=whole("prune_after", 1, default=1),
-                   prune_startup=whole("prune_startup", 0, default=2))
 
 
 def resumed_seed(seed: int, made: int) -> int:

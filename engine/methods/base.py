@@ -8,6 +8,7 @@ per-class vectors that the shared losses read: ``eps_per_class`` (margins),
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -59,9 +60,10 @@ class MethodContext:
     def attack(self) -> AttackConfig:
         return self.profile.attack
 
-    @property
+    @functools.cached_property
     def kl(self) -> str:
-        """The TRADES KL's form (``attack.kl``, resolved: engine.contract.config.trades_kl_form)."""
+        """The TRADES KL's form (``attack.kl``, resolved once: engine.contract.config.trades_kl_form); the losses
+        read it every batch."""
         from engine.contract.config import trades_kl_form
 
         return trades_kl_form(self.profile)

@@ -3,7 +3,6 @@ the home and from ``--results`` folders of committed run files, grouped ``--by``
 
 from __future__ import annotations
 
-import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -24,41 +23,26 @@ Bases = typer.Option([], "--bases", help="a folder of runs that fine-tunes start
 Baseline = typer.Option(None, "--baseline", help="with groups: the group every other is paired with, by seed")
 
 
-def load_views(home: "str | None", results: list[Path], method=None, dataset=None, status=None, tag=None,
+def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=None, status=None, tag=None,
                name=None, sweep=None) -> list["RunView"]:
-    """The runs ``--by`` groups: the home's (those ``ls`` lists with these filters; completed by default) and
-    every run under ``results``, filtered the same way."""
-    from fairtui.compare import CompareError
-    from fairtui.groups import results_runs
+    """The runs ``--by`` groups: those ``ls`` lists with these filters (completed by default), from the home's index
+    and from ``pool`` (the ``--results`` runs), through the same filter."""
+    from fairtui.cli.ls import filter_docs
     from fairtui.home import resolve_home, runs_dir
     from fairtui.runfolder import RunView
 
+    wanted = dict(method=method, dataset=dataset, status=status or "completed", tag=tag, name=name, sweep=sweep)
     views: list[RunView] = []
     home_dir = resolve_home(home)
     if (home_dir / "runs.json").exists():
-        from fairtui.cli.ls import filter_docs
         from fairtui.store import RunIndex
 
-        docs = filter_docs(RunIndex(home_dir).read(), method, dataset, status or "completed", tag, name, sweep)
-        views += [RunView.load(runs_dir(home_dir) / d["run_id"]) for d in docs]
-    for folder in results:
-        try:
-            found = [RunView.load(d) for d in results_runs(folder)]
-        except CompareError as err:
-            raise fail(str(err)) from None
-        views += [v for v in found if _matches(v, method, dataset, status or "completed", tag, name, sweep)]
-    return views
-
-
-def _matches(view: "RunView", method, dataset, status, tag, name, sweep) -> bool:
-    cfg = view.config
-    checks = [(method, (cfg.get("method") or {}).get("name")), (dataset, (cfg.get("data") or {}).get("dataset")),
-              (status, view.status()), (sweep, view.meta.get("sweep"))]
-    if any(want and want != have for want, have in checks):
-        return False
-    if tag and tag not in (view.meta.get("tags") or []):
-        return False
-    return not name or fnmatch.fnmatch(view.name, name)
+        views += [RunView.load(runs_dir(home_dir) / d["run_id"]) for d in filter_docs(RunIndex(home_dir).read(), **wanted)]
+    # a committed run has no index entry: the fields ls filters on, read from its folder
+    docs = [{"method": (v.config.get("method") or {}).get("name"), "dataset": (v.config.get("data") or {}).get("dataset"),
+             "status": v.status(), "tags": v.meta.get("tags") or [], "name": v.name, "sweep": v.meta.get("sweep"),
+             "_view": v} for v in pool]
+    return views + [d["_view"] for d in filter_docs(docs, **wanted)]
 
 
 def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) -> "RunView":
@@ -83,17 +67,17 @@ def named_groups(home: "str | None", by: Optional[str], groups: list[str], resul
     from fairtui.groups import BY, group_keys
 
     out: dict[str, list] = {}
+    pool = results_pool(results)  # read once, for --by and --group alike
     if by is not None:
         if by not in BY:
             raise fail(f"--by must be one of {', '.join(BY)}, got {by!r}")
-        for view in load_views(home, results, **filters):
+        for view in load_views(home, pool, **filters):
             for key in group_keys(view, by):
                 out.setdefault(key, []).append(view)
         if not out:
             raise fail(f"--by {by}: no completed run to group (the home and {len(results)} --results folder(s) "
                        "were searched, with the filters given)")
     if groups:
-        pool = results_pool(results)
         for spec in groups:
             label, sep, refs = spec.partition("=")
             if not sep or not label.strip() or not refs.strip():
@@ -104,8 +88,8 @@ def named_groups(home: "str | None", by: Optional[str], groups: list[str], resul
     return out
 
 
-def results_pool(folders: list[Path]) -> list["RunView"]:
-    """Every run of the ``--results`` folders, for a RUN named on the command line."""
+def results_pool(folders: list[Path], option: str = "--results") -> list["RunView"]:
+    """Every run of these folders of committed run files (``option`` names them in a refusal)."""
     from fairtui.compare import CompareError
     from fairtui.groups import results_runs
     from fairtui.runfolder import RunView
@@ -113,15 +97,9 @@ def results_pool(folders: list[Path]) -> list["RunView"]:
     try:
         return [RunView.load(d) for folder in folders for d in results_runs(folder)]
     except CompareError as err:
-        raise fail(str(err)) from None
+        raise fail(str(err).replace("--results", option)) from None
 
 
 def bases_views(folders: list[Path]) -> dict[str, "RunView"]:
-    from fairtui.compare import CompareError
-    from fairtui.groups import results_runs
-    from fairtui.runfolder import RunView
-
-    try:
-        return {d.name: RunView.load(d) for folder in folders for d in results_runs(folder)}
-    except CompareError as err:
-        raise fail(str(err).replace("--results", "--bases")) from None
+    """The ``--bases`` runs by id: the runs fine-tunes started from."""
+    return {v.run_id: v for v in results_pool(folders, "--bases")}

@@ -15,6 +15,7 @@ from engine.contract.config import AttackConfig, Profile, TrainConfig
 from engine.contract.method_params import BATParams, CSRParams, DAFAParams, FAALParams, WATParams
 from engine.methods import build_method
 from engine.methods.base import MethodContext
+from tests.engine.test_authors_forwards import ours_step
 
 
 class Recorder(nn.Module):
@@ -62,20 +63,11 @@ def one_step(params, epoch=1, epochs=3, prepare=None):
                       method=params)
     model = Recorder(named)
     method = build_method(MethodContext(3, profile, torch.device("cpu"), attack_model=model))
-    method.use_attack_model(model)
     stub_attacks(method, named)
     method.start_epoch(epoch, None)
     if prepare:
         prepare(method)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.train()
-    out = method.loss(model, x, y)
-    opt.zero_grad()
-    out.loss.backward()
-    opt.step()
-    if out.clean_after_step:
-        with torch.no_grad():
-            model(x)
+    ours_step(method, model, x, y, seed=0)
     return model.train_forwards
 
 

@@ -1,0 +1,121 @@
+"""Reading a study back from its journal as input, not trusted state: every line one of Optuna's operations, and every
+setting the study was made with checked as the command line checks it (`fairtui tune STUDY --resume`, `tune show`).
+A journal may be committed, copied and edited, so a bad value stops the resume in one line naming the journal and the
+key, before any trial or run exists."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+from fairtui.tune_space import Dimension, Objective, TuneError
+
+
+def check_journal(path: Path, repair: bool = False) -> None:
+    """Every complete line of a study's journal is one of Optuna's operations (a JSON object with a known
+    ``op_code``), else one line naming the journal and the line. A last line without its newline (cut by a
+    kill or a full disk) is an operation that never happened: Optuna skips it when it reads, and ``repair``
+    (before a resume appends) cuts it off, so that the next operation starts a line of its own (an OSError of
+    that write is the caller's to report)."""
+    import json
+
+    from optuna.storages.journal._storage import JournalOperation
+
+    known = {int(op) for op in JournalOperation}
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise TuneError("STUDY", f"{path}: cannot be read: {err.strerror or err}") from None
+    lines = data.split(b"\n")[:-1]  # the part after the last newline is not a whole line
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            op = json.loads(line)
+        except ValueError:
+            raise TuneError("STUDY", f"{path}: line {number} is not JSON; the journal was edited or damaged "
+                            "(remove the line, or restore the file), nothing was resumed") from None
+        if not isinstance(op, dict) or op.get("op_code") not in known or not isinstance(op.get("worker_id"), str):
+            raise TuneError("STUDY", f"{path}: line {number} is not an Optuna journal operation; the journal was "
+                            "edited or damaged (remove the line, or restore the file), nothing was resumed")
+    cut = len(data) - (data.rfind(b"\n") + 1)
+    if repair and cut:
+        with open(path, "r+b") as fh:
+            fh.truncate(len(data) - cut)
+
+
+def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:
+    """The settings a study was made with (fairtui.tune.Request's fields but its home and name), read back from its
+    journal and checked as the command line is: the
+    journal is input (it may be committed, copied, edited), so a value the command line would refuse stops the
+    resume with one line naming the journal and the key, before anything runs. ``to_run`` False (``show``): the
+    profile file need not exist here, so the checks against it are left out; every value is still typed."""
+    from engine.contract.profile_io import load_profile
+    from engine.contract.profile_schema import ProfileError
+    from fairtui.tune_space import OBJECTIVES, check_space, parse_dimension
+
+    def refuse(key: str, why: str) -> TuneError:
+        return TuneError("STUDY", f"{journal}: the recorded {key} {why}; nothing was resumed")
+
+    def whole(key: str, low: int, high: int = 2**63 - 1, default: int | None = None) -> int:
+        value = attrs.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise refuse(key, f"is {value!r}, not a whole number from {low} to {high}")
+        return value
+
+    profile_path = attrs.get("profile_path")
+    if not isinstance(profile_path, str) or (to_run and not Path(profile_path).is_file()):
+        raise refuse("profile_path", f"{profile_path!r} is not a profile file here")
+    base = attrs.get("base")
+    if not isinstance(base, list) or not all(isinstance(b, str) and "=" in b for b in base):
+        raise refuse("base", "is not a list of KEY=VALUE items")
+    if to_run:
+        try:
+            load_profile(profile_path, base)
+        except ProfileError as err:
+            raise refuse("base", f"is refused by the profile: {err}") from None
+    space = []
+    for d in attrs.get("space") if isinstance(attrs.get("space"), list) else [None]:
+        try:  # written back as the command line's KEY=SPEC and parsed by the same code
+            dim = Dimension(**{**d, "choices": tuple(d.get("choices") or ())})
+            if dim.kind not in ("float", "int", "choice"):
+                raise ValueError(dim.kind)
+            again = parse_dimension(f"{dim.key}={dim.spec()}")
+        except (TypeError, ValueError, AttributeError) as err:
+            raise refuse("space", f"entry {d!r} is not a search dimension ({err})") from None
+        if again != dim:
+            raise refuse("space", f"entry {d!r} is not what --space {dim.key}={dim.spec()} gives")
+        space.append(dim)
+    if to_run:
+        check_space(profile_path, base, space)
+    objective = attrs.get("objective") or {}
+    if not isinstance(objective, dict) or objective.get("name") not in OBJECTIVES:
+        raise refuse("objective", f"{objective!r} is not one of {', '.join(OBJECTIVES)}")
+    floor = objective.get("floor")
+    if objective["name"] == "worst_at_avg" and not (isinstance(floor, (int, float)) and math.isfinite(floor)
+                                                    and -1 <= floor <= 1):
+        raise refuse("objective", f"floor {floor!r} is not a finite fraction")
+    pruner = attrs.get("pruner")
+    if pruner not in ("median", "hyperband", "none"):
+        raise refuse("pruner", f"{pruner!r} is not median, hyperband or none")
+    gpus = attrs.get("gpus")
+    if gpus is not None and not (isinstance(gpus, str) and re.fullmatch(r"cpu|\d{1,3}(,\d{1,3})*", gpus)):
+        raise refuse("gpus", f"{gpus!r} is not 'cpu' or device indices like 0,1")
+    slurm = attrs.get("slurm")
+    if slurm is not None:
+        from fairtui.slurm import SlurmSettings
+
+        try:
+            if not isinstance(slurm, dict):
+                raise ProfileError("journal", "slurm", "not a table")
+            settings = SlurmSettings.from_sources({k: v for k, v in slurm.items() if v is not None})
+        except (ProfileError, TypeError) as err:
+            raise refuse("slurm", f"settings are refused: {err}") from None
+        slurm = dataclasses.asdict(settings)
+    # a study made before prune_after and prune_startup were recorded pruned from epoch 1 after 2 trials; so on
+    return dict(profile_path=profile_path, space=space, base=list(base), trials=whole("trials", 1),
+                objective=Objective(objective["name"], floor), parallel=whole("parallel", 1, 1024), pruner=pruner,
+                seed=whole("seed", 0, 2**32 - 1), gpus=gpus, slurm=slurm,
+                prune_after=whole("prune_after", 1, default=1), prune_startup=whole("prune_startup", 0, default=2))

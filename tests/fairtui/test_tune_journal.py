@@ -1,0 +1,117 @@
+"""A study's journal read back as input (fairtui.tune_journal): recorded settings checked as the command line checks
+them, lines that are not Optuna's operations named, a line cut by a kill repaired before a resume; one driver a
+study; the app's study screen on a damaged journal."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import fairtui_cmd
+from tests.fairtui.test_tune import _made_study
+
+pytest.importorskip("optuna")
+
+from fairtui import tune as t  # noqa: E402
+
+
+def _planted_study(home, profile, **attrs):
+    """A study as `fairtui tune` makes it, then lines appended to its journal (as anyone who can edit a committed
+    journal could): each attribute set again with another value."""
+    from fairtui.tune_space import Objective, parse_dimension
+
+    req = t.Request(home=home, study="s", profile_path=str(profile), space=[parse_dimension("train.lr=0.02:0.1")],
+                    trials=2, objective=Objective("avg_worst"))
+    study = t.create(req)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+@pytest.mark.parametrize("attrs, key", [
+    ({"slurm": {"partition": "gpu\nrm -rf ~", "cluster": "slurm"}}, "slurm"),
+    ({"slurm": {"partition": "gpu", "mem_gb": "64G", "cluster": "slurm"}}, "slurm"),
+    ({"space": [{"key": "method.name", "kind": "choice", "low": None, "high": None, "log": False,
+                 "choices": ['pgd_at"\nseed = 99\nx="', "trades"]}]}, "space"),
+    ({"space": [{"key": "seed", "kind": "int", "low": 0, "high": 9, "log": False, "choices": []}]}, "space"),
+    ({"base": ["train.epochs=1e23"]}, "base"),
+    ({"objective": {"name": "worst_at_avg", "floor": float("nan")}}, "objective"),
+    ({"trials": -1}, "trials"),
+    ({"gpus": "0;reboot"}, "gpus"),
+])
+def test_a_journal_is_input_a_bad_recorded_value_stops_the_resume(tmp_path, tiny_profile, attrs, key):
+    """`tune STUDY --resume` reads the study's settings back from its journal, which may be committed and edited:
+    each goes through the command line's checks, and a bad one is one line naming the journal and the key, before
+    any trial or run exists."""
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile(), **attrs)
+    proc = fairtui_cmd("tune", "s", "--resume", home=home)
+    assert proc.returncode == 2, proc.stderr
+    assert "s.journal" in proc.stderr and f"recorded {key}" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not (home / "runs").exists()
+
+
+@pytest.mark.parametrize("line", [b"garbage{\n", b'{"op_code": 99, "worker_id": "x"}\n', b"[1, 2]\n"])
+def test_a_garbage_or_unknown_journal_line_is_one_line_naming_it(tmp_path, tiny_profile, line):
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    journal = home / "studies" / "s.journal"
+    n = journal.read_bytes().count(b"\n") + 1
+    with open(journal, "ab") as fh:
+        fh.write(line)
+    for args in (("tune", "show", "s"), ("tune", "s", "--resume")):
+        proc = fairtui_cmd(*args, home=home)
+        assert proc.returncode == 2 and f"line {n} is not" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_journal_cut_mid_line_is_repaired_before_a_resume_appends(tmp_path, tiny_profile):
+    """A full disk or a kill leaves the journal's last operation without its newline. Optuna skips it when it
+    reads; a resume cuts it off before appending, so the study stays readable."""
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    journal = home / "studies" / "s.journal"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "worker_id": "w", "study_id": 0, "user_attr": {"x"')
+    study, req = t.load(home, "s")  # as a resume loads it
+    assert journal.read_bytes() == whole
+    study.set_user_attr("after", 1)  # the resume's first write starts a line of its own
+    assert t.load(home, "s", to_run=False)[0].user_attrs["after"] == 1
+
+
+async def test_the_study_screen_on_a_damaged_journal_says_so_and_the_app_lives(tmp_path, tiny_profile):
+    """`y` on a trial of a study whose journal holds a bad line: the screen says what is wrong, the app goes on."""
+    from fairtui.app import make_app
+    from fairtui.app.screens.study import StudyScreen
+    from fairtui.synthetic import make_run
+    from tests.fairtui.test_app import wait_until
+
+    home = tmp_path / "home"
+    ids = [f"20260101-00000{i}-trial{i}" for i in range(4)]
+    for i, run_id in enumerate(ids):
+        make_run(home, run_id, name=f"fig-t{i}", tags=("study:fig", f"trial:{i}"))
+    _made_study(home, tiny_profile, ids)
+    with open(home / "studies" / "fig.journal", "ab") as fh:
+        fh.write(b'{"op_code": 99, "worker_id": "x"}\n')
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.app.push_screen(StudyScreen("fig"))
+        await wait_until(pilot, lambda: "is not an Optuna journal operation" in
+                         str(app.screen.query_one("#study-title").render()))
+        assert app.is_running
+
+
+def test_a_second_driver_of_one_study_is_refused_naming_the_first(tmp_path, tiny_profile):
+    """`tune S --resume` while `tune S` drives S: the second driver is refused in one line naming the first (its
+    pid and host); once the first has ended (its lock released, also by a kill), a resume drives the study."""
+    import os
+
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    study, req = t.load(home, "s")
+    first = t.Driver(study, req)._driver_lock()
+    try:
+        with pytest.raises(t.TuneError, match=rf"another `fairtui tune` drives this study \(pid {os.getpid()} on "):
+            t.Driver(study, req)._driver_lock()
+    finally:
+        first.close()
+    t.Driver(study, req)._driver_lock().close()
