@@ -23,11 +23,12 @@ cd "$tree"
 results=$repo/experiments/results
 table() { python experiments/cifar10_fairness.py --scale cpu --data-root "$data" --workers 1 --threads 1 "$@"; }
 
-# 1. Seeds 3 and 4 of every row but DAFA (FAAL, FRL and CSR fine-tune the same seed's PGD-AT or TRADES run).
+# 1. DAFA's row, all five seeds, on the authors' forward order (#54; the old seeds are in cifar10-cpu-superseded),
+#    first: the table has no DAFA row until its seeds land, while every other row has three.
+table --home "$cifar_home" --results "$results/cifar10-cpu" --seeds 0 1 2 3 4 --methods dafa || true
+# 2. Seeds 3 and 4 of every row but DAFA (FAAL, FRL and CSR fine-tune the same seed's PGD-AT or TRADES run).
 table --home "$cifar_home" --results "$results/cifar10-cpu" --seeds 3 4 \
   --methods at trades wat cfa-trades frl cfa-at tian faal bat csr || true
-# 2. DAFA's row, all five seeds, on the authors' forward order (#54; the old seeds are in cifar10-cpu-superseded).
-table --home "$cifar_home" --results "$results/cifar10-cpu" --seeds 0 1 2 3 4 --methods dafa || true
 # 3. The tuned digits rows of CFA on AT and on TRADES, from spaces that hold train.lr (into tune-digits-lr/, which
 #    replaces their rows in tune-digits/ once both are complete).
 python experiments/tune_all.py --methods cfa-at cfa-trades --home "$homes/tune" --results "$results/tune-digits-lr" \
