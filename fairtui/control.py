@@ -40,8 +40,18 @@ def check_resumable(run_dir: Path) -> None:
         raise NothingToDo(f"run {run_dir.name} has completed; nothing to resume")
     if status == "imported":
         raise ControlError(f"run {run_dir.name} is an imported model: it does not train (fairtui eval evaluates it)")
-    if status == "queued":
+    if status == "queued" and not stranded(run_dir):
         raise ControlError(f"run {run_dir.name} is queued already: it starts when its devices free")
+
+
+def stranded(run_dir: Path) -> bool:
+    """A run marked ``queued`` that no queue holds: the process that queued it (a tune driver, a sweep) ended
+    before the queue started it. It resumes by hand (`fairtui resume`) or with its study (`tune --resume`)."""
+    from fairtui.queue import LocalQueue
+
+    if not (run_dir / "queued").exists() or RunView.load(run_dir).meta.get("launcher") == "slurm":
+        return False
+    return not LocalQueue(run_dir.parent.parent).holds(run_dir.name)
 
 
 def queue_resume(run_dir: Path, queue) -> str:

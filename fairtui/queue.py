@@ -95,6 +95,11 @@ class LocalQueue:
         with self._locked() as entries:
             return list(entries)
 
+    def holds(self, run_id: str) -> bool:
+        """Whether the queue has an entry for the run (a run marked ``queued`` that it does not hold was left by a
+        driver that is gone: see :func:`fairtui.control.check_resumable`)."""
+        return any(e["run_id"] == run_id for e in self.entries())
+
     def cancel(self, run_id: str) -> bool:
         with self._locked() as entries:
             before = len(entries)
@@ -133,15 +138,25 @@ class LocalQueue:
         return out
 
     def busy(self) -> dict[str, int]:
-        """Runs per device among the running runs of this home."""
+        """Runs per device among the running runs of this home, an engine still starting included: it holds
+        the run's engine.lock from before it exists, and writes engine.json only once torch has loaded (seconds
+        on a busy CPU). A tick that missed those started a sweep's children all at once, each one tick apart."""
+        from engine.contract.protocol import ENGINE_LOCK
+
         counts: dict[str, int] = {}
         runs = self.home / "runs"
         for run_dir in (runs.iterdir() if runs.is_dir() else []):
-            if (run_dir / "engine.json").exists() and not (run_dir / "queued").exists():
+            if (run_dir / "queued").exists():
+                continue
+            if (run_dir / "engine.json").exists():
                 view = RunView.load(run_dir)
-                if view.finished is None and view.status() == "running":
-                    for d in devices_of(view.meta.get("gpus")):
-                        counts[d] = counts.get(d, 0) + 1
+                running = view.finished is None and view.status() == "running"
+            else:
+                view, running = None, (run_dir / ENGINE_LOCK).exists() and engine_starting(run_dir)
+            if running:
+                view = view or RunView.load(run_dir)
+                for d in devices_of(view.meta.get("gpus")):
+                    counts[d] = counts.get(d, 0) + 1
         return counts
 
     def tick(self, start: Callable = start_engine) -> list[str]:

@@ -20,6 +20,7 @@ Optuna is an extra (``pip install 'fairtui[tune]'``); only this module imports i
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 from pathlib import Path
@@ -205,6 +206,9 @@ class Driver:
         self.study, self.req, self.say = study, req, say
         self.queue = LocalQueue(req.home, per_gpu=req.parallel)
         self.active: dict[int, dict] = {}  # trial number -> {"trial", "run_id", "reported"}
+        # trials whose run ended for the machine's reasons (a full disk, a killed engine): left RUNNING in the
+        # journal, not counted and not replaced by this driver; `--resume` resumes their runs
+        self.held: dict[int, str] = {}
 
     # a trial's run
     def _start(self, trial) -> None:
@@ -242,9 +246,15 @@ class Driver:
 
         run_dir = self.req.home / "runs" / run_id
         status = RunView.load(run_dir).status()  # "running" too for an engine the killed driver was starting
+        if frozen.user_attrs.get("held"):
+            trial.set_user_attr("held", None)
         if status in ("stopped", "lost", "failed") and "pruned" not in self._tags(run_id):
+            _unmark_stopped(run_dir)
             self._launch(run_dir)  # resumes from its checkpoint
             self.say(f"trial {frozen.number}: resuming run {run_id} ({status})")
+        elif status == "queued" and not self.req.slurm and not self.queue.holds(run_id):
+            self._launch(run_dir)  # its driver was stopped before the queue started it: queued again
+            self.say(f"trial {frozen.number}: run {run_id} queued again")
         self.active[frozen.number] = {"trial": trial, "run_id": run_id,
                                       "reported": max((int(s) for s in frozen.intermediate_values), default=0)}
 
@@ -329,6 +339,18 @@ class Driver:
                 self.study.tell(number, value)
                 self.say(f"trial {number}: {value:.4f}")
             return True
+        if status == "stopped" and view.meta.get(DRIVER_STOPPED):  # this driver's own stop (an earlier Ctrl-C)
+            _unmark_stopped(run_dir)
+            self._launch(run_dir)
+            self.say(f"trial {number}: run {entry['run_id']} was stopped with its study; resuming it")
+            return False
+        reason = machine_reason(view, status)
+        if reason is not None:  # not the trial's doing: kept for --resume, not counted
+            trial.set_user_attr("held", reason)
+            self.held[number] = reason
+            self.say(f"trial {number}: run {entry['run_id']} {status} ({reason}); not counted: `fairtui tune "
+                     f"{self.req.study} --resume` resumes it")
+            return True
         if status in ("failed", "lost") or (status == "stopped" and "pruned" not in self._tags(entry["run_id"])):
             if status == "stopped":  # stopped by hand: the driver takes it as the user's choice
                 self.say(f"trial {number}: its run was stopped; recorded as failed")
@@ -382,7 +404,8 @@ class Driver:
         while True:
             finished = [t for t in self.study.get_trials(deepcopy=False)
                         if t.state in (states.COMPLETE, states.PRUNED, states.FAIL) and not t.user_attrs.get("no_run")]
-            while len(self.active) < self.req.parallel and len(finished) + len(self.active) < self.req.trials:
+            while len(self.active) < self.req.parallel and \
+                    len(finished) + len(self.active) + len(self.held) < self.req.trials:
                 self._start(self.study.ask())
             if not self.active:
                 return
@@ -394,16 +417,47 @@ class Driver:
             time.sleep(self.req.interval)
 
     def stop(self) -> None:
-        """Ctrl-C: the trials' runs stop cleanly; the study keeps them as running, and --resume continues."""
+        """Ctrl-C, SIGTERM or SIGHUP: the trials' runs stop cleanly, each marked as stopped by its driver (not
+        by hand); the study keeps them as running, and --resume resumes them (a run still queued is queued
+        again)."""
         from fairtui.control import StopError, stop_run
+        from fairtui.launcher import change_meta
 
         for entry in self.active.values():
+            run_dir = self.req.home / "runs" / entry["run_id"]
             if not self.req.slurm:
                 self.queue.cancel(entry["run_id"])
             try:
-                stop_run(self.req.home / "runs" / entry["run_id"], wait=False)
-            except StopError:
+                change_meta(run_dir, lambda m: m.update({DRIVER_STOPPED: True}))
+                stop_run(run_dir, wait=False)
+            except (StopError, OSError):
                 pass
+
+
+DRIVER_STOPPED = "stopped_by_study"  # meta.json: the run was stopped with its study's driver, not by hand
+
+
+def _unmark_stopped(run_dir: Path) -> None:
+    from fairtui.launcher import change_meta
+
+    try:
+        marked = DRIVER_STOPPED in json.loads((run_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        marked = False
+    if marked:
+        change_meta(run_dir, lambda m: m.pop(DRIVER_STOPPED, None))
+
+
+def machine_reason(view, status: str) -> str | None:
+    """Why a trial's run ended for the machine's reasons and not its own, or None: its engine died with no
+    end recorded (``lost``: the kernel's OOM killer, a kill -9 from outside fairtui, a reboot), or it failed
+    on a full disk. Such a trial is resumed by `tune --resume`, not counted as a failure of its parameters."""
+    if status == "lost":
+        return "its engine died with no end recorded"
+    error = str((view.finished or {}).get("error", ""))
+    if status == "failed" and ("No space left on device" in error or re.search(r"the disk holding .* is full", error)):
+        return "the disk is full"
+    return None
 
 
 def finish(study, req: Request, say: Callable[[str], None] = lambda line: None) -> dict | None:
@@ -444,8 +498,11 @@ def summary(study, req: Request) -> dict:
     """The trials table, the best trial so far and the parameters' importance (Optuna's; None until it can be
     computed)."""
     opt = optuna()
-    rows = [{"trial": t.number, "state": t.state.name.lower(), "value": t.value, "params": t.params,
-             "run_id": t.user_attrs.get("run_id")} for t in study.get_trials(deepcopy=False)]
+    rows = [{"trial": t.number, "state": "held" if t.state.name == "RUNNING" and t.user_attrs.get("held")
+             else t.state.name.lower(), "value": t.value, "params": t.params,
+             "run_id": t.user_attrs.get("run_id"), **({"held": t.user_attrs["held"]} if t.user_attrs.get("held")
+                                                     and t.state.name == "RUNNING" else {})}
+            for t in study.get_trials(deepcopy=False)]
     try:
         best = study.best_trial
         best_row = {"trial": best.number, "value": best.value, "params": best.params,

@@ -60,6 +60,7 @@ def resume(
     except ValueError as err:
         raise fail(str(err)) from None
     proc = start_engine(run_dir, choice, command=engine_command(run_dir, world))
+    (run_dir / "queued").unlink(missing_ok=True)  # a run stranded as queued (control.stranded) starts here
     typer.echo(f"resuming run {run_dir.name}", err=True)
     if detach:
         raise typer.Exit(0)

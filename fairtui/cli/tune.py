@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import List, Optional
 
 import typer
@@ -78,11 +79,16 @@ def tune(
                                  home_dir, say, dataclasses.asdict(settings) if settings else None)
         driver = t.Driver(st, req, say)
         try:
-            driver.run()
+            with _signals_interrupt():
+                driver.run()
         except KeyboardInterrupt:
             driver.stop()
             raise fail(f"stopped; the trials' runs stop after their batch: fairtui tune {req.study} --resume "
                        "continues the study", 130) from None
+        if driver.held:
+            raise fail(f"{len(driver.held)} trial(s) ended for the machine's reasons "
+                       f"({', '.join(sorted(set(driver.held.values())))}), not counted: free the machine, then "
+                       f"fairtui tune {req.study} --resume resumes them", 1)
         record = t.finish(st, req, say)
         doc = t.summary(st, req)
         typer.echo(json.dumps({**doc, "finished": record}) if json_out else render(doc))
@@ -90,6 +96,23 @@ def tune(
         raise fail(str(err)) from None
     except t.StorageError as err:  # a full or read-only disk: the command failed, nothing is lost
         raise fail(str(err), 1) from None
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP (a closed terminal) stop the driver as Ctrl-C does: its trials' runs stop cleanly,
+    marked as stopped with their study, and nothing is left queued that only this driver would start."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def render(doc: dict) -> str:

@@ -65,6 +65,30 @@ def test_queue_respects_per_gpu_limit_and_order(tmp_path, monkeypatch):
     assert queue.entries() == [] and not (runs[3] / "queued").exists()
 
 
+def test_an_engine_still_starting_holds_its_device(tmp_path):
+    """An engine holds its run's engine.lock from before it exists and writes engine.json only once torch has
+    loaded: seconds on a busy CPU. The next tick must count it, or a sweep's children start one a tick, all at
+    once (18 digits runs on 2 cores, seen on 2026-11-27)."""
+    from fairtui.launcher import hold_engine_lock
+
+    queue = LocalQueue(tmp_path, per_gpu=1)
+    held, started = [], []
+
+    def slow_start(run_dir, choice):  # the lock handed down, no engine.json yet
+        held.append(hold_engine_lock(run_dir))
+        started.append(run_dir.name)
+
+    runs = [make_run(tmp_path, f"s{i}", status="queued") for i in range(3)]
+    for run in runs:
+        (run / "engine.json").unlink(missing_ok=True)
+        queue.submit(run, None, pool=["cpu"])
+    assert queue.tick(start=slow_start) == ["s0"]
+    assert queue.busy() == {"cpu": 1}
+    assert queue.tick(start=slow_start) == [] and started == ["s0"]
+    held.pop().close()  # the engine ended (it never wrote engine.json: it failed as it started)
+    assert queue.tick(start=slow_start) == ["s1"]
+
+
 def test_the_queue_survives_the_process(tmp_path):
     run = make_run(tmp_path, "r0", status="running")
     LocalQueue(tmp_path).submit(run, GpuChoice(cpu=True))
