@@ -25,11 +25,18 @@ class RunNotFound(LookupError):
     """An unknown or ambiguous RUN; the message suggests what exists."""
 
 
+class HomeNotAFolder(ValueError):
+    """``--home`` (or $FAIRTUI_HOME) names something that is not a folder: one line, exit 2."""
+
+
 def resolve_home(home: str | Path | None = None) -> Path:
-    if home:
-        return Path(home).expanduser()
     env = os.environ.get("FAIRTUI_HOME")
-    return Path(env).expanduser() if env else Path.cwd() / ".fairtui"
+    where = "--home" if home else "$FAIRTUI_HOME"
+    path = Path(home).expanduser() if home else Path(env).expanduser() if env else Path.cwd() / ".fairtui"
+    if path.exists() and not path.is_dir():
+        raise HomeNotAFolder(f"{where} {path}: not a folder (the home holds runs/, studies/ and the index; give a "
+                             "folder, new or existing)")
+    return path
 
 
 def runs_dir(home: Path) -> Path:

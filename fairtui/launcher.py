@@ -99,6 +99,7 @@ def create_run(home: Path, profile: Profile, profile_path: str, name: str | None
     # the run by one rename. A full disk (or any failure) leaves no run with an empty profile behind.
     staging = runs_dir(home) / f".new-{run_id}"
     staging.mkdir(parents=True)
+    remove_stale_staging(home)
     try:
         atomic_write_text(staging / "profile.toml", dumps_profile(profile))
         write_meta(staging, {"run_id": run_id, "name": name or profile.name, "tags": list(tags),
@@ -130,6 +131,23 @@ def change_meta(run_dir: Path, change) -> dict:
         change(meta)
         write_meta(run_dir, meta)
     return meta
+
+
+STALE_STAGING_S = 600.0  # a staging folder lives for milliseconds; one this old was left by a killed process
+
+
+def remove_stale_staging(home: Path) -> list[str]:
+    """Remove the staging folders (``runs/.new-*``) that a process killed while making a run left behind; no
+    reader lists them as runs, and nothing else removes them. Each new run sweeps them. Returns their names."""
+    now, removed = time.time(), []
+    for folder in runs_dir(home).glob(".new-*"):
+        try:
+            if now - folder.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(folder)
+                removed.append(folder.name)
+        except OSError:  # made or removed meanwhile, or not ours to remove: left
+            continue
+    return removed
 
 
 def engine_command(run_dir: Path, nproc: int = 1) -> list[str]:

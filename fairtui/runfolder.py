@@ -198,7 +198,11 @@ class RunView:
         engine.contract.protocol.record_end)."""
         from engine.contract.protocol import read_end
 
-        return read_end(self.run_dir) or self.digest.finished
+        streamed = self.digest.finished
+        if streamed is not None and streamed.get("status") == "completed":
+            return streamed  # the engine completed the run: an end recorded late beside it (a `stop --now` that
+            # raced with the last epoch) cannot undo that, and a completed run never starts another session
+        return read_end(self.run_dir) or streamed
 
     def status(self) -> str:
         if engine_starting(self.run_dir):  # a training engine holds the run's lock: alive, or starting (a resume

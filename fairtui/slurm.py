@@ -138,6 +138,17 @@ class SlurmSettings:
                                "or partition in the profile's [sweep.slurm] table")
         return settings
 
+    def require_cluster(self) -> "SlurmSettings":
+        """Refuse, before anything exists, a launch to a cluster this machine cannot reach: submitit submits
+        with sbatch and its jobs start with srun, so a machine with neither on PATH is not a Slurm login node."""
+        import shutil
+
+        if self.cluster == "slurm" and not (shutil.which("srun") and shutil.which("sbatch")):
+            missing = " and ".join(c for c in ("sbatch", "srun") if not shutil.which(c))
+            raise ProfileError("--launcher", "slurm", f"no {missing} on PATH: this machine is not a Slurm login node "
+                               "(--cluster local runs the job's tasks here, to try a launch)")
+        return self
+
     def describe(self) -> str:
         gpus = f"{self.gpus_per_node} GPU{'s' if self.gpus_per_node > 1 else ''}"
         return f"{self.nodes} nodes x {gpus}" if self.nodes > 1 else gpus

@@ -102,12 +102,21 @@ def _root(ctx: typer.Context,
 
 
 def main() -> None:
-    from fairtui.home import EngineRunning, ReadOnlyHome
+    from fairtui.home import EngineRunning, HomeNotAFolder, ReadOnlyHome
 
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # before anything exists: a run made here could not start its engine
+        print("fairtui: the working directory no longer exists (deleted or moved); cd to a folder that exists",
+              file=sys.stderr)
+        sys.exit(2)
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except HomeNotAFolder as err:
+        print(f"fairtui: {err}", file=sys.stderr)
+        sys.exit(2)
     except EngineRunning as err:  # a second engine for a run that one trains (a race with another start)
         print(f"fairtui: {err}", file=sys.stderr)
         sys.exit(2)

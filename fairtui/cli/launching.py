@@ -22,7 +22,7 @@ def slurm_settings(launcher: Optional[str], gpus: Optional[str], **options):
         raise fail("--gpus picks this machine's GPUs; with --launcher slurm, ask for --gpus-per-node N")
     from fairtui.slurm import SlurmSettings
 
-    return SlurmSettings.from_sources({}, **options)
+    return SlurmSettings.from_sources({}, **options).require_cluster()
 
 
 def refuse_slurm_options(**options) -> None:

@@ -71,7 +71,7 @@ def sweep(
             slurm_settings = SlurmSettings.from_sources(
                 spec.slurm, partition=partition, time_min=time_min, nodes=nodes,
                 gpus_per_node=gpus_per_node if gpus_per_node is not None else gpus_per_task, cpus=cpus,
-                mem_gb=mem_gb, parallelism=parallelism, sbatch=sbatch, cluster=cluster)
+                mem_gb=mem_gb, parallelism=parallelism, sbatch=sbatch, cluster=cluster).require_cluster()
         else:
             from fairtui.cli.launching import refuse_slurm_options
 

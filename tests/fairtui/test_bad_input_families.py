@@ -137,3 +137,77 @@ def test_run_warns_of_a_milestone_that_will_not_fire_and_runs(tmp_path, tiny_pro
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert lines == ["warning: train.milestones: milestone 20 is after the last epoch (1) and will not fire"]
+
+
+# -- one line, not a traceback (#55 item 12) ------------------------------------------------------------
+
+def test_a_home_that_is_a_file_is_one_line(tmp_path):
+    plain = tmp_path / "notes.txt"
+    plain.write_text("mine\n")
+    for args in (("ls",), ("show", "x"), ("tune", "show", "s")):
+        proc = fairtui_cmd(*args, home=plain)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines() == [f"fairtui: --home {plain}: not a folder (the home holds runs/, "
+                                                    "studies/ and the index; give a folder, new or existing)"]
+    assert plain.read_text() == "mine\n"
+
+
+def test_a_deleted_working_directory_is_one_line_and_makes_no_run(tmp_path, tiny_profile):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, engine_env
+
+    gone, home = tmp_path / "gone", tmp_path / "home"
+    gone.mkdir()
+    env = {**engine_env(), "PYTHONPATH": str(ROOT)}
+    code = (f"import os; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+            "from fairtui.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code, "run", str(tiny_profile()), "--home", str(home)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "the working directory no longer exists" in proc.stderr
+    assert untouched(home)
+
+
+def test_slurm_without_sbatch_or_srun_is_refused_before_anything_exists(tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    path = f"{bare}{os.pathsep}{os.path.dirname(os.path.realpath(__import__('sys').executable))}"
+    for args in (("run", str(tiny_profile()), "--launcher", "slurm", "--partition", "gpu"),
+                 ("sweep", str(tiny_profile()), "--launcher", "slurm", "--partition", "gpu", "--seeds", "2")):
+        proc = fairtui_cmd(*args, home=home, env_extra={"PATH": path})
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert "no sbatch and srun on PATH: this machine is not a Slurm login node" in proc.stderr
+        assert untouched(home)
+
+
+def test_a_late_end_record_cannot_undo_a_completed_run(tmp_path):
+    """`stop --now` that raced with the last epoch: the engine completed, then an end was recorded beside the
+    stream. The run reads completed."""
+    from engine.contract.protocol import record_end
+    from fairtui.runfolder import RunView
+    from fairtui.synthetic import make_run
+
+    run_dir = make_run(tmp_path, "r1", status="completed")
+    record_end(run_dir, "stopped", "killed (SIGKILL) by fairtui stop --now", killed=True)
+    assert RunView.load(run_dir).status() == "completed"
+    stopped = make_run(tmp_path, "r2", status="stopped")  # a killed session of a run that had not completed
+    record_end(stopped, "failed", "sbatch refused the job")
+    assert RunView.load(stopped).status() == "failed"
+
+
+def test_staging_folders_left_by_a_killed_run_are_removed_by_the_next_one(tmp_path, tiny_profile):
+    import time
+
+    home = tmp_path / "home"
+    old, fresh = home / "runs" / ".new-20261127-010101-aaaaaa", home / "runs" / ".new-20261127-010102-bbbbbb"
+    for folder in (old, fresh):
+        folder.mkdir(parents=True)
+        (folder / "profile.toml").write_text("")
+    past = time.time() - 3600
+    os.utime(old, (past, past))
+    proc = fairtui_cmd("run", str(tiny_profile()), "--set", "train.epochs=1", "--detach", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert not old.exists() and fresh.exists()  # one still being made by a live process is left alone
