@@ -130,15 +130,53 @@ def make_runtime(cfg: TrainConfig, local_rank: int = 0, world: int = 1) -> Runti
     if want_cuda and world > 1:
         torch.cuda.set_device(index)
     device = torch.device("cuda", index) if want_cuda else torch.device("cpu")
-    # bf16 autocast and channels-last pay off on CUDA only; on the CPU they are ignored.
+    # CUDA: bf16 autocast and channels-last are the default ("auto", measured in #36). The CPU: fp32 and
+    # contiguous unless the profile asks for bf16 (train.amp = "bf16": autocast on the CPU, with channels-last
+    # when train.channels_last, the oneDNN fast path of #57); "auto" stays fp32 there (cpu_precision).
     dtype = torch.bfloat16 if (cfg.amp in ("bf16", "auto") and want_cuda) else None
+    if not want_cuda:
+        dtype = cpu_precision(cfg.amp)
     compile_on = cfg.compile == "on" or (cfg.compile == "auto" and want_cuda and world == 1)
     # CUDA graphs need CUDA: on the CPU the same request compiles without them.
     from engine.compiled import uses_cuda_graphs
 
     mode = "default" if not want_cuda and uses_cuda_graphs(cfg.compile_mode) else cfg.compile_mode
-    return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and want_cuda,
+    return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and (want_cuda or dtype is not None),
                    compile_mode=mode if compile_on else None)
+
+
+# The CPU's bf16 units: oneDNN runs bf16 convolutions and matrix products on them under autocast. Without them
+# bf16 is emulated, and slower than fp32.
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# Whether "auto" picks bf16 on a CPU that has the units. False until the accuracy check of #57 (cifar10-cpu-at,
+# two seeds, fp32 against bf16 + channels-last on one such CPU) has run: no machine of this project with bf16
+# units has been available for it (docs/profiles-and-methods.md, "Precision on the CPU").
+CPU_AUTO_BF16 = False
+
+
+def cpu_has_bf16(flags: list[str] | None = None) -> bool:
+    """Whether this CPU (or one reporting ``flags``, /proc/cpuinfo's names) has bf16 units."""
+    if flags is None:
+        from engine.provenance import cpu
+
+        flags = cpu()["flags"]
+    return any(f in flags for f in CPU_BF16_FLAGS)
+
+
+def cpu_precision(amp: str, flags: list[str] | None = None) -> torch.dtype | None:
+    """The autocast dtype of a CPU run: bf16 when the profile asks for it ("bf16"); for "auto", bf16 only on a
+    CPU with bf16 units and once CPU_AUTO_BF16 is decided; else None (fp32)."""
+    if amp == "bf16":
+        if not cpu_has_bf16(flags):
+            import logging
+
+            logging.getLogger("engine").warning(
+                "train.amp = \"bf16\" on a CPU without bf16 units (%s): bf16 is emulated here and likely slower "
+                "than fp32 (train.amp = \"none\")", "/".join(CPU_BF16_FLAGS))
+        return torch.bfloat16
+    if amp == "auto" and CPU_AUTO_BF16 and cpu_has_bf16(flags):
+        return torch.bfloat16
+    return None
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:

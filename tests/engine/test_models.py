@@ -33,12 +33,30 @@ def test_wide_resnet_rejects_a_bad_depth():
         build_model(ModelConfig(arch="wide_resnet", depth=30, width=1), (3, 32, 32), 10, (0.5,) * 3, (0.5,) * 3)
 
 
-def test_cpu_runtime_ignores_cuda_only_options():
+def test_the_cpu_trains_in_bf16_only_when_asked_and_auto_needs_bf16_units(monkeypatch):
+    """#57: `train.amp = "bf16"` is the CPU's fast path (autocast, channels-last), said in the run's device
+    line; "auto" is fp32 on the CPU, and even once bf16 is decided for "auto" it picks fp32 on a CPU without bf16
+    units (the flags faked)."""
+    from engine import utils
     from engine.contract.config import TrainConfig
-    from engine.utils import make_runtime
+    from engine.utils import cpu_precision, make_runtime
 
-    rt = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=True))
-    assert rt.device.type == "cpu" and rt.autocast_dtype is None and not rt.channels_last
+    fast = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=True))
+    assert fast.autocast_dtype == torch.bfloat16 and fast.channels_last
+    assert fast.describe() == "cpu; autocast bfloat16, channels-last"
+    assert fast.for_evaluation().autocast_dtype is None  # the test split stays fp32
+    flat = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=False))
+    assert flat.autocast_dtype == torch.bfloat16 and not flat.channels_last
+    for amp in ("auto", "none"):
+        rt = make_runtime(TrainConfig(device="cpu", amp=amp, channels_last=True))
+        assert rt.autocast_dtype is None and not rt.channels_last and rt.describe() == "cpu"
+    avx2, sapphire = ["avx2", "fma"], ["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
+    assert cpu_precision("auto", sapphire) is None  # not decided: fp32 everywhere
+    monkeypatch.setattr(utils, "CPU_AUTO_BF16", True)
+    assert cpu_precision("auto", avx2) is None
+    assert cpu_precision("auto", sapphire) == torch.bfloat16
+    assert cpu_precision("auto", ["avx512_bf16"]) == torch.bfloat16
+    assert cpu_precision("none", sapphire) is None
 
 
 def test_cuda_request_without_a_gpu_is_a_clear_error(monkeypatch):
@@ -96,3 +114,18 @@ def test_resnet_base_width_sets_the_stages_channels(arch):
     assert 0.17e6 < params(narrow) < 0.19e6
     assert 11.1e6 < params(full) < 11.2e6 and params(full) == params(build_model(
         ModelConfig(arch=arch), (3, 32, 32), 10, (0.5,) * 3, (0.5,) * 3))  # the default is the papers' width
+
+
+def test_the_committed_cpu_rows_stay_fp32_if_auto_ever_picks_bf16_on_the_cpu():
+    """The CPU-scale CIFAR-10 rows trained in fp32 with "auto" (amp unset). The day "auto" picks bf16 on CPUs that
+    have the units (engine.utils.CPU_AUTO_BF16), every cifar10-cpu profile must pin train.amp = "none" first, so
+    that a new seed of a row matches its old ones (#57). Today "auto" is fp32 on every CPU, and this says so."""
+    import tomllib
+    from pathlib import Path
+
+    from engine import utils
+
+    profiles = sorted(Path(__file__).resolve().parents[2].glob("profiles/cifar10-cpu-*.toml"))
+    assert profiles
+    unpinned = [p.name for p in profiles if tomllib.loads(p.read_text()).get("train", {}).get("amp") != "none"]
+    assert not utils.CPU_AUTO_BF16 or not unpinned, f"pin train.amp = \"none\" in {unpinned} before CPU_AUTO_BF16"
