@@ -67,9 +67,22 @@ def methods_of(prefix: str) -> list[str]:
     return [m for m in ALL_METHODS if (ROOT / "profiles" / f"{prefix}-{m}.toml").is_file()]
 
 
-def fairtui(args: list[str], home: Path, env: dict | None = None) -> dict | list:
+def fairtui(args: list[str], home: Path, env: dict | None = None, watch=None) -> dict | list:
+    """`fairtui ARGS --json`; ``watch`` (a callable) is called every 30 s while it runs (a training's progress)."""
     cmd = [sys.executable, "-m", "fairtui.cli", *args, "--json", "--home", str(home)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if watch is None:
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    else:
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env=env) as proc:
+            got: dict = {}
+            reader = threading.Thread(target=lambda: got.update(zip(("stdout", "stderr"), proc.communicate())))
+            reader.start()
+            while reader.is_alive():
+                reader.join(30)
+                if reader.is_alive():
+                    watch()
+            out = subprocess.CompletedProcess(cmd, proc.returncode, got.get("stdout", ""), got.get("stderr", ""))
     if out.returncode != 0:
         raise Failed(f"`fairtui {' '.join(args)}` exited {out.returncode}:\n{out.stderr[-3000:]}")
     try:
@@ -90,6 +103,39 @@ def copy_small_files(run_dir: Path, target: Path) -> Path:
     for name in SMALL_FILES:
         shutil.copy2(run_dir / name, target / name)
     return target
+
+
+class Watch:
+    """A training's progress, said when it moves on (an epoch, or an evaluation): a run is 15 to 45 minutes, and a
+    script that prints nothing in that time looks hung."""
+
+    def __init__(self, table: "Table", name: str):
+        self.table, self.name, self.said = table, name, None
+
+    def __call__(self) -> None:
+        runs = self.table.home / "runs"
+        newest = None
+        for meta in sorted(runs.glob("*/meta.json"), reverse=True) if runs.is_dir() else []:
+            try:
+                if json.loads(meta.read_text()).get("name") == self.name:
+                    newest = meta.parent
+                    break
+            except (OSError, ValueError):
+                continue
+        if newest is None:
+            return
+        try:
+            p = json.loads((newest / "progress.json").read_text())
+        except (OSError, ValueError):
+            return
+        where = (p.get("phase"), p.get("epoch"))
+        if where == self.said:
+            return
+        self.said = where
+        minutes = (time.time() - p["started"]) / 60 if isinstance(p.get("started"), (int, float)) else None
+        elapsed = f", {minutes:.0f} min in" if minutes is not None else ""
+        self.table.say(f"{self.name}: {p.get('phase', '?')} epoch {p.get('epoch', '?')} "
+                       f"(batch {p.get('batch', '?')} of {p.get('batches', '?')}){elapsed}")
 
 
 class Table:
@@ -136,7 +182,7 @@ class Table:
                    "--tag", self.prefix, *gpus]
             for s in sets:
                 cmd += ["--set", s]
-            fairtui(cmd, self.home, self.env)
+            fairtui(cmd, self.home, self.env, watch=Watch(self, name))
         shown = fairtui(["show", name], self.home)
         if shown.get("status") != "completed":
             raise Failed(f"{name} ended {shown.get('status')}: {shown.get('error')}")
@@ -241,7 +287,8 @@ def main() -> None:
     parser.add_argument("--data-root", help="the folder that holds cifar-10-batches-py")
     parser.add_argument("--download", action="store_true",
                         help="download CIFAR-10 into --data-root first (torchvision; needs the network)")
-    parser.add_argument("--home", type=Path, default=Path(".fairtui-cifar10"))
+    parser.add_argument("--home", type=Path, default=Path(".fairtui-cifar10"),
+                        help="where the runs are trained (default ./.fairtui-cifar10, ignored by git)")
     parser.add_argument("--results", type=Path, help="where the small files go (default: the scale's folder)")
     parser.add_argument("--seeds", type=at_least(0), nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", help="rows to train (default: every profile of the scale)")
@@ -272,5 +319,16 @@ def main() -> None:
     print(markdown(args.results or default_results))
 
 
+def interrupted() -> None:
+    """Ctrl-C: each `fairtui run` in flight got it too and stops its engine after the batch, keeping the
+    checkpoint; the same command again resumes those runs and reuses the finished ones."""
+    print("\ninterrupted: the runs in flight stop after their batch with their checkpoints; run the same command "
+          "again to resume them", file=sys.stderr)
+    raise SystemExit(130)
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        interrupted()

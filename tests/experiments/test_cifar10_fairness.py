@@ -110,3 +110,25 @@ def test_download_fetches_once_and_says_what_to_do_without_the_network(tmp_path,
         cifar10_fairness.download(str(tmp_path / "empty"))
     assert asked == [str(tmp_path / "empty")]
     assert "could not download CIFAR-10" in str(raised.value) and "cifar-10-batches-py/" in str(raised.value)
+
+
+def test_a_training_says_its_progress_when_it_moves_on(tmp_path, capsys):
+    """A CPU-scale run is 15 to 45 minutes: the script says each new epoch or phase of the run it waits for, once."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import argparse
+
+    import cifar10_fairness
+
+    table = cifar10_fairness.Table(argparse.Namespace(home=tmp_path, scale="cpu", results=None, threads=1))
+    run = tmp_path / "runs" / "20261127-000000-aaaaaa"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text(json.dumps({"name": "cifar10-cpu-at-s0"}))
+    watch = cifar10_fairness.Watch(table, "cifar10-cpu-at-s0")
+    watch()  # no progress yet: nothing said
+    for epoch, batch in ((1, 10), (1, 200), (2, 5)):
+        (run / "progress.json").write_text(json.dumps({"phase": "train", "epoch": epoch, "batch": batch,
+                                                       "batches": 313, "started": 0}))
+        watch()
+    said = [line.split(" ", 1)[1] for line in capsys.readouterr().err.splitlines()]
+    assert [line.split(" (")[0] for line in said] == ["cifar10-cpu-at-s0: train epoch 1",
+                                                      "cifar10-cpu-at-s0: train epoch 2"]
