@@ -158,9 +158,24 @@ READERS = {
 }
 
 
+def broken_torchvision(err: BaseException) -> str:
+    """What an import of torchvision that fails means: it is missing, or built for another torch (a pair that
+    does not load: "operator torchvision::nms does not exist"), and how to install a pair that loads."""
+    import torch
+
+    what = "is not installed" if isinstance(err, ModuleNotFoundError) else \
+        f"does not load with torch {torch.__version__} ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+    return (f"torchvision {what}; it is needed only to download a data set. Install the torchvision built for this "
+            "torch (pip install torchvision, which picks the matching version), or copy the data set's files "
+            "into data.root and download nothing")
+
+
 def download(name: str, root: Path) -> None:
     """Fetch a data set with torchvision into ``root`` (needs network access)."""
-    from torchvision import datasets as tvd
+    try:
+        from torchvision import datasets as tvd
+    except Exception as err:  # noqa: BLE001 - a torchvision built for another torch fails in many ways
+        raise DataError(broken_torchvision(err)) from None
 
     if name == "tiny_imagenet":
         raise DataError("Tiny-ImageNet has no torchvision download: get tiny-imagenet-200.zip from the "

@@ -197,3 +197,28 @@ def test_digits_read_without_scikit_learn_are_load_digits():
     bunch = load_digits()
     assert np.array_equal(images, bunch.images) and np.array_equal(target, bunch.target)
     assert images.dtype == bunch.images.dtype and target.dtype == bunch.target.dtype
+
+
+def test_a_broken_torchvision_is_reported_as_such_not_as_a_failed_download(tmp_path, monkeypatch):
+    """A torchvision built for another torch fails at import ("operator torchvision::nms does not exist"): the
+    error says torchvision does not load with this torch, and how to fix it, not that a download failed."""
+    import builtins
+
+    import pytest
+
+    from engine.data.tensors import DataError
+    from engine.data.vision import load_vision
+
+    real = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name.startswith("torchvision"):
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    with pytest.raises(DataError) as raised:
+        load_vision("cifar10", tmp_path, want_download=True)
+    message = str(raised.value)
+    assert message.startswith("torchvision does not load with torch ") and "torchvision::nms" in message
+    assert "downloading" not in message and "pip install torchvision" in message
