@@ -39,7 +39,7 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
 
     Ctrl-C is forwarded to the engine, which stops cleanly.
     """
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # a log sent to a file keeps whole lines
     out = Console(highlight=False, soft_wrap=True)
     tail = EventTail(run_dir / "events.jsonl")
     stored = 0  # events in the stream before this evaluation: a result among them is a reused one

@@ -33,6 +33,16 @@ def test_run_prints_a_per_class_table(tmp_path, tiny_profile):
     assert "epoch   2/2" in proc.stderr
 
 
+def test_a_run_log_sent_to_a_file_keeps_whole_epoch_lines(tmp_path, tiny_profile):
+    """`nohup fairtui run ... > run.log`: nothing wraps, so `grep epoch run.log` finds whole lines (#56 item 8).
+    COLUMNS=40 makes the console narrower than the epoch line, as 80 columns are for CIFAR-10's class names."""
+    proc = fairtui_cmd("run", str(tiny_profile()), home=tmp_path / "home", env_extra={"COLUMNS": "40"})
+    assert proc.returncode == 0, proc.stderr
+    epochs = [line for line in proc.stderr.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 2 and all(line.rstrip().endswith(("s", "s *")) and " lr " in line for line in epochs)
+    assert any(line.startswith("each epoch: ") and line.endswith("* new best") for line in proc.stderr.splitlines())
+
+
 def test_bad_profile_exits_2_and_creates_nothing(tmp_path, tiny_profile):
     home = tmp_path / "home"
     proc = fairtui_cmd("run", str(tiny_profile()), "--set", "attack.eps=-1", home=home)
