@@ -52,6 +52,28 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return out
 
 
+def _profile_hint(path: Path) -> str:
+    """"; did you mean profiles/digits-at.toml?" for a profile named without its folder or suffix."""
+    name = path.name if path.suffix == ".toml" else f"{path.name}.toml"
+    for candidate in (Path("profiles") / name, path.with_name(name)):
+        if candidate != path and candidate.is_file():
+            return f"; did you mean {candidate}?"
+    return ""
+
+
+def _section_hint(key: str) -> str:
+    """"; did you mean 'train.epochs'?" for a section's key given at the top level (`--set epochs=3`)."""
+    import dataclasses
+
+    from engine.contract.config import Profile
+
+    for section in dataclasses.fields(Profile):
+        default = section.default if section.default is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default) and key in {f.name for f in dataclasses.fields(default)}:
+            return f"; did you mean {section.name}.{key}?"
+    return ""
+
+
 def read_toml(path: str | Path) -> dict:
     path = Path(path)
     try:
@@ -63,7 +85,7 @@ def read_toml(path: str | Path) -> dict:
             raise ProfileError(str(path), "", f"larger than {MAX_PROFILE_BYTES // 1000} kB: not a profile")
         return tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
-        raise ProfileError(str(path), "", "no such profile file") from None
+        raise ProfileError(str(path), "", "no such profile file" + _profile_hint(path)) from None
     except PermissionError:
         raise ProfileError(str(path), "", "not readable (permission denied)") from None
     except OSError as err:
@@ -115,7 +137,9 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
             # Name --set as the culprit when the bad key was set there.
             keys = {parse_override(o)[0] for o in overrides}
             if err.key in keys:
-                raise ProfileError("--set", err.key, err.problem) from None
+                hint = _section_hint(err.key) if "." not in err.key and err.problem.startswith("unknown key") else ""
+                raise ProfileError("--set", err.key, err.problem.replace(" (known:", hint + " (known:", 1)
+                                   if hint else err.problem) from None
             raise
     return profile_from_table(raw, str(path))
 

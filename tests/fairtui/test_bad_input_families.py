@@ -211,3 +211,13 @@ def test_staging_folders_left_by_a_killed_run_are_removed_by_the_next_one(tmp_pa
     proc = fairtui_cmd("run", str(tiny_profile()), "--set", "train.epochs=1", "--detach", home=home)
     assert proc.returncode == 0, proc.stderr
     assert not old.exists() and fresh.exists()  # one still being made by a live process is left alone
+
+
+def test_a_profile_named_without_its_folder_and_a_section_key_at_the_top_level_get_suggestions(tmp_path):
+    """`fairtui run digits-at` and `--set epochs=3`, as a new user types them (#56 item 10)."""
+    home = tmp_path / "home"
+    proc = fairtui_cmd("run", "digits-at", home=home)
+    assert proc.returncode == 2 and "did you mean profiles/digits-at.toml?" in proc.stderr, proc.stderr
+    proc = fairtui_cmd("run", "profiles/digits-at.toml", "--set", "epochs=3", home=home)
+    assert proc.returncode == 2 and "epochs: unknown key; did you mean train.epochs?" in proc.stderr, proc.stderr
+    assert untouched(home)
