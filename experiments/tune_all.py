@@ -45,8 +45,10 @@ LR = "train.lr=0.0125:0.2:log"  # digits' 0.05, x1/4 to x4
 SPACES: dict[str, list[str]] = {
     "at": [LR],
     "trades": ["method.beta=1:12:log", LR],  # TRADES's 6
-    "frl": ["method.tau1=0.02:0.12", "method.alpha1=0.01:0.2:log",
-            "method.finetune_lr=0.00125:0.02:log"],  # FRL's tau 0.05 (and 0.07), rate 0.05; digits' 0.005
+    "frl": ["method.tau1=0.02:0.12", "method.alpha1=0.01:0.2:log", "method.tau2=0.02:0.12",
+            "method.alpha2=0.01:0.2:log", "method.finetune_lr=0.00125:0.02:log"],
+    # FRL's tau 0.05 (and 0.07), rates 0.05; digits' 0.005. tau2 and alpha2 act on digits where alpha1 barely
+    # does (experiments/results/digits-probes/README.md, frl-knobs)
     "cfa-at": ["method.lambda1=0.3:0.8", "method.fawa_threshold=0.1:0.4", LR],  # CFA's lambda1 0.5 (AT), delta 0.2
     "cfa-trades": ["method.lambda1=0.1:0.6", "method.lambda2=0.2:0.8",
                    "method.fawa_threshold=0.1:0.4", LR],  # 0.3 (TRADES), 0.5, 0.2
