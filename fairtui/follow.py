@@ -34,8 +34,10 @@ def _progress_bar(console: Console) -> Progress:
 
 
 def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
-           eval_request: dict | None = None, since: float = 0.0) -> int:
+           eval_request: dict | None = None, since: float = 0.0, said: list[str] | tuple = ()) -> int:
     """Show the run (or an evaluation of it) until its engine exits; return the engine's exit code.
+    ``said``: the profile's warnings the command printed before the run started; the engine's log repeats
+    them, and they are not printed twice.
 
     Ctrl-C is forwarded to the engine, which stops cleanly.
     """
@@ -59,7 +61,7 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
     batch_task = bar.add_task("", total=None, eta="")
     class_names: list[str] = []
     epochs: list[dict] = []  # this run's epoch_end events, for the run's ETA
-    warnings = LogWarnings(run_dir / "engine.log")
+    warnings = LogWarnings(run_dir / "engine.log", said)
     try:
         with bar:
             while True:
@@ -104,12 +106,14 @@ def _update_index(run_dir: Path) -> None:
 class LogWarnings(LineTail):
     """The WARNING lines the engine adds to ``engine.log`` (AutoAttack's pre-flight checks among them)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, said: list[str] | tuple = ()):
         super().__init__(path, from_end=True)
+        self.said = set(said)
 
     def read_new(self) -> list[str]:
         lines = [line.decode(errors="replace") for line in self.new_lines()]
-        return [line for line in lines if " WARNING " in line]
+        return [line for line in lines if " WARNING " in line
+                and line.split(" WARNING ", 1)[1].strip() not in self.said]
 
 
 def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list[str]) -> list[str]:

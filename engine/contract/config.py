@@ -205,12 +205,19 @@ def _check_eps(eps: float, norm: str, file: str, key: str) -> None:
         raise ProfileError(file, key, f"an {'L-inf ' if norm == 'linf' else ''}eps {err}") from None
 
 
-def pinned_form_keys(raw: dict, file: str = "profile") -> list[str]:
+def pinned_form_keys(raw: dict, file: str = "profile", written: dict | None = None) -> list[str]:
     """One warning per key that the profile pins although its method's `form` sets it too, with both
-    values: `--set method.form="code"` on a profile that pins the paper's tau1 keeps the paper's tau1."""
+    values: `--set method.form="code"` on a profile that pins the paper's tau1 keeps the paper's tau1.
+    ``written``: the profile file as written, before --set; when the run keeps the form the file chose (or
+    left to the method), the file's pins are its author's choice (a FAWA start scaled to the schedule) and
+    nothing is said, so a shipped profile does not warn on every run."""
     table = raw.get("method", {})
     if not isinstance(table, dict):
         return []
+    if written is not None:
+        own = written.get("method", {}) if isinstance(written.get("method"), dict) else {}
+        if own.get("form") == table.get("form"):
+            return []
     params = _method_params(table, file)
     form = getattr(params, "form", None)
     out = []

@@ -52,8 +52,10 @@ def run(
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)
         resolved = resolve_init_from(resolved, profile, home)  # a run's name -> its checkpoint file
-        for warning in pinned_form_keys(apply_overrides(read_toml(profile), overrides), str(profile)) \
-                + profile_warnings(resolved):
+        written = read_toml(profile)
+        said = pinned_form_keys(apply_overrides(written, overrides), str(profile), written) \
+            + profile_warnings(resolved)
+        for warning in said:
             typer.echo(f"warning: {warning}", err=True)
         run_dir = create_run(resolve_home(home), resolved, profile, name, tag, choice)
     except ProfileError as err:
@@ -71,4 +73,4 @@ def run(
 
             typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "pid": proc.pid}))
         raise typer.Exit(0)
-    raise typer.Exit(follow(run_dir, proc, json_out))
+    raise typer.Exit(follow(run_dir, proc, json_out, said=said))  # the engine logs them again: said once

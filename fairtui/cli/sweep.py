@@ -55,13 +55,13 @@ def sweep(
         raise fail(str(err)) from None
     home_dir = resolve_home(home)
     try:
-        raw, table = split_profile(profile)
-        raw = apply_overrides(raw, list(set_))
+        written, table = split_profile(profile)
+        raw = apply_overrides(written, list(set_))
         chosen = [int(s) for s in seed_list.split(",")] if seed_list else None
         spec = build_spec(profile, table, grid, seeds, chosen, launcher)
         children = expand(profile, raw, spec)
         pinned = [w for child, _ in children for w in pinned_form_keys(apply_overrides(raw, child.overrides),
-                                                                         str(profile))]
+                                                                         str(profile), written)]
         for warning in dict.fromkeys(pinned + [w for _, resolved in children for w in profile_warnings(resolved)]):
             typer.echo(f"warning: {warning}", err=True)
         slurm_settings = None

@@ -145,6 +145,23 @@ def test_a_key_pinned_against_the_form_is_named_with_both_values(tmp_path):
         "is used"]
 
 
+def test_a_shipped_profile_that_keeps_its_form_does_not_warn_of_its_own_pins():
+    """digits-cfa-at pins FAWA's start at 8 (scaled to 30 epochs): a run of it as written says nothing; a run
+    that changes the form on the command line is told that the profile's pin is kept (#56 item 10)."""
+    from pathlib import Path
+
+    from engine.contract.config import pinned_form_keys
+    from engine.contract.profile_io import apply_overrides, read_toml
+
+    root = Path(__file__).resolve().parents[2] / "profiles"
+    for path in sorted(root.glob("*.toml")):
+        written = read_toml(path)
+        assert pinned_form_keys(written, str(path), written) == [], path.name
+    written = read_toml(root / "digits-cfa-at.toml")
+    (warning,) = pinned_form_keys(apply_overrides(written, ['method.form="code"']), "p", written)
+    assert warning.startswith('method.fawa_start_epoch = 8 is pinned by the profile; method.form = "code"')
+
+
 def test_fairtui_run_prints_the_pinned_key_warning(tmp_path):
     from tests.conftest import fairtui_cmd
 

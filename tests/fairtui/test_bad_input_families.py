@@ -137,6 +137,8 @@ def test_run_warns_of_a_milestone_that_will_not_fire_and_runs(tmp_path, tiny_pro
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert lines == ["warning: train.milestones: milestone 20 is after the last epoch (1) and will not fire"]
+    # the engine logs it too; `fairtui run` shows the engine's warnings, but not this one a second time
+    assert proc.stderr.count("milestone 20 is after the last epoch (1)") == 1, proc.stderr
 
 
 # -- one line, not a traceback (#55 item 12) ------------------------------------------------------------
