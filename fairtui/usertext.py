@@ -90,3 +90,8 @@ def csv_cell(text: object) -> str:
     passed through here."""
     out = inert(text)
     return "'" + out if out[:1] in ("=", "+", "-", "@", "\t", "\r") else out
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 run", "2 runs", "0 runs"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

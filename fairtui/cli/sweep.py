@@ -81,7 +81,9 @@ def sweep(
     except ValueError as err:  # ProfileError and bad --seed-list values
         raise fail(str(err)) from None
     record = create_children(home_dir, profile, children, spec, name, spec.launcher)
-    typer.echo(f"sweep {record['sweep_id']}: {len(record['runs'])} runs ({spec.launcher})", err=True)
+    from fairtui.usertext import count
+
+    typer.echo(f"sweep {record['sweep_id']}: {count(len(record['runs']), 'run')} ({spec.launcher})", err=True)
     if spec.launcher == "slurm":
         from fairtui.slurm import submit_sweep
 

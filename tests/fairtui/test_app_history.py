@@ -35,7 +35,7 @@ async def test_the_runs_screen_says_it_is_reading_until_the_index_arrives(tmp_pa
         assert status_line(app) == "reading the run history..."
         assert "0 of 0" not in status_line(app)
         gate.set()
-        await wait_until(pilot, lambda: status_line(app).startswith("1 of 1 runs"))
+        await wait_until(pilot, lambda: status_line(app).startswith("1 of 1 run"))
 
 
 async def test_a_long_history_shows_its_first_screen_at_once_and_the_rest_in_chunks(tmp_path, monkeypatch):
@@ -126,7 +126,7 @@ async def test_the_stored_index_is_shown_while_the_folders_are_read(tmp_path, mo
     async with app.run_test(size=(120, 40)) as pilot:
         table = app.screen.query_one("DataTable")
         await wait_until(pilot, lambda: table.row_count == 1)
-        assert table.get_row_at(0)[1] == "indexed" and status_line(app).startswith("1 of 1 runs")
+        assert table.get_row_at(0)[1] == "indexed" and status_line(app).startswith("1 of 1 run")
         gate.set()
         await wait_until(pilot, lambda: table.row_count == 2)
         assert status_line(app).startswith("2 of 2 runs")

@@ -46,3 +46,13 @@ def test_wide_shows_everything_and_the_short_id_is_a_run_reference(home):
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["name"] == NAMES[0]
     assert fairtui_cmd("show", "ab1d", "--json", home=home).returncode == 0  # a unique prefix of it
+
+
+def test_a_count_agrees_with_its_number():
+    """"1 runs" in the runs screen's status line and a one-seed sweep's first line (#56 item 10)."""
+    from fairtui.app.screens.runs_table import counts_line
+    from fairtui.usertext import count
+
+    assert [count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
+    assert count(1, "class", "classes") == "1 class" and count(3, "class", "classes") == "3 classes"
+    assert counts_line([{"status": "completed"}], 1, 0, "started", True, 200).startswith("1 of 1 run, ")
