@@ -157,11 +157,33 @@ def create(req: Request):
     return study
 
 
+def studies(home: Path) -> list[str]:
+    """The names of the home's studies, oldest first."""
+    folder = home / STUDIES
+    paths = sorted(folder.glob("*.journal"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    return [p.stem for p in paths]
+
+
+def resolve_study(home: Path, name: str) -> str:
+    """A study's name from its full name or a unique prefix of it, as runs take one."""
+    if study_path(home, name).exists():
+        return name
+    known = studies(home)
+    matching = [s for s in known if s.startswith(name)]
+    if len(matching) == 1:
+        return matching[0]
+    if matching:
+        raise TuneError("STUDY", f"{name!r} starts {len(matching)} studies: {', '.join(matching[:10])}; give more of "
+                        "the name")
+    listed = f" (the home's: {', '.join(known[-10:])})" if known else " (the home has none)"
+    raise TuneError("STUDY", f"no study {name!r} in {home / STUDIES}{listed}")
+
+
 def load(home: Path, name: str, to_run: bool = True) -> tuple[Any, Request]:
-    """A study and the request it was made with, checked (:func:`checked_request`; ``to_run`` False to read it)."""
+    """A study and the request it was made with, checked (:func:`checked_request`; ``to_run`` False to read it).
+    ``name``: the study's name, or a unique prefix of it."""
     opt = optuna()
-    if not study_path(home, name).exists():
-        raise TuneError("STUDY", f"no study {name!r} in {home / STUDIES}")
+    name = resolve_study(home, name)
     from fairtui.tune_journal import check_journal, checked_settings
 
     try:
@@ -225,7 +247,7 @@ class Driver:
         trial.set_user_attr("run_id", run_dir.name)
         self._launch(run_dir)
         self.active[trial.number] = {"trial": trial, "run_id": run_dir.name, "reported": 0}
-        self.say(f"trial {trial.number}: run {run_dir.name} {params}")
+        self.say(f"trial {trial.number}: run {run_dir.name} {shown_params(params)}")
 
     def _adopt(self, frozen) -> None:
         """A trial a crashed driver left running: follow its run, resuming it if it stopped."""
@@ -319,6 +341,8 @@ class Driver:
             if value is None:
                 continue
             trial.report(value, event["epoch"])
+            self.say(f"trial {number}: epoch {event['epoch']}/{event.get('epochs', '?')}, objective "
+                     f"{objective_text(value)}")
             if trial.should_prune() and status == "running":
                 from fairtui.control import StopError, stop_run
 
@@ -328,7 +352,7 @@ class Driver:
                 except StopError:
                     pass
                 self.study.tell(number, state=opt.trial.TrialState.PRUNED)
-                self.say(f"trial {number}: pruned after epoch {event['epoch']} ({value:.4f})")
+                self.say(f"trial {number}: pruned after epoch {event['epoch']} ({objective_text(value)})")
                 return True
         if status == "completed":
             values = [self.req.objective.value(e) for e in view.epochs]
@@ -337,7 +361,7 @@ class Driver:
                 self.study.tell(number, state=opt.trial.TrialState.FAIL)
             else:
                 self.study.tell(number, value)
-                self.say(f"trial {number}: {value:.4f}")
+                self.say(f"trial {number}: {objective_text(value)}")
             return True
         if status == "stopped" and view.meta.get(DRIVER_STOPPED):  # this driver's own stop (an earlier Ctrl-C)
             _unmark_stopped(run_dir)
@@ -434,6 +458,17 @@ class Driver:
                 pass
 
 
+def objective_text(value: float | None) -> str:
+    """An objective as every view shows it: in % (the accuracies it is made of), one decimal; a shortfall under
+    an average floor is negative."""
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def shown_params(params: dict) -> str:
+    """A trial's parameters for a person: four significant digits."""
+    return "{" + ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in params.items()) + "}"
+
+
 DRIVER_STOPPED = "stopped_by_study"  # meta.json: the run was stopped with its study's driver, not by hand
 
 
@@ -478,7 +513,8 @@ def finish(study, req: Request, say: Callable[[str], None] = lambda line: None) 
         raise TuneError("STUDY", f"{req.study!r} has no completed trial yet") from None
     run_id = best.user_attrs["run_id"]
     attacks = ",".join(load_profile(req.profile_path, req.base).eval.attacks)
-    say(f"best trial {best.number} ({best.value:.4f}, {best.params}): run {run_id} on the test split ({attacks})")
+    say(f"best trial {best.number} ({objective_text(best.value)}, {shown_params(best.params)}): run {run_id} on the "
+        f"test split ({attacks})")
     out = subprocess.run([sys.executable, "-m", "fairtui.cli", "eval", run_id, "--attack", attacks,
                           "--checkpoint", "last", "--home", str(req.home)], text=True, capture_output=True)
     if out.returncode != 0:

@@ -56,6 +56,13 @@ def tune(
     home_dir = resolve_home(home)
     say = (lambda line: typer.echo(line, err=True))
     try:
+        if target == "show" and not study_ref:  # the home's studies
+            names = t.studies(home_dir)
+            if json_out:
+                typer.echo(json.dumps({"studies": names}))
+            else:
+                typer.echo("\n".join(names) if names else f"no study in {home_dir / t.STUDIES}")
+            return
         if target in ("show", "finish") and study_ref:
             st, req = t.load(home_dir, study_ref, to_run=target == "finish")
             if target == "finish":
@@ -116,12 +123,15 @@ def _signals_interrupt():
 
 
 def render(doc: dict) -> str:
-    """The trials table, the best trial and the parameters' importance, as text."""
+    """The trials table, the best trial and the parameters' importance, as text (the objective in %, as the
+    app shows it)."""
+    from fairtui import tune as t
+
     keys = list(doc["space"])
     lines = [f"study {doc['study']} ({doc['profile_path']}): objective {doc['objective']} on validation, "
              f"{len(doc['trials'])} of {doc['budget']} trials, pruner {doc['pruner']}"]
-    head = ["trial", "state", "value", *keys, "run"]
-    rows = [[str(r["trial"]), r["state"], "-" if r["value"] is None else f"{r['value']:.4f}",
+    head = ["trial", "state", "objective", *keys, "run"]
+    rows = [[str(r["trial"]), r["state"], t.objective_text(r["value"]),
              *(_cell(r["params"].get(k)) for k in keys), r["run_id"] or "-"] for r in doc["trials"]]
     best = (doc.get("best") or {}).get("trial")
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]

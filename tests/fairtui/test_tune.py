@@ -107,6 +107,22 @@ def test_a_study_runs_its_trials_through_the_queue_and_touches_the_test_split_on
     assert clash.returncode == 2 and "a study of" in clash.stderr
     shown = fairtui_cmd("tune", "show", "s1", home=home)
     assert shown.returncode == 0 and "<- best" in shown.stdout and "3 of 3 trials" in shown.stdout
+    # a user can follow it (#56 item 7): each trial's epochs as they come, parameters rounded, the objective in %
+    # as the app shows it; `tune show` lists the studies, and a unique prefix names one
+    progress = [line for line in proc.stderr.splitlines() if ": epoch " in line]
+    assert len(progress) == 6 and progress[0].startswith("trial 0: epoch 1/2, objective ")
+    assert progress[0].endswith("%"), progress[0]
+    made = next(line for line in proc.stderr.splitlines() if line.startswith("trial 0: run "))
+    lr = made.split("train.lr: ")[1].split(",")[0].rstrip("}")
+    assert len(lr.replace("0.", "").lstrip("0")) <= 4, made  # four significant digits
+    best_value = f"{100 * doc['best']['value']:.1f}%"
+    assert best_value in shown.stdout and "objective" in shown.stdout.splitlines()[1]
+    listed = fairtui_cmd("tune", "show", "--json", home=home)
+    assert json.loads(listed.stdout) == {"studies": ["s1"]}
+    by_prefix = fairtui_cmd("tune", "show", "s", home=home)
+    assert by_prefix.returncode == 0 and by_prefix.stdout == shown.stdout
+    missing = fairtui_cmd("tune", "show", "q", home=home)
+    assert missing.returncode == 2 and "the home's: s1" in missing.stderr
 
 
 @pytest.mark.parametrize("train, first", [
