@@ -24,11 +24,17 @@ CHUNK = contract.CHUNK
 CACHE_MIN_BYTES = 4 << 20
 
 
-def replay(digest: Digest) -> list[dict]:
+REPLAY_EPOCHS = 2000  # the most epochs the app's run screen reads of a finished stretch of a run (a stride)
+
+
+def replay(digest: Digest, limit: int = REPLAY_EPOCHS) -> list[dict]:
     """The digest as a short stream in the order of a run (start, epochs, evaluations, end), for readers
-    that ingest events one by one (the app's run screen)."""
+    that ingest events one by one (the app's run screen). A run of more than ``limit`` epochs gives a stride of
+    them and its latest ones whole (:meth:`Digest.sampled_epochs`): its charts keep their shape, and opening it
+    costs what a short run's does."""
     head = [digest.started] if digest.started else []
-    return head + digest.epoch_list() + digest.eval_results() + ([digest.finished] if digest.finished else [])
+    return head + digest.sampled_epochs(limit) + digest.eval_results() + \
+        ([digest.finished] if digest.finished else [])
 
 
 def cache_path(run_dir: Path) -> Path | None:
@@ -59,12 +65,13 @@ def read_digest(run_dir: Path, cancelled: Callable[[], bool] | None = None) -> D
             if digest is not None:
                 break
         digest = digest or Digest()
+        digest.source = events
         start = digest.offset
         partial = contract.fold_from(digest, fh, events, cancelled, chunk=CHUNK)
         if cancelled and cancelled():
             return digest
         if partial.strip():  # a last line with no newline: being written, or cut short by a kill
-            digest.fold_line(partial, events, digest.lines + 1, digest.offset)  # shown, never stored
+            digest.fold_line(partial, events, digest.lines + 1, digest.offset, locate=False)  # shown, never stored
         elif cache is not None and digest.offset - start >= CACHE_MIN_BYTES:
             contract.store(cache, digest, fh)
     return digest

@@ -28,12 +28,14 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-VERSION = 3  # 2: slim events (matrices left out, with _omitted and _at); 3: stored as lines, epochs read lazily
+VERSION = 4  # 2: slim events (matrices left out, with _omitted and _at); 3: stored as lines, epochs read lazily;
+# 4: an epoch is kept as where its line is in the stream (offset, length), read when a reader asks for it
 DIGEST_FILE = "digest.json"  # in the run folder, written by the engine's EventWriter
 CHUNK = 4 << 20  # bytes read at a time
 MAX_WARNINGS = 20  # unreadable lines reported one by one; the rest are counted
@@ -95,12 +97,41 @@ def full_event(events_path: Path, event: dict) -> dict:
     return whole if same else event
 
 
+# The engine's own `epoch_end` line (engine.contract.events: the envelope, then epoch, epochs, lr and time_s before
+# any nested object; compact JSON, or with json.dumps's default spaces): its epoch and time are read from the line without parsing it, so that folding
+# a stream of 200,000 small epochs takes seconds. Any other line is parsed.
+_ENGINE_EPOCH_LINE = re.compile(rb'\{"v": ?\d+, ?"seq": ?\d+, ?"t": ?[-0-9.eE+]+, ?"run_id": ?"[^"\\]*", ?"type": ?"epoch_end", ?'
+                                rb'"epoch": ?(\d+), ?"epochs": ?[^,{]*, ?"lr": ?[^,{]*, ?"time_s": ?([-0-9.eE+]+|null)[,}]')
+_NAN = float("nan")  # an epoch whose time_s is missing, in the packed times
+
+
+def _pack(code: str, values: list) -> bytes:
+    import array
+    import base64
+
+    return base64.b64encode(array.array(code, values).tobytes())
+
+
+def _unpack(code: str, packed: bytes) -> list:
+    import array
+    import base64
+
+    values = array.array(code)
+    values.frombytes(base64.b64decode(packed, validate=True))
+    return values.tolist()
+
+
+RECENT = 64  # epochs kept parsed after a reader asked for them (the latest; a long run's others are re-read)
+
+
 @dataclass
 class Digest:
     started: dict | None = None
-    # epoch -> its latest epoch_end (slim); a fold read from a stored one keeps each as its JSON bytes until a
-    # reader asks for it (the app draws every epoch; `show` needs the last and the timings alone)
-    epochs: dict[int, dict | bytes] = field(default_factory=dict)
+    # epoch -> its latest epoch_end: where its line is in the stream, (offset, length), read (and slimmed) when a
+    # reader asks for it (`show` needs the last and the timings alone; the app draws a stride of them), so that a
+    # fold's memory does not grow with the stream; a slim event (a dict) when it was folded without its place
+    epochs: dict[int, tuple[int, int] | dict | bytes] = field(default_factory=dict)
+    source: Path | None = None  # the stream the places point into
     times: dict[int, float | None] = field(default_factory=dict)  # epoch -> its time_s
     finished: dict | None = None
     evals: dict[str, dict] = field(default_factory=dict)  # identity -> latest, oldest first
@@ -110,8 +141,11 @@ class Digest:
     lines: int = 0  # lines consumed (for the line numbers of warnings)
     offset: int = 0  # bytes consumed: complete lines only
     fingerprint: str = ""
+    recent: dict[int, dict] = field(default_factory=dict, repr=False, compare=False)
 
-    def fold(self, event: dict) -> None:
+    def fold(self, event: dict, at: tuple[int, int] | None = None) -> None:
+        """Fold one event; ``at``: where its line is in the stream (offset, length), kept for an epoch instead of
+        the event."""
         kind = event.get("type")
         self.count += 1
         if kind == "run_started":
@@ -123,23 +157,32 @@ class Digest:
         elif kind == "run_finished":
             self.finished = event
         elif kind == "epoch_end" and isinstance(event.get("epoch"), int):
-            self.epochs[event["epoch"]] = event
+            self.epochs[event["epoch"]] = at if at is not None else event
+            self.recent.pop(event["epoch"], None)
             self.times[event["epoch"]] = event.get("time_s")
         elif kind == "eval_result":
             key = eval_identity(event)
             self.evals.pop(key, None)  # the latest goes last: the order is the order of measurement
             self.evals[key] = event
 
-    def fold_line(self, line: bytes, name: Path | str, number: int, offset: int) -> None:
-        """Fold one line of the stream that starts at byte ``offset``."""
+    def fold_line(self, line: bytes, name: Path | str, number: int, offset: int, locate: bool = True) -> None:
+        """Fold one line of the stream that starts at byte ``offset``; ``locate``: an epoch is kept as its place
+        in the stream (not for a last line still being written, which may change)."""
         if not line.strip():
+            return
+        if locate and line.endswith(b"}") and (fast := _ENGINE_EPOCH_LINE.match(line)) is not None:
+            epoch, time_s = int(fast.group(1)), fast.group(2)
+            self.count += 1
+            self.epochs[epoch] = (offset, len(line))
+            self.recent.pop(epoch, None)
+            self.times[epoch] = None if time_s == b"null" else float(time_s)
             return
         try:
             event = parse_line(line)
         except ValueError as err:
             self.warn(name, number, err)
             return
-        self.fold(slim(event, offset, len(line)))
+        self.fold(slim(event, offset, len(line)), (offset, len(line)) if locate else None)
 
     def warn(self, path: Path | str, number: int, err: Exception) -> None:
         self.skipped += 1
@@ -151,13 +194,51 @@ class Digest:
         return self.warnings + ([f"... and {more} more unreadable lines"] if more > 0 else [])
 
     def epoch(self, number: int) -> dict:
+        """Epoch ``number``'s latest epoch_end, slim: read from its line of the stream when the fold kept its place
+        (the latest RECENT read are kept parsed)."""
         value = self.epochs[number]
+        if isinstance(value, dict):
+            return value
         if isinstance(value, bytes):
             value = self.epochs[number] = json.loads(value)
-        return value
+            return value
+        if number in self.recent:
+            return self.recent[number]
+        event = self._read(number, value)
+        self.recent[number] = event
+        if len(self.recent) > RECENT:
+            self.recent.pop(min(self.recent))
+        return event
+
+    def _read(self, number: int, at: tuple[int, int]) -> dict:
+        """The epoch_end at ``at`` in the stream, slim; a stand-in holding its number and time when the line no
+        longer holds it (the stream was replaced under this fold: the next read folds it again)."""
+        try:
+            with open(self.source, "rb") as fh:  # type: ignore[arg-type]
+                fh.seek(at[0])
+                event = slim(parse_line(fh.read(at[1])), at[0], at[1])
+            if event.get("type") == "epoch_end" and event.get("epoch") == number:
+                return event
+        except (OSError, TypeError, ValueError):
+            pass
+        return {"type": "epoch_end", "epoch": number, "time_s": self.times.get(number), "train": {}, "val": {},
+                "_unread": True}
 
     def epoch_list(self) -> list[dict]:
+        """Every epoch, in order: reads the whole stream's epochs (the figures of a run); a screen that draws a
+        long run asks for :meth:`sampled_epochs`."""
         return [self.epoch(k) for k in sorted(self.epochs)]
+
+    def sampled_epochs(self, limit: int, last: int = 50) -> list[dict]:
+        """At most about ``limit`` epochs, in order: every one when there are no more; else a stride over the run
+        (the first epoch included) and the latest ``last`` whole, so that a run of 200,000 epochs opens in the
+        time and memory of a short one."""
+        keys = sorted(self.epochs)
+        if len(keys) <= limit:
+            return [self.epoch(k) for k in keys]
+        head, tail = keys[:-last], keys[-last:]
+        stride = -(-len(head) // max(1, limit - last))
+        return [self.epoch(k) for k in head[::stride] + tail]
 
     def last_epochs(self, n: int = 1) -> list[dict]:
         """The latest ``n`` epochs, oldest first, the others left unread."""
@@ -170,16 +251,23 @@ class Digest:
         return list(self.evals.values())
 
     def dumps(self, extra: dict | None = None) -> bytes:
-        """The fold as stored: a header line, then a line per epoch ("E<epoch>\t<event>") and per result
-        ("R<event>"), so that a reader leaves the epochs it never asks for unparsed."""
+        """The fold as stored: a header line; one line ("P") with every epoch's place in the stream and every
+        epoch's time, as packed arrays (a run of 200,000 epochs loads in milliseconds); a line per epoch kept as
+        an event ("E<epoch>\t<event>"), and per result ("R<event>")."""
         head = {"version": VERSION, "started": self.started, "finished": self.finished, "warnings": self.warnings,
                 "skipped": self.skipped, "count": self.count, "lines": self.lines, "offset": self.offset,
-                "fingerprint": self.fingerprint, "times": [[k, t] for k, t in self.times.items()], **(extra or {})}
+                "fingerprint": self.fingerprint, **(extra or {})}
         out = [json.dumps(head, separators=(",", ":")).encode()]
+        placed = sorted(k for k, v in self.epochs.items() if isinstance(v, tuple))
+        timed = sorted(self.times)
+        out.append(b"P" + b",".join(_pack(code, values) for code, values in (
+            ("q", placed), ("q", [self.epochs[k][0] for k in placed]), ("q", [self.epochs[k][1] for k in placed]),
+            ("q", timed), ("d", [_NAN if self.times[k] is None else self.times[k] for k in timed]))))
         for k in sorted(self.epochs):
             value = self.epochs[k]
-            raw = value if isinstance(value, bytes) else json.dumps(value, separators=(",", ":")).encode()
-            out.append(b"E%d\t%s" % (k, raw))
+            if not isinstance(value, tuple):
+                raw = value if isinstance(value, bytes) else json.dumps(value, separators=(",", ":")).encode()
+                out.append(b"E%d\t%s" % (k, raw))
         out += [b"R" + json.dumps(e, separators=(",", ":")).encode() for e in self.evals.values()]
         return b"\n".join(out) + b"\n"
 
@@ -193,9 +281,15 @@ class Digest:
         d = cls(started=head["started"], finished=head["finished"], warnings=list(head["warnings"]),
                 skipped=int(head["skipped"]), count=int(head["count"]), lines=int(head["lines"]),
                 offset=int(head["offset"]), fingerprint=str(head["fingerprint"]))
-        d.times = {int(k): t for k, t in head["times"]}
         for line in lines[1:]:
-            if line[:1] == b"E":
+            if line[:1] == b"P":
+                placed, offsets, lengths, timed, times = (_unpack(code, part) for code, part in
+                                                          zip("qqqqd", line[1:].split(b",")))
+                if not len(placed) == len(offsets) == len(lengths) or len(timed) != len(times):
+                    raise ValueError("places and times of another length")
+                d.epochs.update(zip(placed, zip(offsets, lengths)))
+                d.times = {k: None if t != t else t for k, t in zip(timed, times)}
+            elif line[:1] == b"E":
                 number, raw = line[1:].split(b"\t", 1)
                 d.epochs[int(number)] = raw
             elif line[:1] == b"R":
@@ -217,6 +311,8 @@ def fold_from(digest: Digest, fh, name: Path | str, cancelled: Callable[[], bool
               end: int | None = None, chunk: int = CHUNK) -> bytes:
     """Fold the complete lines after ``digest.offset`` (up to byte ``end`` when given); return what follows
     the last newline (a line still being written, which the offset does not cover)."""
+    if digest.source is None:
+        digest.source = Path(name)
     fh.seek(digest.offset)
     partial = b""
     while not (cancelled and cancelled()):
@@ -279,9 +375,11 @@ def load_stored(path: Path, fh, same_file: bool = False) -> Digest | None:
     if stored_header(path, fh, same_file) is None:
         return None
     try:
-        return Digest.loads(path.read_bytes())[0]
+        digest = Digest.loads(path.read_bytes())[0]
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
+    digest.source = Path(fh.name) if isinstance(getattr(fh, "name", None), (str, os.PathLike)) else None
+    return digest
 
 
 def store(path: Path, digest: Digest, fh) -> None:
@@ -305,6 +403,7 @@ class Keeper:
         self.events_path = Path(events_path)
         self.path = self.events_path.parent / DIGEST_FILE
         self.digest = load_stored(self.path, fh) or Digest()
+        self.digest.source = self.events_path
         self.stored_at = time.monotonic() if self.digest.offset else 0.0
         self.stored_offset = self.digest.offset
 
@@ -316,7 +415,7 @@ class Keeper:
     def appended(self, fh, event: dict, offset: int, length: int) -> None:
         """This writer appended ``event`` as the line at ``offset`` (``length`` bytes, newline included)."""
         self.digest.lines += 1
-        self.digest.fold(slim(event, offset, length - 1))
+        self.digest.fold(slim(event, offset, length - 1), (offset, length - 1))
         self.digest.offset = offset + length
         if event.get("type") == "run_finished" or time.monotonic() - self.stored_at >= SNAPSHOT_S:
             self.save(fh)

@@ -49,7 +49,9 @@ def _content(d: Digest) -> dict:
 
 
 def _stored(path) -> Digest:
-    return Digest.loads(path.read_bytes())[0]
+    digest = Digest.loads(path.read_bytes())[0]
+    digest.source = path.parent / "events.jsonl"  # what load_stored sets: the stream it was checked against
+    return digest
 
 
 def test_the_stored_fold_is_the_fold_of_the_whole_stream_and_matrices_are_read_from_their_line(tmp_path):
@@ -132,17 +134,70 @@ def test_a_stored_fold_of_another_stream_is_never_used(tmp_path):
     assert len(changed) == len(b"".join(lines))
     path.write_bytes(changed)
     (run / DIGEST_FILE).write_text(stored)
-    assert read_digest(run).epochs[1]["lr"] == 0.7
+    assert read_digest(run).epoch(1)["lr"] == 0.7
 
 
 def test_a_stored_fold_reads_an_epoch_only_when_a_reader_asks_for_it(tmp_path):
     """`show`, `compare` and the index need the latest epoch and the timings: a long run's other epochs stay
-    unparsed bytes (the app, which draws them all, reads them all)."""
+    where they are in the stream, read when a reader asks for them (the app reads a stride of them)."""
     path = tmp_path / "events.jsonl"
     _write_run(path, random.Random(5)).close()
     stored = _stored(tmp_path / DIGEST_FILE)
-    assert all(isinstance(v, bytes) for v in stored.epochs.values())
+    assert all(isinstance(v, tuple) for v in stored.epochs.values())  # each epoch its place in the stream
+    assert len((tmp_path / DIGEST_FILE).read_bytes()) < len(path.read_bytes()) / 2
     whole = _fold_whole(path)
     assert stored.epoch_times() == whole.epoch_times() and stored.last_epochs(1) == whole.last_epochs(1)
-    assert [isinstance(stored.epochs[k], bytes) for k in sorted(stored.epochs)] == [True, True, False]
+    assert sorted(stored.recent) == [3]  # the latest alone was read
     assert stored.epoch_list() == whole.epoch_list()
+    assert all(isinstance(v, tuple) for v in stored.epochs.values())  # still places: memory does not grow
+
+
+def test_a_long_stream_is_folded_by_place_without_parsing_its_epochs(tmp_path, monkeypatch):
+    """#55 item 10: a stream of many small epochs. The engine's epoch lines are folded from their first bytes
+    (epoch and time), never parsed; the fold holds each epoch's place, not the epoch; the stored fold is a few
+    bytes an epoch; and reading an epoch reads its line, the same event a whole fold holds."""
+    path = tmp_path / "events.jsonl"
+    w = EventWriter(path, "r")
+    w.emit("run_started", config={"name": "x"}, class_names=list("abcde"))
+    rng = random.Random(7)
+    for epoch in range(1, 401):
+        w.emit("epoch_end", **_epoch(rng, epoch))
+    w.emit("run_finished", status="completed")
+    w.close()
+    (tmp_path / DIGEST_FILE).unlink()
+    parsed = []
+    real = contract.parse_line
+    monkeypatch.setattr(contract, "parse_line", lambda line: parsed.append(line) or real(line))
+    d = _fold_whole(path)
+    assert len(parsed) == 2  # run_started and run_finished; no epoch line
+    assert all(isinstance(v, tuple) for v in d.epochs.values()) and len(d.epochs) == 400
+    assert d.epoch_times() == [1.0] * 400
+    monkeypatch.setattr(contract, "parse_line", real)
+    events, _ = read_events(path)
+    whole = [e for e in events if e["type"] == "epoch_end"]
+    assert [full_event(path, d.epoch(k)) for k in (1, 200, 400)] == [whole[0], whole[199], whole[399]]
+    assert len(d.recent) == 3
+    with open(path, "rb") as fh:
+        contract.store(tmp_path / "fold.json", d, fh)
+        again = contract.load_stored(tmp_path / "fold.json", fh)
+    assert (tmp_path / "fold.json").stat().st_size < 60 * 400 + 4000  # places and times, not epochs
+    assert again.epoch_times() == d.epoch_times() and again.epoch(400) == d.epoch(400)
+
+
+def test_a_stride_of_a_long_run_keeps_its_first_and_latest_epochs():
+    d = Digest()
+    for epoch in range(1, 10_001):
+        d.fold({"type": "epoch_end", "epoch": epoch, "time_s": 1.0})
+    picked = [e["epoch"] for e in d.sampled_epochs(2000)]
+    assert len(picked) <= 2000 and picked[0] == 1 and picked[-50:] == list(range(9951, 10_001))
+    assert picked == sorted(set(picked))
+    assert [e["epoch"] for e in d.sampled_epochs(20_000)] == list(range(1, 10_001))  # short enough: all
+
+
+def test_an_epoch_whose_line_was_replaced_reads_as_unread_not_as_another_epoch(tmp_path):
+    path = tmp_path / "events.jsonl"
+    _write_run(path, random.Random(8)).close()
+    d = _fold_whole(path)
+    path.write_bytes(b"\n" * path.stat().st_size)  # the stream replaced under the fold
+    event = d.epoch(1)
+    assert event["epoch"] == 1 and event.get("_unread") is True
