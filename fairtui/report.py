@@ -59,6 +59,21 @@ def exploratory_tables(view: RunView, groups: list | None = None) -> list[Table]
             for t in per_class_tables(view, results, note=f"exploratory ({'; '.join(why)})")]
 
 
+def _merge_same_checkpoints(by_ckpt: dict[str, dict[int, dict[str, dict]]]) -> None:
+    """One table, "test @ last = best (epoch 30)", where the best checkpoint is the last and their results are
+    the same numbers (the quickstart printed two identical tables)."""
+    def numbers(subsets: dict) -> list:
+        return [(n, a, r.get("clean_acc_per_class"), r.get("robust_acc_per_class"))
+                for n, attacks in sorted(subsets.items()) for a, r in sorted(attacks.items())]
+
+    for key in [k for k in by_ckpt if " @ best (epoch " in k]:
+        last = key.replace(" @ best (", " @ last (")
+        if last in by_ckpt and numbers(by_ckpt[last]) == numbers(by_ckpt[key]):
+            merged = last.replace(" @ last (", " @ last = best (")
+            by_ckpt[merged] = by_ckpt.pop(last)
+            del by_ckpt[key]
+
+
 def per_class_tables(view: RunView, results: dict | None = None, note: str = "") -> list[Table]:
     """One table per evaluated checkpoint and setting: a row per class, a column per attack, summary
     rows below. ``results``: (split, checkpoint, attack) -> eval_result; default the run's headline ones.
@@ -69,6 +84,7 @@ def per_class_tables(view: RunView, results: dict | None = None, note: str = "")
         subset = result.get("n_per_class") or (result.get("setting") or {}).get("n_per_class") or 0
         by_ckpt.setdefault(f"{split} @ {ckpt} (epoch {result.get('epoch', '?')})", {}).setdefault(
             subset, {})[attack] = result
+    _merge_same_checkpoints(by_ckpt)
     tables = []
     for where, attacks in ((w, a) for w, subsets in by_ckpt.items() for a in subsets.values()):
         settings = sorted({describe(r) for a, r in attacks.items() if a != "clean"}) or \
@@ -86,6 +102,9 @@ def per_class_tables(view: RunView, results: dict | None = None, note: str = "")
         cvc = first.get("cvc_per_class")
         if cvc:
             table.add_column("CVC", justify="right")  # Tian et al.: variance of the clean confidence
+        if cvc:
+            table.caption = "CVC: the variance of each class's clean confidence (Tian et al.)"
+            table.caption_justify = "left"
         worst = {a: _argmin(attacks[a]["robust_acc_per_class"]) for a in robust_attacks}
         for i, name in enumerate(names):
             cells = [_fmt(first["clean_acc_per_class"][i])]

@@ -97,3 +97,28 @@ def test_a_dead_evaluations_progress_is_not_live(tmp_path):
     assert process_alive({"pid": os.getpid(), "host": __import__("socket").gethostname()})
     assert not process_alive({"pid": 2 ** 22 + 12345, "host": __import__("socket").gethostname()})
     assert not process_alive({"phase": "eval"})  # written before progress named its writer
+
+
+def test_a_best_checkpoint_that_is_the_last_gets_one_table_and_cvc_is_explained(tmp_path):
+    """The quickstart printed two identical 20-line tables when its best checkpoint was its last, and the CVC
+    column was never explained (#56 item 10)."""
+    import json
+
+    from fairtui.report import per_class_tables
+    from fairtui.runfolder import RunView
+    from fairtui.synthetic import make_run
+
+    run = make_run(tmp_path, "r1")
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    last = next(e for e in events if e.get("checkpoint") == "last")
+    for e in events:
+        if e.get("checkpoint") == "best":
+            e.update({k: last[k] for k in ("clean_acc_per_class", "robust_acc_per_class")},
+                     cvc_per_class=[0.01] * 10)
+    last["cvc_per_class"] = [0.01] * 10
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (table,) = per_class_tables(RunView.load(run))
+    assert "test @ last = best (epoch 5)" in table.title
+    assert "CVC" in table.caption and "Tian" in table.caption
+    differ = make_run(tmp_path, "r2")  # best and last measured apart: two tables
+    assert len(per_class_tables(RunView.load(differ))) == 2
