@@ -74,7 +74,7 @@ def write_listing(home: Path, docs: list[dict]) -> None:
              if d.get("status") in LIVE_STATUSES + ("lost",)}
     atomic_write_text(home / "runs.listing.json", json.dumps(docs, separators=(",", ":")) + "\n")
     atomic_write_text(home / "runs.listing.meta", json.dumps(
-        {"folders": len(os.listdir(folder)) if folder.is_dir() else 0, "watch": watch,
+        {"folders": len(os.listdir(folder)) if folder.is_dir() else 0, "watch": watch, "numbers": NUMBERS,
          "seen": {d["run_id"]: d.get("seen") for d in docs}}))
 
 
@@ -83,7 +83,9 @@ def summary_numbers(view: RunView) -> dict[str, dict[str, float]]:
     out = {}
     for (split, ckpt, attack), r in view.results().items():
         if split == "test":
-            out[f"{ckpt}/{attack}"] = {k: _round(r.get(k), 4) for k in ("avg_clean", "avg_robust", "worst_robust")}
+            # as measured: a view rounds once, for display (rounded here to 4 places, `ls` showed 0.722 where every
+            # other view showed 0.721)
+            out[f"{ckpt}/{attack}"] = {k: r.get(k) for k in ("avg_clean", "avg_robust", "worst_robust")}
     return out
 
 
@@ -132,7 +134,12 @@ def _changed_since(run_dir: Path | str, doc: dict) -> bool:
     """The folder changed after its document was made: a resume from the app or the queue, an
     evaluation, a truncated event stream. The document is then made again from the folder."""
     stamp = folder_stamp(run_dir)
+    if doc.get("numbers") != NUMBERS and doc.get("summary"):
+        return True  # a document whose numbers were rounded when indexed (before NUMBERS): made again, once
     return stamp is not None and stamp > (doc.get("seen") or 0)
+
+
+NUMBERS = "exact"  # how a document's test numbers are kept: as measured, rounded only by a view
 
 
 def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
@@ -163,7 +170,7 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
             "worst_robust")} if epochs else None,
         "summary": summary_numbers(view), "sweep": meta.get("sweep"), "launcher": meta.get("launcher", "local"),
         "slurm_job_id": meta.get("slurm_job_id"), "node": meta.get("node"),
-        "seen": stamp,
+        "seen": stamp, "numbers": NUMBERS,
     })
 
 
@@ -259,7 +266,8 @@ class RunIndex:
             run_dir = folder / doc["run_id"]
             if doc.get("status") in LIVE_STATUSES or _changed_since(run_dir, doc):
                 fresh = document_for(run_dir)
-                if any(fresh.get(k) != doc.get(k) for k in ("status", "epoch", "seen", "name", "tags", "notes")):
+                if any(fresh.get(k) != doc.get(k) for k in ("status", "epoch", "seen", "name", "tags", "notes",
+                                                            "numbers")):
                     docs[i] = fresh
                     fresh_docs.append(fresh)
                     flush()
@@ -289,7 +297,8 @@ class RunIndex:
             except (OSError, ValueError):
                 return None
         folder = runs_dir(self.home)
-        if meta.get("folders") != (len(os.listdir(folder)) if folder.is_dir() else 0):
+        if meta.get("folders") != (len(os.listdir(folder)) if folder.is_dir() else 0) or \
+                meta.get("numbers") != NUMBERS:
             return None
         watch = meta.get("watch", {})
         for run_id, (status, epoch, seen) in watch.items():

@@ -351,3 +351,32 @@ def test_the_first_read_of_an_unindexed_home_is_batched_and_leaves_the_lock_free
     assert len(docs) == 23 and writes == [10, 20, 23]  # two full batches, then the rest
     assert lock_free and all(lock_free)
     assert [d["run_id"] for d in RunIndex(tmp_path)._read_all()] == sorted(d["run_id"] for d in docs)
+
+
+def test_the_index_keeps_numbers_as_measured_so_ls_rounds_once(tmp_path):
+    """0.72149 was kept as 0.7215 and `ls` printed 0.722 where every other view printed 0.721 (#56 item 10); an
+    index made before keeps its rounded numbers only until it is read again."""
+    import json
+
+    from fairtui.store import RunIndex, document_for
+    from fairtui.synthetic import make_run
+
+    run = make_run(tmp_path, "r1")
+    lines = (run / "events.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    for e in events:
+        if e.get("type") == "eval_result":
+            e["avg_robust"] = 0.72149
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    doc = document_for(run)
+    assert doc["summary"]["best/pgd20"]["avg_robust"] == 0.72149
+    assert f"{doc['summary']['best/pgd20']['avg_robust']:.3f}" == "0.721"
+    index = RunIndex(tmp_path)
+    index.register(run)
+    old = {**doc, "summary": {"best/pgd20": {"avg_robust": 0.7215}}}
+    old.pop("numbers")
+    with index.transaction() as db:  # as an index of an earlier version stored it
+        db.truncate()
+        db.insert(old)
+    (read,) = index.read()
+    assert read["summary"]["best/pgd20"]["avg_robust"] == 0.72149
