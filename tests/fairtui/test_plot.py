@@ -225,3 +225,15 @@ def test_the_command_writes_the_figure_and_refuses_what_it_should(three, tmp_pat
     conf = fairtui_cmd("plot", "confusion", views[0].run_id, views[1].run_id, "-o", str(tmp_path / "c.png"), home=home)
     assert conf.returncode == 2 and "one result" in conf.stderr
     assert not (tmp_path / "c.png").exists()
+
+
+def test_an_epoch_axis_has_whole_ticks_only():
+    """After one epoch the x axis spanned 0.50 to 1.50 (#56 item 10): ticks are whole epochs, the last one
+    included, at most eight."""
+    from fairtui.app.widgets.plot import whole_ticks
+
+    assert whole_ticks([1]) == [1] and whole_ticks([1, 2]) == [1, 2]
+    for xs in (list(range(1, 31)), list(range(1, 16)), list(range(3, 101)), list(range(1, 229_001))):
+        ticks = whole_ticks(xs)
+        assert all(isinstance(t, int) for t in ticks) and len(ticks) <= 8
+        assert ticks[0] == xs[0] and ticks[-1] == xs[-1] and ticks == sorted(set(ticks))

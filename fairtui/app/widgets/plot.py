@@ -69,6 +69,19 @@ class LinePlot(PlotextPlot):
             else:
                 plt.plot(xs, ys, marker="braille", color="gray", label=None if self.navigable else name)
         plt.xlabel(self.xlabel)
-        if not self.navigable:
-            plt.xticks(self.epochs)  # whole numbers: trials
+        plt.xticks(whole_ticks(self.epochs))  # epochs and trials are whole numbers: no 0.50 to 1.50 axis
+        if len(set(self.epochs)) == 1:
+            plt.xlim(self.epochs[0] - 1, self.epochs[0] + 1)
         self.refresh()
+
+
+def whole_ticks(xs: list[int], most: int = 8) -> list[int]:
+    """At most ``most`` whole-number ticks from the first x to the last, evenly spaced, the last one included."""
+    if not xs:
+        return []
+    lo, hi = int(min(xs)), int(max(xs))
+    step = max(1, -(-(hi - lo) // max(1, most - 1)))
+    ticks = list(range(lo, hi + 1, step))
+    if ticks[-1] != hi:
+        ticks[-1 if len(ticks) >= most else len(ticks):] = [hi]
+    return ticks
