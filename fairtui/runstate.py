@@ -204,8 +204,10 @@ RECENT_EPOCHS = 5  # the run ETA uses the mean time of the latest epochs (FRL's 
 
 def run_eta(epochs: list[dict], total_epochs: int, now: float | None = None) -> float | None:
     """Seconds until training ends: the epochs left times the mean of the latest measured epoch times,
-    less what the current epoch has run since the last `epoch_end` (its ``t``). None before the first
-    epoch ends. The test evaluation after training comes on top (it is not measured until it runs)."""
+    less what the current epoch has run since the last `epoch_end` (its ``t``), at most one mean epoch: an
+    epoch slower than the mean, or a stop and resume since the last epoch, does not count the estimate down
+    to 0 with epochs left. None before the first epoch ends. The test evaluation after training comes on top
+    (it is not measured until it runs)."""
     import time
 
     times = [e.get("time_s") for e in epochs if e.get("time_s")]
@@ -213,9 +215,10 @@ def run_eta(epochs: list[dict], total_epochs: int, now: float | None = None) -> 
         return None
     recent = times[-RECENT_EPOCHS:]
     done = epochs[-1]["epoch"]
-    left = max(0, total_epochs - done) * sum(recent) / len(recent)
+    mean = sum(recent) / len(recent)
+    left = max(0, total_epochs - done) * mean
     since = (now or time.time()) - epochs[-1].get("t", now or time.time())
-    return max(0.0, left - max(0.0, since)) if left else 0.0
+    return max(0.0, left - min(mean, max(0.0, since))) if left else 0.0
 
 
 def run_eta_text(epochs: list[dict], total_epochs: int, now: float | None = None) -> str:

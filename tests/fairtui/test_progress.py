@@ -16,6 +16,10 @@ def test_run_eta_is_the_epochs_left_times_the_recent_epoch_time_less_the_current
     assert run_eta(epochs([1] * 20 + [20] * 5), 30, now=1000.0) == pytest.approx(5 * 20)
     assert run_eta([], 10) is None
     assert run_eta(epochs([10, 10]), 2, now=1000.0) == 0.0
+    # a slow epoch, or a stop and resume since epoch 10 ended: five epochs left never read 0 s (#56 item 10);
+    # at most the current epoch's mean is taken off
+    assert run_eta(epochs([10] * 10), 15, now=1030.0) == pytest.approx(4 * 10)
+    assert run_eta(epochs([10] * 10), 15, now=1000.0 + 86_400) == pytest.approx(4 * 10)
 
 
 def test_run_eta_text_says_what_it_covers():
