@@ -222,8 +222,20 @@ def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per
         values: dict[str, list[float]] = {k: [] for k in EXPORT_METRICS}
         settings = []
         for v in members:
-            result = pick_result(v, attack, checkpoint, n_per_class=n_per_class)
-            settings.append(setting_label(result))
+            try:
+                result = pick_result(v, attack, checkpoint, n_per_class=n_per_class)
+                where = ""
+            except CompareError as missing:
+                if checkpoint != "best":
+                    raise
+                # a run measured at its last checkpoint alone (a tuning trial: `tune finish` evaluates the
+                # best trial's last checkpoint): its result, labelled as such, not an error
+                try:
+                    result = pick_result(v, attack, "last", n_per_class=n_per_class)
+                except CompareError:
+                    raise missing from None
+                where = " @ last (no best-checkpoint result)"
+            settings.append(setting_label(result) + where)
             s = summarise(result)
             for k in EXPORT_METRICS:
                 values[k].append(s[k])

@@ -237,3 +237,24 @@ def test_an_epoch_axis_has_whole_ticks_only():
         ticks = whole_ticks(xs)
         assert all(isinstance(t, int) for t in ticks) and len(ticks) <= 8
         assert ticks[0] == xs[0] and ticks[-1] == xs[-1] and ticks == sorted(set(ticks))
+
+
+def test_export_of_a_run_measured_at_its_last_checkpoint_alone_finds_that_result(tmp_path):
+    """A tuning study's best trial is tested at its last checkpoint (`tune finish`): `fairtui export RUN` found
+    nothing at the default `best` (#56 item 7). It takes the last, and says so in the row's setting."""
+    import json
+
+    from tests.conftest import fairtui_cmd
+    from fairtui.synthetic import make_run
+
+    home = tmp_path / "home"
+    run = make_run(home, "20261127-000000-aaaaaa")
+    lines = [line for line in (run / "events.jsonl").read_text().splitlines()
+             if json.loads(line).get("checkpoint") != "best"]
+    (run / "events.jsonl").write_text("\n".join(lines) + "\n")
+    out = fairtui_cmd("export", "20261127-000000-aaaaaa", "--format", "json", home=home)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["rows"] if isinstance(json.loads(out.stdout), dict) else json.loads(out.stdout)
+    assert row["setting"].endswith("@ last (no best-checkpoint result)")
+    none = make_run(home, "20261127-000000-bbbbbb", status="stopped")  # no test result at all: still refused
+    assert fairtui_cmd("export", none.name, home=home).returncode != 0
