@@ -191,8 +191,11 @@ def autoattack_line(p: dict) -> str:
     if done:
         robust += f" after {done[-1]['attack']}"
     eta = aa.get("eta_s")
+    unmeasured = [a for a in aa.get("unmeasured") or [] if a != current]
     when = (f"ETA {format_seconds(eta)}" if eta is not None else
             f"ETA after {attacks[0]}" if attacks else "")
+    if eta is not None and unmeasured:  # another kind of attack still to run: its speed is not known yet
+        when += f" + {', '.join(unmeasured)} (timed when it runs)"
     more = int(p.get("batches") or 0) - int(p.get("batch_in") or 0)
     if more > 0:
         when += f" (this batch; {more} more)"

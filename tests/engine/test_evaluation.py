@@ -154,6 +154,30 @@ def test_an_autoattack_progress_line_names_the_attack_the_survivors_and_the_eta(
     assert text == "aa batch 1/1: apgd-t running (2/4); 61/100 still robust after apgd-ce; ETA 3 min 10 s"
     first = {**p, "aa": {**p["aa"], "current": "apgd-ce", "done": [], "robust": 80, "eta_s": None}}
     assert progress_line(first)[0] == "aa batch 1/1: apgd-ce running (1/4); 80/100 still robust; ETA after apgd-ce"
+    # Square still to run and not timed: the ETA covers the gradient attacks and names it (#56 item 10)
+    before_square = {**p, "aa": {**p["aa"], "unmeasured": ["square"]}}
+    assert progress_line(before_square)[0].endswith("ETA 3 min 10 s + square (timed when it runs)")
+
+
+def test_the_autoattack_eta_times_square_apart_from_the_gradient_attacks():
+    """52 s from APGD's rate before a Square that took 145 s (#56 item 10): the gradient attacks left are timed
+    at the gradient attacks' measured cost per pass; Square, never timed, is left out of the seconds and named."""
+    from types import SimpleNamespace
+
+    from engine.attacks.autoattack import AutoAttackProgress
+
+    aa = SimpleNamespace(attacks_to_run=["apgd-ce", "apgd-t", "fab-t", "square"],
+                         apgd=SimpleNamespace(n_iter=100, n_restarts=1),
+                         apgd_targeted=SimpleNamespace(n_iter=100, n_target_classes=9, n_restarts=1),
+                         fab=SimpleNamespace(n_iter=100, n_target_classes=9),
+                         square=SimpleNamespace(n_queries=5000))
+    progress = AutoAttackProgress(aa, 100, lambda info: None)
+    progress.info.update(robust=60, done=[{"attack": "apgd-ce", "robust": 60, "time_s": 10.0}])
+    # 100 images x 100 passes in 10 s; apgd-t and fab-t: 60 x 900 passes each at that rate = 54 s each
+    assert progress.eta() == 108.0 and progress.info["unmeasured"] == ["square"]
+    progress.info.update(robust=50, done=[*progress.info["done"], {"attack": "apgd-t", "robust": 50, "time_s": 54.0},
+                                          {"attack": "fab-t", "robust": 50, "time_s": 45.0}])
+    assert progress.eta() == 0.0 and progress.info["unmeasured"] == ["square"]  # what is left is untimed
 
 
 def test_eval_says_when_it_reuses_a_stored_result(trained_run):
