@@ -178,6 +178,15 @@ def progress_line(p: dict, now: float | None = None) -> tuple[str, float | None]
     return text, fraction
 
 
+def progress_header(p: dict, epochs: list[dict], total_epochs: int, now: float | None = None) -> tuple[str, float | None]:
+    """The run screen's progress line: while training, the run's ETA first, then the phase's line (at 80
+    columns the end of the line is cut, and it held the run ETA: "ETA 31 s | run")."""
+    text, fraction = progress_line(p, now)
+    if fraction is not None and p.get("phase") in ("train", "val"):
+        text = run_eta_text(epochs, total_epochs, now) + " | " + text
+    return text, fraction
+
+
 def autoattack_line(p: dict) -> str:
     """Where an AutoAttack evaluation is inside its batch: "aa batch 1/1: apgd-t running (2/4); 61/100
     still robust after apgd-ce; ETA 3 min 10 s" (the ETA from the measured rate of the attacks done)."""

@@ -126,3 +126,15 @@ def test_a_best_checkpoint_that_is_the_last_gets_one_table_and_cvc_is_explained(
     assert "CVC" in table.caption and "Tian" in table.caption
     differ = make_run(tmp_path, "r2")  # best and last measured apart: two tables
     assert len(per_class_tables(RunView.load(differ))) == 2
+
+
+def test_the_run_screens_progress_line_puts_the_run_eta_first():
+    """At 80 columns the line's end is cut, and it held the run's ETA ("ETA 31 s | run") (#56 item 8)."""
+    from fairtui.runstate import progress_header
+
+    p = {"phase": "train", "epoch": 11, "batch": 10, "batches": 20, "started": 990.0, "t": 1000.0}
+    text, fraction = progress_header(p, epochs([60] * 10), 15, now=1000.0)
+    assert text.startswith("run ETA 5 min 00 s + test evaluation | train epoch 11: 10/20 batches")
+    assert fraction == 0.5
+    evaluating = {**p, "phase": "test", "attack": "pgd20"}
+    assert progress_header(evaluating, epochs([60] * 15), 15, now=1000.0)[0].startswith("test pgd20: ")

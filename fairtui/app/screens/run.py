@@ -118,15 +118,14 @@ class RunScreen(Screen):
         self.post_message(ProgressRead(progress, wait))  # never waits for the screen (events must keep flowing)
 
     def on_progress_read(self, message: ProgressRead) -> None:
-        from fairtui.runstate import progress_line, run_eta_text
+        from fairtui.runstate import progress_header
 
         progress = message.progress
         if message.wait:
             self.query_one("#run-summary", Static).update(f"queued: {message.wait}")
         live = self.state.status in ("running", "starting") or progress.get("phase") == "eval"
-        text, fraction = progress_line(progress) if live else ("", None)
-        if fraction is not None and progress.get("phase") in ("train", "val"):
-            text += " | " + run_eta_text(self.state.epochs, self.state.total_epochs)
+        text, fraction = progress_header(progress, self.state.epochs, self.state.total_epochs) if live \
+            else ("", None)
         row = self.query_one("#progress-row")
         row.display = fraction is not None
         if fraction is not None:
