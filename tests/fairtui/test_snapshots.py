@@ -48,7 +48,7 @@ def app_for(home, **kw):
 async def settle(pilot):
     from textual.widgets import DataTable
 
-    for _ in range(50):  # the runs table filled (its first load) before anything else
+    for _ in range(1200):  # the runs table filled (its first load) before anything else; up to 120 s on a busy machine
         tables = [t for screen in pilot.app.screen_stack for t in screen.query(DataTable)]
         if tables and tables[0].row_count == 3:
             break
@@ -110,7 +110,7 @@ def test_study_screen(snap_compare, home, size, tiny_profile):
 
         await settle(pilot)
         await pilot.app.push_screen(StudyScreen("fig"))
-        for _ in range(100):  # the journal is read on a worker thread
+        for _ in range(1200):  # the journal is read on a worker thread (up to 120 s on a busy machine)
             if isinstance(pilot.app.screen, StudyScreen) and pilot.app.screen.query_one(DataTable).row_count == 4:
                 break
             await pilot.pause(0.1)
