@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fairtui.tune_space import Dimension, Objective, TuneError, override
+from fairtui.tune_trials import (DRIVER_STOPPED, machine_reason, objective_text, shown_params,  # noqa: F401
+                                 summary, unmark_stopped)
 
 STUDIES = "studies"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -271,7 +273,7 @@ class Driver:
         if frozen.user_attrs.get("held"):
             trial.set_user_attr("held", None)
         if status in ("stopped", "lost", "failed") and "pruned" not in self._tags(run_id):
-            _unmark_stopped(run_dir)
+            unmark_stopped(run_dir)
             self._launch(run_dir)  # resumes from its checkpoint
             self.say(f"trial {frozen.number}: resuming run {run_id} ({status})")
         elif status == "queued" and not self.req.slurm and not self.queue.holds(run_id):
@@ -364,7 +366,7 @@ class Driver:
                 self.say(f"trial {number}: {objective_text(value)}")
             return True
         if status == "stopped" and view.meta.get(DRIVER_STOPPED):  # this driver's own stop (an earlier Ctrl-C)
-            _unmark_stopped(run_dir)
+            unmark_stopped(run_dir)
             self._launch(run_dir)
             self.say(f"trial {number}: run {entry['run_id']} was stopped with its study; resuming it")
             return False
@@ -458,43 +460,6 @@ class Driver:
                 pass
 
 
-def objective_text(value: float | None) -> str:
-    """An objective as every view shows it: in % (the accuracies it is made of), one decimal; a shortfall under
-    an average floor is negative."""
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def shown_params(params: dict) -> str:
-    """A trial's parameters for a person: four significant digits."""
-    return "{" + ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in params.items()) + "}"
-
-
-DRIVER_STOPPED = "stopped_by_study"  # meta.json: the run was stopped with its study's driver, not by hand
-
-
-def _unmark_stopped(run_dir: Path) -> None:
-    from fairtui.launcher import change_meta
-
-    try:
-        marked = DRIVER_STOPPED in json.loads((run_dir / "meta.json").read_text())
-    except (OSError, ValueError):
-        marked = False
-    if marked:
-        change_meta(run_dir, lambda m: m.pop(DRIVER_STOPPED, None))
-
-
-def machine_reason(view, status: str) -> str | None:
-    """Why a trial's run ended for the machine's reasons and not its own, or None: its engine died with no
-    end recorded (``lost``: the kernel's OOM killer, a kill -9 from outside fairtui, a reboot), or it failed
-    on a full disk. Such a trial is resumed by `tune --resume`, not counted as a failure of its parameters."""
-    if status == "lost":
-        return "its engine died with no end recorded"
-    error = str((view.finished or {}).get("error", ""))
-    if status == "failed" and ("No space left on device" in error or re.search(r"the disk holding .* is full", error)):
-        return "the disk is full"
-    return None
-
-
 def finish(study, req: Request, say: Callable[[str], None] = lambda line: None) -> dict | None:
     """Evaluate the best trial's run on the test split, once, at its profile's own settings (the attacks of
     the profile's [eval]), on its last checkpoint (the trial's value is its last epoch's); record it."""
@@ -528,33 +493,3 @@ def finish(study, req: Request, say: Callable[[str], None] = lambda line: None) 
         raise storage_error(err, study_path(req.home, req.study), f"run {run_id}'s test result is in its stream; "
                             f"`fairtui tune finish {req.study}` records it in the study") from None
     return record
-
-
-def summary(study, req: Request) -> dict:
-    """The trials table, the best trial so far and the parameters' importance (Optuna's; None until it can be
-    computed)."""
-    opt = optuna()
-    rows = [{"trial": t.number, "state": "held" if t.state.name == "RUNNING" and t.user_attrs.get("held")
-             else t.state.name.lower(), "value": t.value, "params": t.params,
-             "run_id": t.user_attrs.get("run_id"), **({"held": t.user_attrs["held"]} if t.user_attrs.get("held")
-                                                     and t.state.name == "RUNNING" else {})}
-            for t in study.get_trials(deepcopy=False)]
-    try:
-        best = study.best_trial
-        best_row = {"trial": best.number, "value": best.value, "params": best.params,
-                    "run_id": best.user_attrs.get("run_id")}
-    except ValueError:
-        best_row = None
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "importances will be equal" while trials tie
-            importance = dict(opt.importance.get_param_importances(study)) if len(req.space) > 1 else None
-    except (RuntimeError, ValueError, ZeroDivisionError):
-        importance = None
-    pruning = (f"median from epoch {req.prune_after}, after {req.prune_startup} finished trials"
-               if req.pruner == "median" else req.pruner)
-    return {"study": req.study, "profile_path": req.profile_path, "objective": req.objective.label(),
-            "pruner": pruning, "budget": req.trials, "space": {d.key: d.spec() for d in req.space}, "trials": rows,
-            "best": best_row, "importance": importance, "finished": study.user_attrs.get("finished")}
