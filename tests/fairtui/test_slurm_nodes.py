@@ -69,17 +69,21 @@ def status(run_dir: Path) -> str:
 
 
 def job_processes(run_dir: Path) -> list[int]:
-    """Every process of the job (submitit's tasks, torchrun, the ranks): what Slurm signals."""
+    """Every process of this run's job (submitit's tasks, torchrun, the ranks): what Slurm signals. Only
+    this job's: submitit's local executor gives each of its processes SUBMITIT_LOCAL_JOB_ID, the job id. A
+    broader match (any submitit process) reached another test's job running beside this one, and its first
+    task took the signal as a preemption and stopped that job's node (seen in CI)."""
+    job_id = json.loads((run_dir / "meta.json").read_text())["slurm_job_id"]
+    mark = f"SUBMITIT_LOCAL_JOB_ID={job_id}".encode()
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            environ = (proc / "environ").read_bytes()
-            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"SUBMITIT_LOCAL_GLOBALID=" in environ and (str(run_dir).encode() in cmdline or b"submitit" in cmdline):
+        if mark in environ:
             found.append(int(proc.name))
     return found
 
