@@ -3,6 +3,12 @@
 Both are written atomically (temp file, then rename), so a kill at any moment
 leaves loadable files. ``last.pt`` holds everything a resume needs: model,
 optimiser, RNG states, the method's own state, EMA and averaged weights.
+
+``partial.pt``: a stop (``fairtui stop``, Ctrl-C, SIGTERM) inside an epoch keeps the epoch's work
+so far: the model, optimiser and RNG states at the batch it stopped after, the method's sums over
+the epoch's batches and the loop's own counts (engine.trainer). It complements ``last.pt`` (the
+epoch before), is never evaluated, and is removed when its epoch ends. A kill (SIGKILL, a lost
+machine) writes nothing: such a run resumes from ``last.pt``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import torch
 from engine.utils import atomic_torch_save
 
 NAMES_FILE = "names.json"
+PARTIAL = "partial.pt"  # a stop's mid-epoch state (see the module's text)
 
 
 class CheckpointError(RuntimeError):
@@ -72,7 +79,7 @@ class CheckpointStore:
         ``.best.pt.*``: never renamed, so never loaded); the number removed. Only the engine that holds
         the run's lock calls this, so no write of another engine can be in flight."""
         removed = 0
-        for name in ("last.pt", "best.pt") if self.writer else ():
+        for name in ("last.pt", "best.pt", PARTIAL) if self.writer else ():
             for tmp in self.folder.glob(f".{name}.*"):
                 tmp.unlink(missing_ok=True)
                 removed += 1
@@ -107,6 +114,23 @@ class CheckpointStore:
         names = ["last"] + (["best"] if self.best_path.exists() else [])
         names += ["ema"] if state.get("ema") is not None else []
         return names + [n for n, weights in (state.get("averaged") or {}).items() if weights is not None]
+
+    @property
+    def partial_path(self) -> Path:
+        return self.folder / PARTIAL
+
+    def save_partial(self, state: dict[str, Any]) -> None:
+        if self.writer:
+            atomic_torch_save(state, self.partial_path)
+
+    def load_partial(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+        if not self.partial_path.exists():
+            return None
+        return load_checkpoint(self.partial_path, device, need=("model", "epoch", "batches_done", "optimizer", "rng"))
+
+    def drop_partial(self) -> None:
+        if self.writer:
+            self.partial_path.unlink(missing_ok=True)
 
     def load_last(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
         if not self.last_path.exists():

@@ -80,6 +80,9 @@ class Trainer:
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}
         self.val_attack = build_attack(profile.eval.val_attack, self.attack_model, self.attack_settings())
         self.last_val: ValResult | None = None
+        # A stop's mid-epoch state (engine.checkpoint's partial.pt), taken up by the epoch it belongs to.
+        self.resume_point: dict[str, Any] | None = None
+        self._epoch_started, self._prepare_s, self._train_batches = time.time(), 0.0, 0
 
     def new_optimizer(self) -> Any:
         """SGD: torch.optim's on a GPU, engine.optim's (the same arithmetic, without torch._dynamo) on the CPU."""
@@ -110,14 +113,16 @@ class Trainer:
             if self.progress.due():
                 self.progress.update(phase, epoch, b + 1, batches)
 
-    def train_epoch(self, epoch: int) -> EpochStats:
+    def train_epoch(self, epoch: int, point: dict[str, Any] | None = None) -> EpochStats:
+        """Train epoch ``epoch``; from ``point`` (a stop's partial.pt of this epoch) on: its model,
+        optimiser, RNG states, the method's sums and the loop's counts, continuing after its batch."""
         data, dev, group = self.train_data, self.rt.device, self.group
         # The order and every crop and flip of the epoch, drawn on the CPU and moved once.
         plan = plan_epoch(len(data), self.profile.data.batch_size, tuple(data.x.shape[1:]), self.splits.augment,
                           self.profile.seed, epoch).to(dev)
         stats = EpochStats(torch.zeros((), dtype=torch.float64, device=dev),
                            clean=metrics.ClassCounter(self.k, dev), robust=metrics.ClassCounter(self.k, dev))
-        batches = group.usable_batches(len(data), plan.batch_size, plan.batches)
+        batches = self._train_batches = group.usable_batches(len(data), plan.batch_size, plan.batches)
         if batches < plan.batches:
             log.warning("epoch %d: the last %d samples are left out (fewer than the %d ranks)", epoch,
                         len(data) - batches * plan.batch_size, group.world)
@@ -126,8 +131,11 @@ class Trainer:
         labels: list[torch.Tensor] = []
         clean_hits: list[torch.Tensor] = []
         robust_hits: list[torch.Tensor] = []
+        first = 0
+        if point is not None:
+            first = self._restore_point(point, stats, labels, clean_hits, robust_hits)
         self.model.train()
-        for b in range(batches):
+        for b in range(first, batches):
             self.rt.step_begin()
             draws = group.draws(min(plan.batch_size, len(data) - b * plan.batch_size))
             x, y = plan.batch(b, data.images, data.y, rows=(draws.lo, draws.hi))
@@ -149,6 +157,8 @@ class Trainer:
                 robust_hits.append(out.logits_adv.argmax(1) == y)
             # Every rank stops at the same batch: a host-side all-reduce of the stop flags.
             if group.any(self.stop_flag()):
+                self._keep_point(epoch, "train", b + 1, batches,
+                                 self._batch_counts(stats, labels, clean_hits, robust_hits))
                 raise StopRequested()
             if self.progress.due():
                 self._check_finite(stats, epoch)
@@ -163,6 +173,71 @@ class Trainer:
         stats.n = sum(stats.samples)
         self._check_finite(stats, epoch)
         return stats
+
+    # -- a stop inside an epoch -----------------------------------------------------------------
+    def _keep_point(self, epoch: int, phase: str, done: int, batches: int, counts: dict[str, Any],
+                    rng: dict | None = None) -> None:
+        """A stop inside epoch ``epoch``: keep its work so far in partial.pt (engine.checkpoint), so that
+        the resume continues after batch ``done`` of ``batches`` of the training (``phase`` "train") or
+        starts the validation again (``phase`` "val", ``rng``: the RNG states as the validation began).
+        ``counts``: the loop's training counts so far. One process only: the ranks of a group hold their
+        own rows' counts and rank 0 alone writes, so a group resumes from the epoch's start (last.pt)."""
+        if self.group.active or not self.store.writer:
+            return
+        self.store.save_partial({
+            "epoch": epoch, "phase": phase, "batches_done": done, "batches": batches,
+            "elapsed_s": time.time() - self._epoch_started, "prepare_s": self._prepare_s,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "ema": self.ema.state if self.ema is not None else None,
+            "method_batch": {k: v.detach().cpu() for k, v in self.method.batch_state().items()},
+            "rng": rng if rng is not None else rng_state(), "counts": counts,
+        })
+        where = f"after batch {done} of {batches}" if phase == "train" else "in the validation"
+        log.info("stopped %s of epoch %d: kept in %s; the resume continues from there", where, epoch,
+                 self.store.partial_path.name)
+
+    @staticmethod
+    def _batch_counts(stats: EpochStats, labels: list, clean_hits: list, robust_hits: list) -> dict[str, Any]:
+        cat = lambda parts: torch.cat(parts).cpu() if parts else None  # noqa: E731
+        return {"loss_sum": stats.loss_sum.detach().cpu(), "n": int(stats.n), "labels": cat(labels),
+                "clean_hits": cat(clean_hits), "robust_hits": cat(robust_hits)}
+
+    def _restore_point(self, point: dict[str, Any], stats: EpochStats, labels: list, clean_hits: list,
+                       robust_hits: list) -> int:
+        """Put back what :meth:`_keep_point` kept inside the training; the first batch still to train."""
+        dev, counts = self.rt.device, point["counts"]
+        self._restore_states(point)
+        stats.loss_sum += counts["loss_sum"].to(dev)
+        stats.n = counts["n"]
+        for parts, key in ((labels, "labels"), (clean_hits, "clean_hits"), (robust_hits, "robust_hits")):
+            if counts[key] is not None:
+                parts.append(counts[key].to(dev))
+        return point["batches_done"]
+
+    def _restore_states(self, point: dict[str, Any]) -> None:
+        self.model.load_state_dict(point["model"])
+        self.optimizer.load_state_dict(point["optimizer"])
+        if self.ema is not None and point.get("ema") is not None:
+            self.ema.state = point["ema"]
+        self.method.load_batch_state({k: v.to(self.rt.device) for k, v in point["method_batch"].items()})
+        set_rng_state(point["rng"])
+
+    def _trained_point(self, point: dict[str, Any]) -> EpochStats:
+        """A stop in the validation: the epoch's trained model and states, and its training's counts."""
+        dev, counts = self.rt.device, point["counts"]
+        self._restore_states(point)
+        stats = EpochStats(counts["loss_sum"].to(dev), counts["n"], clean=metrics.ClassCounter(self.k, dev),
+                           robust=metrics.ClassCounter(self.k, dev), samples=counts["samples"])
+        for counter, key in ((stats.clean, "clean"), (stats.robust, "robust")):
+            counter.hits.copy_(counts[f"{key}_hits"])
+            counter.total.copy_(counts[f"{key}_total"])
+        return stats
+
+    @staticmethod
+    def _trained_counts(stats: EpochStats) -> dict[str, Any]:
+        return {"loss_sum": stats.loss_sum.detach().cpu(), "n": int(stats.n), "samples": stats.samples,
+                "clean_hits": stats.clean.hits.cpu(), "clean_total": stats.clean.total.cpu(),
+                "robust_hits": stats.robust.hits.cpu(), "robust_total": stats.robust.total.cpu()}
 
     def _check_finite(self, stats: EpochStats, epoch: int) -> None:
         if not math.isfinite(float(stats.loss_sum)):
@@ -191,29 +266,62 @@ class Trainer:
 
     # -- the run --------------------------------------------------------------------------------
     def start_or_resume(self) -> int:
-        """Return the first epoch to train; emit run_started or run_resumed."""
+        """Return the first epoch to train; emit run_started or run_resumed. A stop inside an epoch left
+        partial.pt beside last.pt: that epoch starts again from last.pt (as it started) and continues
+        from the stop (:meth:`run_epoch`)."""
         if removed := self.store.remove_leftovers():
             log.info("removed %d temporary checkpoint file(s) left by an interrupted write", removed)
         state = self.store.load_last(self.rt.device)
-        if state is None:
+        point = self._resume_point(state["epoch"] if state is not None else 0)
+        if state is None and point is None:
             self.events.emit("run_started", **run_started_payload(self.profile, self.splits, self.rt.describe(),
                                                                   self._group_payload()))
             self.method.initialize(self.model)
             return 1
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.method.load_state_dict(state["method"])
-        if self.ema is not None and state.get("ema") is not None:
-            self.ema.state = state["ema"]
-        self.best = state["best"]
-        self.last_val = ValResult(**state["last_val"]) if state.get("last_val") else None
-        set_rng_state(state["rng"])
-        epoch = state["epoch"]
+        where = {} if point is None else {"batch": point["batches_done"], "batches": point["batches"],
+                                          "phase": point["phase"]}
+        if state is None:  # stopped inside the first epoch: the run starts as it started, then continues
+            self.method.initialize(self.model)
+            epoch = 0
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.method.load_state_dict(state["method"])
+            if self.ema is not None and state.get("ema") is not None:
+                self.ema.state = state["ema"]
+            self.best = state["best"]
+            self.last_val = ValResult(**state["last_val"]) if state.get("last_val") else None
+            set_rng_state(state["rng"])
+            epoch = state["epoch"]
+        self.resume_point = point
         self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), class_names=self.splits.class_names,
-                         **self._group_payload())
-        self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
-        log.info("resumed after epoch %d", epoch)
+                         **where, **self._group_payload())
+        if state is not None:
+            self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
+        if point is None:
+            log.info("resumed after epoch %d", epoch)
+        elif point["phase"] == "train":
+            log.info("resumed in epoch %d, after batch %d of %d", epoch + 1, point["batches_done"], point["batches"])
+        else:
+            log.info("resumed in epoch %d, at its validation", epoch + 1)
         return epoch + 1
+
+    def _resume_point(self, last_epoch: int) -> dict[str, Any] | None:
+        """partial.pt when it continues ``last_epoch`` (the epoch of last.pt, 0: none) and this run can
+        take it up; else None (and the file goes)."""
+        if not self.store.partial_path.exists():
+            return None
+        point = self.store.load_partial(self.rt.device)
+        if point["epoch"] != last_epoch + 1 or point["epoch"] > self.profile.train.epochs:
+            log.warning("%s is of epoch %d, not the epoch after the last checkpoint (%d): not used",
+                        self.store.partial_path.name, point["epoch"], last_epoch)
+        elif self.group.active:
+            log.warning("%s was kept by one process; a run on %d processes starts epoch %d again from its "
+                        "beginning", self.store.partial_path.name, self.group.world, point["epoch"])
+        else:
+            return point
+        self.store.drop_partial()
+        return None
 
     def _group_payload(self) -> dict[str, Any]:
         return self.group.payload(self.sync_bn, self.profile.data.batch_size)
@@ -228,22 +336,38 @@ class Trainer:
         self.progress.update("done", epochs, 0, 0)
 
     def run_epoch(self, epoch: int) -> None:
-        started = time.time()
+        started = self._epoch_started = time.time()
+        point, self.resume_point = self.resume_point, None
+        point = point if point is not None and point["epoch"] == epoch else None
         if self.method.fresh_optimizer(epoch):
             self.optimizer = self.new_optimizer()
         lr = self.method.lr_for(epoch, lr_at(epoch, self.profile))
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
+        # A resumed epoch runs its start again from the state it began with (last.pt), as it ran: the
+        # class-wise state it trains with and what prepare_epoch measures on the epoch's first model.
         self.method.start_epoch(epoch, self.last_val)
         prepared = time.time()
         self.method.prepare_epoch(epoch, lambda: self.epoch_batches(epoch, "prepare"))
-        prepare_s = time.time() - prepared
+        prepare_s = self._prepare_s = time.time() - prepared
         method_state = self.method.method_state()  # what epoch t trains with
-        stats = self.train_epoch(epoch)
-        self.group.broadcast_buffers(self.model)  # rank 0's BatchNorm statistics: one model on all ranks
-        if self.ema is not None and epoch >= self.profile.train.ema_start_epoch:
-            self.ema.update(self.model)
-        val = self.validate(epoch)
+        if point is not None:
+            started = self._epoch_started = time.time() - point["elapsed_s"]  # the replayed start not counted
+            prepare_s = self._prepare_s = point["prepare_s"]
+        if point is None or point["phase"] == "train":
+            stats = self.train_epoch(epoch, point)
+            self.group.broadcast_buffers(self.model)  # rank 0's BatchNorm statistics: one model on all ranks
+            if self.ema is not None and epoch >= self.profile.train.ema_start_epoch:
+                self.ema.update(self.model)
+        else:  # stopped in the validation: the epoch's training is done, its counts and states kept
+            stats, self._train_batches = self._trained_point(point), point["batches"]
+        before_val = rng_state() if not self.group.active else None
+        try:
+            val = self.validate(epoch)
+        except StopRequested:
+            self._keep_point(epoch, "val", self._train_batches, self._train_batches, self._trained_counts(stats),
+                             rng=before_val)
+            raise
         train = stats.summary()
         self.method.end_epoch(epoch, self.model, train["robust_acc_per_class"], val)
         method_state.update(self.method.measurements())
@@ -266,6 +390,7 @@ class Trainer:
             event["prepare_s"] = prepare_s
         self.store.save(self._checkpoint(epoch, event), best_model=self.model.state_dict() if is_best else None,
                         best_meta=self.best)
+        self.store.drop_partial()  # the epoch it continued is in last.pt now
         self.events.emit("epoch_end", **event)
         log.info("epoch %d/%d  loss %.4f  val clean %.3f  robust %.3f (worst %.3f)  %.1fs", epoch,
                  self.profile.train.epochs, event["train"]["loss"], event["val"]["avg_clean"],

@@ -186,6 +186,18 @@ class Method:
         for key in ("eps_per_class", "weight_nat", "weight_bndy", "beta_per_class"):
             getattr(self, key).copy_(state[key])
 
+    def batch_state(self) -> dict[str, Tensor]:
+        """What :meth:`loss` has gathered over the epoch's batches so far (sums for :meth:`end_epoch` or
+        :meth:`measurements`), for a stop inside an epoch (engine.checkpoint's ``partial.pt``): the
+        resumed epoch restores it after :meth:`start_epoch` and :meth:`prepare_epoch` and continues.
+        A method whose loss changes no state of its own (most) has none. A method that gathers
+        something per batch and leaves it out resumes a stopped epoch with part of its sums lost."""
+        return {}
+
+    def load_batch_state(self, state: dict[str, Tensor]) -> None:
+        for key, value in state.items():
+            getattr(self, key).copy_(value)
+
 
 class Imported(Method):
     """An imported model (`fairtui import`): it has weights to evaluate and nothing to train."""

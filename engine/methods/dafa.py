@@ -210,8 +210,11 @@ class DAFA(Method):
 
     # -- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        # The partial sums of P are not needed: a resume starts the epoch again from its beginning.
+        # The partial sums of P are the epoch's (batch_state): a resume at an epoch's start needs none.
         return {**super().state_dict(), "W": self.W, "P": self.P, "epoch": self.epoch}
+
+    def batch_state(self) -> dict[str, Tensor]:
+        return {"prob_sums": self.prob_sums, "prob_counts": self.prob_counts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

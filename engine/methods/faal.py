@@ -195,6 +195,10 @@ class FAAL(FineTunePhase, Method):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "epoch": self.epoch}
 
+    def batch_state(self) -> dict[str, Tensor]:
+        return {"kp_sum": self.kp_sum, "kp_min": self.kp_min, "kp_max": self.kp_max, "c_sum": self.c_sum,
+                "batches": self.batches}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.epoch = state["epoch"]

@@ -1,0 +1,162 @@
+"""A stop inside an epoch keeps the epoch's work (checkpoints/partial.pt) and the resume continues from the
+batch it stopped after, to the same numbers as a run never stopped: the data order, the RNG states, the
+method's per-batch sums and the loop's counts all continue exactly.
+
+The stop is placed, not timed: a small wrapper runs the engine with its stop flag set after batch N of
+epoch E (training) or after validation batch N, as `fairtui stop` or Ctrl-C set it (the flag is what a
+signal sets; tests/engine/test_training.py covers the signals themselves)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import HANG_S, ROOT, engine_env, events_of, make_run_dir, run_engine
+
+STOPPER = """
+import runpy, sys
+import engine.trainer as t
+
+epoch, phase, after = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+sys.argv = ["engine", "train", sys.argv[4]]
+
+
+def stop_after(n):
+    calls = [0]
+
+    def flag():
+        calls[0] += 1
+        return calls[0] >= n
+    return flag
+
+
+def wrapped(name, real):
+    def run(self, e, *args):
+        if e == epoch and phase == name:
+            self.stop_flag = stop_after(after)
+        return real(self, e, *args)
+    return run
+
+
+t.Trainer.train_epoch = wrapped("train", t.Trainer.train_epoch)
+t.Trainer.validate = wrapped("val", t.Trainer.validate)
+runpy.run_module("engine", run_name="__main__")
+"""
+
+# method, its settings, and where the stop lands: (epoch, phase, batch). 300 training images in batches of 50
+# (6 a epoch), 50 validation images in batches of 50 by default (eval_batch_size 20 below: 3 batches)
+CASES = {
+    # PGD-AT with an EMA: model, optimiser momentum, EMA and RNG continue
+    "pgd_at": (("train.ema_decay=0.5",), (2, "train", 2)),
+    # DAFA's warm-up's last epoch gathers P batch by batch (its batch_state): the stop lands in it
+    "dafa": (("method.warmup_epochs=2", "method.weight_floor=0.05"), (2, "train", 3)),
+    # FAAL's fine-tune sums K p* per batch for the epoch's measurements
+    "faal": (("method.pretrain_epochs=1",), (3, "train", 4)),
+    # CSR measures its confusion matrix on the epoch's first model before training: replayed exactly
+    "csr": (("method.pretrain_epochs=1",), (2, "train", 1)),
+    # FRL stopped inside its first epoch: no last.pt yet, the run starts as it started (its initial val)
+    "frl": (("method.pretrain_epochs=1", "method.finetune_lr=0.01"), (1, "train", 2)),
+    # TRADES stopped in the validation: the epoch's training is kept and the validation starts again
+    "trades": (("train.ema_decay=0.5", "data.eval_batch_size=20"), (2, "val", 2)),
+}
+
+
+def stop_inside(run_dir, epoch: int, phase: str, after: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", STOPPER, str(epoch), phase, str(after), str(run_dir)],
+                          env=engine_env(), cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
+
+
+@pytest.mark.parametrize("method", list(CASES))
+def test_a_stop_inside_an_epoch_resumes_from_its_batch_to_the_same_numbers(tmp_path, tiny_profile, method):
+    extra, (epoch, phase, after) = CASES[method]
+    overrides = ("train.epochs=3", f"method.name={method}", *extra)
+    profile = tiny_profile()
+    straight = make_run_dir(tmp_path, profile, "straight", overrides)
+    done = run_engine(straight)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    stopped = make_run_dir(tmp_path, profile, "stopped", overrides)
+    proc = stop_inside(stopped, epoch, phase, after)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    kept = torch.load(stopped / "checkpoints" / "partial.pt", weights_only=True)
+    assert (kept["epoch"], kept["phase"]) == (epoch, phase)
+    if phase == "train":
+        assert kept["batches_done"] == after < kept["batches"] == 6  # inside the epoch, not at its end
+    assert [e["epoch"] for e in events_of(stopped) if e["type"] == "epoch_end"] == list(range(1, epoch))
+    assert events_of(stopped)[-1]["status"] == "stopped"
+
+    resumed = run_engine(stopped)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not (stopped / "checkpoints" / "partial.pt").exists()  # taken up, and gone with its epoch
+    b = events_of(stopped)
+    back = [e for e in b if e["type"] == "run_resumed"]
+    assert len(back) == 1 and back[0]["epoch"] == epoch - 1 and back[0]["phase"] == phase
+    if phase == "train":
+        assert back[0]["batch"] == after
+        assert f"resumed in epoch {epoch}, after batch {after} of 6" in resumed.stderr
+
+    a = events_of(straight)
+    per_epoch = lambda evs: [(e["epoch"], e["train"], e["val"], e["method_state"], e["best_epoch"])  # noqa: E731
+                             for e in evs if e["type"] == "epoch_end"]
+    assert per_epoch(a) == per_epoch(b)  # training counts and loss, validation, class-wise state: all epochs
+    finals = lambda evs: [(e["checkpoint"], e["clean_acc_per_class"], e["robust_acc_per_class"])  # noqa: E731
+                          for e in evs if e["type"] == "eval_result"]
+    assert finals(a) == finals(b)
+    sa = torch.load(straight / "checkpoints" / "last.pt", weights_only=True)
+    sb = torch.load(stopped / "checkpoints" / "last.pt", weights_only=True)
+    for key in sa["model"]:
+        assert torch.equal(sa["model"][key], sb["model"][key]), key
+    if sa["ema"] is not None:
+        for key in sa["ema"]:
+            assert torch.equal(sa["ema"][key], sb["ema"][key]), key
+    for key, value in sa["optimizer"]["state"].items():
+        assert torch.equal(value["momentum_buffer"], sb["optimizer"]["state"][key]["momentum_buffer"])
+
+
+def test_a_batch_state_left_out_would_be_seen(tmp_path, tiny_profile, monkeypatch):
+    """The property above is not vacuous: DAFA resumed without its per-batch sums of P gives another W."""
+    extra, (epoch, phase, after) = CASES["dafa"]
+    overrides = ("train.epochs=3", "method.name=dafa", *extra)
+    profile = tiny_profile()
+    straight = make_run_dir(tmp_path, profile, "straight", overrides)
+    assert run_engine(straight).returncode == 0
+    stopped = make_run_dir(tmp_path, profile, "stopped", overrides)
+    assert stop_inside(stopped, epoch, phase, after).returncode == 130
+    path = stopped / "checkpoints" / "partial.pt"
+    kept = torch.load(path, weights_only=True)
+    kept["method_batch"] = {k: torch.zeros_like(v) for k, v in kept["method_batch"].items()}  # the sums lost
+    torch.save(kept, path)
+    assert run_engine(stopped).returncode == 0
+    weights = lambda run: [e["method_state"]["dafa_weight"] for e in events_of(run)  # noqa: E731
+                           if e["type"] == "epoch_end" and e["epoch"] == 3]
+    assert weights(straight) != weights(stopped)
+
+
+def test_a_partial_checkpoint_of_another_epoch_is_not_used(tmp_path, tiny_profile):
+    """partial.pt that does not continue last.pt (a stale file) is set aside with a warning: the run
+    resumes from last.pt as before."""
+    overrides = ("train.epochs=3",)
+    run_dir = make_run_dir(tmp_path, tiny_profile(), "run", overrides)
+    assert stop_inside(run_dir, 2, "train", 2).returncode == 130
+    path = run_dir / "checkpoints" / "partial.pt"
+    kept = torch.load(path, weights_only=True)
+    kept["epoch"] = 3
+    torch.save(kept, path)
+    resumed = run_engine(run_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "partial.pt is of epoch 3, not the epoch after the last checkpoint (1): not used" in resumed.stderr
+    assert [e for e in events_of(run_dir) if e["type"] == "run_resumed"][0].get("batch") is None
+    assert not path.exists()
+
+
+def test_the_log_says_where_a_resumed_run_continues():
+    from fairtui.runstate import resumed_line
+
+    assert resumed_line({"epoch": 4}) == "resumed after epoch 4"
+    assert resumed_line({"epoch": 4, "phase": "train", "batch": 37, "batches": 390}) == \
+        "resumed in epoch 5, after batch 37 of 390"
+    assert resumed_line({"epoch": 0, "phase": "val", "batch": 6, "batches": 6}) == \
+        "resumed in epoch 1, at its validation (its training was kept)"
