@@ -153,3 +153,70 @@ def test_help_fits_a_76_column_dialog():
     assert max(len(line) for line in HELP_TEXT.splitlines()) <= 72
     for key in ("b ", "ctrl+l", "a ", "e ", "x "):
         assert key in HELP_TEXT
+
+
+def _profile_folder(tmp_path):
+    from tests.conftest import TINY
+
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    whole = TINY.replace('dataset = "digits"', 'dataset = "cifar10"').replace("train_per_class = 30\n", "")
+    (folder / "at.toml").write_text(whole.replace('name = "tiny"', 'name = "at"\ndescription = "PGD-AT, 200 epochs"'))
+    subset = TINY.replace('dataset = "digits"', 'dataset = "cifar10"')
+    (folder / "cifar10-cpu-dafa.toml").write_text(subset.replace('name = "tiny"', 'name = "c"\ndescription = "DAFA on TRADES"'))
+    (folder / "digits-at.toml").write_text(TINY)
+    (folder / "digits-dafa.toml").write_text(TINY.replace('name = "tiny"', 'name = "d"\ndescription = "TRADES + DAFA"'))
+    (folder / "quickstart.toml").write_text(TINY)
+    return folder
+
+
+def test_profiles_that_fit_the_machine_come_first_and_the_filter_matches_every_word(tmp_path):
+    from fairtui.app.screens.launch import ordered_choices
+
+    paths = sorted(_profile_folder(tmp_path).glob("*.toml"))
+    cpu = ordered_choices(paths, have_gpus=False)
+    assert [c.path.name for c in cpu] == ["quickstart.toml", "cifar10-cpu-dafa.toml", "digits-at.toml",
+                                          "digits-dafa.toml", "at.toml"]
+    assert [c.fits for c in cpu] == [True, True, True, True, False]  # a whole CIFAR-10 schedule: a GPU's
+    assert str(cpu[-1].prompt) == "at.toml GPU"
+    gpu = ordered_choices(paths, have_gpus=True)
+    assert all(c.fits for c in gpu) and [c.path.name for c in gpu][:2] == ["quickstart.toml", "at.toml"]
+    assert [c.path.name for c in cpu if c.matches("DAFA")] == ["cifar10-cpu-dafa.toml", "digits-dafa.toml"]
+    assert [c.path.name for c in cpu if c.matches("dafa trades digits")] == ["digits-dafa.toml"]
+    assert [c.path.name for c in cpu if c.matches("")] == [c.path.name for c in cpu]
+
+
+async def test_the_launch_dialog_filters_as_one_types_selects_the_new_run_and_remembers_the_profile(tmp_path,
+                                                                                                   monkeypatch):
+    import fairtui.launcher
+
+    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: None)
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="older")
+    folder = _profile_folder(tmp_path)
+    app = make_app(home=home, profiles_dir=folder, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 1)
+        await pilot.press("n")
+        await pilot.pause()
+        options = app.screen.query_one("#profile")
+        assert app.screen.focused.id == "profile-filter"
+        assert str(options.get_option_at_index(options.highlighted).prompt) == "quickstart.toml"  # nothing remembered
+        await pilot.press(*"dafa")
+        await pilot.pause()
+        assert [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)] == \
+            ["cifar10-cpu-dafa.toml", "digits-dafa.toml"]
+        await pilot.press("down", "enter")  # down in the filter moves in the list; enter: on to the overrides
+        await pilot.pause()
+        assert app.screen.focused.id == "overrides"
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunsScreen" and
+                         app.screen.query_one("DataTable").row_count == 2)
+        new = next(p.name for p in (home / "runs").iterdir() if p.name != "20260101-000000-aaaaaa")
+        assert 'name = "d"' in (home / "runs" / new / "profile.toml").read_text()  # digits-dafa.toml's
+        await wait_until(pilot, lambda: app.screen.selected_id() == new)  # enter now opens the new run
+        assert json.loads((home / "app-state.json").read_text()) == {"launch_profile": "digits-dafa.toml"}
+        await pilot.press("n")
+        await pilot.pause()
+        options = app.screen.query_one("#profile")
+        assert str(options.get_option_at_index(options.highlighted).prompt) == "digits-dafa.toml"

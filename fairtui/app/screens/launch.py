@@ -1,13 +1,21 @@
-"""The launch dialog: a profile, overrides (checked as `--set` is), name, tags and GPUs."""
+"""The launch dialog: a profile, overrides (checked as `--set` is), name, tags and GPUs.
+
+The profiles are listed with those that fit this machine first (on a machine without GPUs: the
+quickstart, then the digits profiles and CIFAR-10 subsets; whole-CIFAR-10 profiles after them, marked
+"GPU"), filtered as one types, with the profile launched last highlighted (``<home>/app-state.json``)."""
 
 from __future__ import annotations
 
+import json
 import shlex
+from dataclasses import dataclass
+from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from rich.text import Text
 from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
 
 from fairtui.app.widgets.lineinput import LineInput
@@ -17,9 +25,10 @@ class LaunchDialog(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+l", "launch", "launch")]
 
     def compose(self) -> ComposeResult:
-        profiles = sorted(self.app.profiles_dir.glob("*.toml")) if self.app.profiles_dir.is_dir() else []
-        self.profiles = profiles
         self.gpus = self.app.inventory()
+        found = sorted(self.app.profiles_dir.glob("*.toml")) if self.app.profiles_dir.is_dir() else []
+        self.choices = ordered_choices(found, bool(self.gpus))
+        self.profiles: list[Path] = [c.path for c in self.choices]  # the listed ones, as filtered
         with Vertical(classes="dialog launch"):
             from fairtui.home import display_path
 
@@ -28,7 +37,9 @@ class LaunchDialog(ModalScreen[str | None]):
             # profile and the GPUs, what the dialog is for, sit side by side at the top (80x24 shows both).
             with VerticalScroll(id="launch-fields"):
                 with Horizontal(id="launch-top"):
-                    yield OptionList(*[p.name for p in profiles], id="profile")
+                    with Vertical(id="launch-profiles"):
+                        yield LineInput(placeholder="type to filter", id="profile-filter")
+                        yield OptionList(*[c.prompt for c in self.choices], id="profile")
                     with Vertical(id="launch-gpus"):
                         if self.gpus:
                             yield Label(f"GPUs ({self.app.queue.per_gpu} run each; several: DDP)")
@@ -43,16 +54,40 @@ class LaunchDialog(ModalScreen[str | None]):
                 yield LineInput(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
                 yield Button("launch (ctrl+l)", id="launch", variant="primary")
             yield Static("", id="launch-error", markup=False)
-            yield Label("tab: next field  enter/ctrl+l: launch  escape: cancel", classes="hint")
+            yield Label("type: filter  tab: next field  ctrl+l: launch  escape: cancel", classes="hint")
 
     def on_mount(self) -> None:
         options = self.query_one("#profile", OptionList)
         if self.profiles:
-            options.highlighted = 0
-        options.focus()
+            last = last_profile(self.app.home)
+            names = [p.name for p in self.profiles]
+            options.highlighted = names.index(last) if last in names else 0
+        self.query_one("#profile-filter", Input).focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.query_one("#overrides", Input).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "profile-filter":
+            return
+        options = self.query_one("#profile", OptionList)
+        current = self.profiles[options.highlighted] if self.profiles and options.highlighted is not None else None
+        shown = [c for c in self.choices if c.matches(event.value)]
+        self.profiles = [c.path for c in shown]
+        options.clear_options()
+        options.add_options([c.prompt for c in shown])
+        if shown:
+            options.highlighted = self.profiles.index(current) if current in self.profiles else 0
+        else:
+            self.query_one("#profile-info", Static).update(f"no profile matches {event.value!r}")
+
+    def on_key(self, event) -> None:
+        """Up and down in the filter move through the profiles it leaves."""
+        if self.focused is not None and self.focused.id == "profile-filter" and event.key in ("up", "down"):
+            options = self.query_one("#profile", OptionList)
+            options.action_cursor_up() if event.key == "up" else options.action_cursor_down()
+            event.stop()
+            event.prevent_default()
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         if self.profiles and event.option_index is not None:
@@ -62,6 +97,10 @@ class LaunchDialog(ModalScreen[str | None]):
         self.action_launch()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "profile-filter":  # enter on the filter picks the profile: on to its overrides
+            if self.profiles:
+                self.query_one("#overrides", Input).focus()
+            return
         self.action_launch()
 
     def action_cancel(self) -> None:
@@ -115,6 +154,7 @@ class LaunchDialog(ModalScreen[str | None]):
         self.app.queue.submit(run_dir, choice)
         self.app.index.register(run_dir)
         self.app.tick_queue()
+        remember_profile(self.app.home, path.name)
         self.dismiss(run_dir.name)
 
     def launch_sweep(self, path, overrides: list[str], grid: list[str], seeds: str, name, choice) -> None:
@@ -138,7 +178,8 @@ class LaunchDialog(ModalScreen[str | None]):
         pool = ["cpu"] if choice.cpu else [str(d) for d in choice.devices]
         queue_locally(self.app.home, record, pool, self.app.queue.per_gpu, worker=self.app.queue.worker)
         self.app.tick_queue()
-        self.dismiss(record["sweep_id"])
+        remember_profile(self.app.home, path.name)
+        self.dismiss(record["runs"][0] if record["runs"] else None)
 
 
 def short_gpu_label(gpu) -> str:
@@ -159,3 +200,70 @@ def profile_info(path) -> str:
         return f"cannot read it: {err}"
     return (f"{p.description or p.name}: {p.method.name} on {p.data.dataset} / {p.model.arch}, "
             f"{p.train.epochs} epochs, eps {p.attack.eps:.4g}")
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    """A profile in the list: whether it fits this machine, and what the list shows of it."""
+
+    path: Path
+    fits: bool
+    text: str  # name and description, for the filter
+
+    @property
+    def prompt(self) -> Text:
+        label = Text(self.path.name)
+        if not self.fits:
+            label.append(" GPU", style="dim")
+        return label
+
+    def matches(self, typed: str) -> bool:
+        """Every word typed is in the name or the description (case ignored)."""
+        return all(word in self.text for word in typed.lower().split())
+
+
+def fits_cpu(profile) -> bool:
+    """Whether a profile trains in reasonable time without a GPU: the embedded digits, or a subset of a
+    larger data set (``data.train_per_class``, the cifar10-cpu profiles); not a whole CIFAR-10 schedule."""
+    return profile.data.dataset == "digits" or profile.data.train_per_class > 0
+
+
+def ordered_choices(paths: list[Path], have_gpus: bool) -> list[ProfileChoice]:
+    """The quickstart first, then the profiles that fit this machine, then the rest; by name within each."""
+    from engine.contract.profile_io import load_profile
+    from engine.contract.profile_schema import ProfileError
+
+    out = []
+    for path in paths:
+        try:
+            profile = load_profile(path)
+            fits, text = have_gpus or fits_cpu(profile), f"{path.name} {profile.description or ''}"
+        except (ProfileError, OSError):
+            fits, text = True, path.name  # listed where it can be chosen: the launch says what is wrong
+        out.append(ProfileChoice(path, fits, text.lower()))
+    return sorted(out, key=lambda c: (c.path.name != "quickstart.toml", not c.fits, c.path.name))
+
+
+STATE_FILE = "app-state.json"  # in the home: what the app remembers between sessions (the last profile)
+
+
+def last_profile(home: Path) -> str | None:
+    try:
+        return json.loads((home / STATE_FILE).read_text()).get("launch_profile")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def remember_profile(home: Path, name: str) -> None:
+    from engine.contract.atomic import atomic_write_json
+
+    try:
+        state = json.loads((home / STATE_FILE).read_text())
+        state = state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        state = {}
+    state["launch_profile"] = name
+    try:
+        atomic_write_json(home / STATE_FILE, state)
+    except OSError:
+        pass  # a convenience: never a reason for a launch to fail

@@ -56,6 +56,7 @@ class RunsScreen(Screen):
         self.filled = 0
         self.generation = 0  # a new fill makes the chunks of an older one stop
         self.row_cache: dict[str, tuple[dict, bool, tuple]] = {}
+        self.select_next: str | None = None  # a run just launched: selected once the table shows it
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -137,10 +138,13 @@ class RunsScreen(Screen):
             self.row_cache.clear()
         rows = [self.row(doc) for doc in docs]
         ids = [d["run_id"] for d in docs]
+        if self.select_next in ids:
+            current, self.select_next = self.select_next, None
         widths = column_widths(rows)
         shown = fitting_columns(rows, table.size.width or self.size.width, widths)
         layout = (tuple(shown), tuple(widths[i] for i in shown))
-        if layout == self.table_layout and ids == self.row_ids and self.filled == len(ids):
+        if layout == self.table_layout and ids == self.row_ids and self.filled == len(ids) \
+                and current == self.selected_id():
             for key, old, new in zip(ids, self.table_rows, rows):
                 if old != new:
                     for i, cell in zip(shown, cells(new, shown)):
@@ -252,8 +256,10 @@ class RunsScreen(Screen):
         self.app.push_screen(LaunchDialog(), self.launched)
 
     def launched(self, run_id: str | None) -> None:
+        """The dialog's new run (a sweep's first): queued, and selected, so that enter opens it."""
         if run_id:
             self.notify(f"run {run_id} queued")
+            self.select_next = run_id
             self.load()
 
     def action_stop(self) -> None:
