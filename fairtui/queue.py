@@ -122,8 +122,8 @@ class LocalQueue:
         return None
 
     def wait_reasons(self) -> dict[str, str]:
-        """Why each queued run has not started: "waits for cpu: 2 running, 1 queued ahead (1 per device:
-        fairtui --per-gpu N)". Empty when nothing is queued (no folder is read)."""
+        """Why each queued run has not started: "waits for cpu: 2 running, 1 ahead (1 a device: fairtui
+        --per-gpu N)", short enough for 80 columns with its fix. Empty when nothing is queued (no folder is read)."""
         entries = self.entries()
         if not entries:
             return {}
@@ -133,8 +133,8 @@ class LocalQueue:
             ahead = sum(1 for e in entries[:i] if set(e.get("pool") or devices_of(e["gpus"])) & set(devs))
             running = sum(counts.get(d, 0) for d in devs)
             any_of = "any of " if entry.get("pool") and len(devs) > 1 else ""
-            out[entry["run_id"]] = (f"waits for {any_of}{','.join(devs)}: {running} running, {ahead} queued ahead "
-                                    f"({self.per_gpu} per device: fairtui --per-gpu N)")
+            out[entry["run_id"]] = (f"waits for {any_of}{','.join(devs)}: {running} running, {ahead} ahead "
+                                    f"({self.per_gpu} a device: fairtui --per-gpu N)")
         return out
 
     def busy(self) -> dict[str, int]:

@@ -151,31 +151,54 @@ def result_lines(state: RunState) -> list[str]:
 
 
 
+def _phase(p: dict, now: float | None = None) -> tuple[str, int, int, str, str] | None:
+    """``progress.json``'s phase: what it is, batch, batches, its ETA ("ETA 42 s", or "" before the first
+    batch) and how stale the file is ("" when fresh). None when no phase runs."""
+    import time
+
+    phase, batch, batches = p.get("phase"), int(p.get("batch") or 0), int(p.get("batches") or 0)
+    if phase in (None, "done") or not batches:
+        return None
+    what = {"train": f"train epoch {p.get('epoch')}", "val": f"validate epoch {p.get('epoch')}",
+            "prepare": f"prepare epoch {p.get('epoch')}",
+            "test": f"test {p.get('attack', '')}", "eval": f"evaluate {p.get('attack', '')}"}.get(phase, phase)
+    eta = stale = ""
+    started, t = p.get("started"), p.get("t")
+    if batch and started is not None and t and t > started:
+        left = (t - started) / batch * (batches - batch)
+        age = max(0.0, (now or time.time()) - t)
+        eta = f"ETA {format_seconds(max(0.0, left - age))}"
+        if age > 120:
+            stale = f"no update for {format_seconds(age)}"
+    return what, batch, batches, eta, stale
+
+
 def progress_line(p: dict, now: float | None = None) -> tuple[str, float | None]:
     """``progress.json`` as one line ("train epoch 3: 120/391 batches, 31%, ETA 42 s") and the fraction done.
 
     The ETA is the phase's rate so far (batches since ``started``); no ETA before the first batch.
     """
-    import time
-
-    phase, batch, batches = p.get("phase"), int(p.get("batch") or 0), int(p.get("batches") or 0)
-    if phase in (None, "done") or not batches:
+    phase = _phase(p, now)
+    if phase is None:
         return "", None
-    if p.get("aa"):
-        return autoattack_line(p), min(1.0, batch / batches)
-    what = {"train": f"train epoch {p.get('epoch')}", "val": f"validate epoch {p.get('epoch')}",
-            "prepare": f"prepare epoch {p.get('epoch')}",
-            "test": f"test {p.get('attack', '')}", "eval": f"evaluate {p.get('attack', '')}"}.get(phase, phase)
+    what, batch, batches, eta, stale = phase
     fraction = min(1.0, batch / batches)
-    text = f"{what}: {batch}/{batches} batches, {fraction:.0%}"
-    started, t = p.get("started"), p.get("t")
-    if batch and started is not None and t and t > started:
-        eta = (t - started) / batch * (batches - batch)
-        age = max(0.0, (now or time.time()) - t)
-        text += f", ETA {format_seconds(max(0.0, eta - age))}"
-        if age > 120:
-            text += f" (no update for {format_seconds(age)})"
-    return text, fraction
+    if p.get("aa"):
+        return autoattack_line(p), fraction
+    text = f"{what}: {batch}/{batches} batches, {fraction:.0%}" + (f", {eta}" if eta else "")
+    return text + (f" ({stale})" if stale else ""), fraction
+
+
+def progress_brief(p: dict, now: float | None = None) -> str:
+    """The phase in a few words, its ETA first, for a line that also names the run (a sweep's child at
+    80 columns): "ETA 42 s, train epoch 3 31%"."""
+    phase = _phase(p, now)
+    if phase is None:
+        return ""
+    what, batch, batches, eta, stale = phase
+    text = f"{what} {min(1.0, batch / batches):.0%}"
+    text = f"{eta}, {text}" if eta else text
+    return text + (f" ({stale})" if stale else "")
 
 
 def progress_header(p: dict, epochs: list[dict], total_epochs: int, now: float | None = None) -> tuple[str, float | None]:
@@ -188,15 +211,16 @@ def progress_header(p: dict, epochs: list[dict], total_epochs: int, now: float |
 
 
 def autoattack_line(p: dict) -> str:
-    """Where an AutoAttack evaluation is inside its batch: "aa batch 1/1: apgd-t running (2/4); 61/100
-    still robust after apgd-ce; ETA 3 min 10 s" (the ETA from the measured rate of the attacks done)."""
+    """Where an AutoAttack evaluation is inside its batch, the ETA first (80 columns cut the end of the
+    line): "aa ETA 3 min 10 s | batch 1/1: apgd-t (2/4); 61/100 robust after apgd-ce" (the ETA from the
+    measured rate of the attacks done)."""
     aa = p["aa"]
     attacks, done = aa.get("attacks") or [], aa.get("done") or []
-    head = f"{p.get('attack', 'aa')} batch {p.get('batch_in', int(p.get('batch') or 0) + 1)}/{p.get('batches')}"
+    head = f"batch {p.get('batch_in', int(p.get('batch') or 0) + 1)}/{p.get('batches')}"
     current = aa.get("current")
-    step = (f"{current} running ({attacks.index(current) + 1}/{len(attacks)})" if current in attacks
+    step = (f"{current} ({attacks.index(current) + 1}/{len(attacks)})" if current in attacks
             else f"{len(done)}/{len(attacks)} attacks done")
-    robust = f"{aa.get('robust')}/{aa.get('n')} still robust" if aa.get("robust") is not None else ""
+    robust = f"{aa.get('robust')}/{aa.get('n')} robust" if aa.get("robust") is not None else ""
     if done:
         robust += f" after {done[-1]['attack']}"
     eta = aa.get("eta_s")
@@ -204,11 +228,12 @@ def autoattack_line(p: dict) -> str:
     when = (f"ETA {format_seconds(eta)}" if eta is not None else
             f"ETA after {attacks[0]}" if attacks else "")
     if eta is not None and unmeasured:  # another kind of attack still to run: its speed is not known yet
-        when += f" + {', '.join(unmeasured)} (timed when it runs)"
+        when += f" + {', '.join(unmeasured)} (not timed yet)"
     more = int(p.get("batches") or 0) - int(p.get("batch_in") or 0)
     if more > 0:
         when += f" (this batch; {more} more)"
-    return "; ".join(x for x in (f"{head}: {step}", robust, when) if x)
+    where = "; ".join(x for x in (f"{head}: {step}", robust) if x)
+    return f"{p.get('attack', 'aa')} {when} | {where}" if when else f"{p.get('attack', 'aa')} {where}"
 
 
 RECENT_EPOCHS = 5  # the run ETA uses the mean time of the latest epochs (FRL's phases differ in speed)

@@ -110,11 +110,9 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
             typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"]}))
         return 0
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=err, transient=True)
+    bar = sweep_bars(err)
     task = bar.add_task(f"sweep {record['sweep_id']}", total=len(record["runs"]))
     child_task = bar.add_task("", total=None, visible=False)
 
@@ -151,13 +149,24 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
     return 0 if not failed else 1
 
 
+def sweep_bars(console):
+    """The sweep's bar and its running child's line. The text takes the width a short bar leaves: at 80
+    columns a long line is cut at its end, never squeezed to "…" with the bars pushed off the line."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Column
+
+    return Progress(TextColumn("{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+                    BarColumn(bar_width=12), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                    transient=True, expand=True)
+
+
 def child_line(home_dir, running: list[str]) -> str:
-    """The running children's progress, the first one's in full: "  s1-lr0.1: train epoch 3: 40/100
-    batches, 40%, ETA 12 s (+1 more running)"."""
+    """The running children's progress, the first one's, its ETA first: "  s1-lr0.1: ETA 12 s, train
+    epoch 3 40% (+1 more running)"."""
     import json
 
     from fairtui.runfolder import RunView
-    from fairtui.runstate import progress_line
+    from fairtui.runstate import progress_brief
 
     if not running:
         return ""
@@ -166,7 +175,7 @@ def child_line(home_dir, running: list[str]) -> str:
         p = json.loads((run_dir / "progress.json").read_text())
     except (OSError, ValueError):
         p = {}
-    text, _ = progress_line(p)
+    text = progress_brief(p)
     more = f" (+{len(running) - 1} more running)" if len(running) > 1 else ""
     return f"  {RunView.load(run_dir).name}: {text or 'starting'}{more}"
 

@@ -151,12 +151,12 @@ def test_an_autoattack_progress_line_names_the_attack_the_survivors_and_the_eta(
          "aa": {"attacks": ["apgd-ce", "apgd-t", "fab-t", "square"], "n": 100, "robust": 61, "current": "apgd-t",
                 "done": [{"attack": "apgd-ce", "robust": 61, "time_s": 12.0}], "eta_s": 190.0}}
     text, fraction = progress_line(p)
-    assert text == "aa batch 1/1: apgd-t running (2/4); 61/100 still robust after apgd-ce; ETA 3 min 10 s"
+    assert text == "aa ETA 3 min 10 s | batch 1/1: apgd-t (2/4); 61/100 robust after apgd-ce"  # ETA first (80 columns)
     first = {**p, "aa": {**p["aa"], "current": "apgd-ce", "done": [], "robust": 80, "eta_s": None}}
-    assert progress_line(first)[0] == "aa batch 1/1: apgd-ce running (1/4); 80/100 still robust; ETA after apgd-ce"
+    assert progress_line(first)[0] == "aa ETA after apgd-ce | batch 1/1: apgd-ce (1/4); 80/100 robust"
     # Square still to run and not timed: the ETA covers the gradient attacks and names it (#56 item 10)
     before_square = {**p, "aa": {**p["aa"], "unmeasured": ["square"]}}
-    assert progress_line(before_square)[0].endswith("ETA 3 min 10 s + square (timed when it runs)")
+    assert progress_line(before_square)[0].startswith("aa ETA 3 min 10 s + square (not timed yet) | batch 1/1")
 
 
 def test_the_autoattack_eta_times_square_apart_from_the_gradient_attacks():

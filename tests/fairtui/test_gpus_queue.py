@@ -233,6 +233,6 @@ def test_a_queued_run_says_what_it_waits_for(tmp_path, monkeypatch):
     queue.submit(runs[1], GpuChoice(cpu=True))
     queue.submit(runs[2], GpuChoice(devices=(0,)))
     waits = queue.wait_reasons()
-    assert waits["r0"] == "waits for cpu: 1 running, 0 queued ahead (1 per device: fairtui --per-gpu N)"
-    assert waits["r1"].startswith("waits for cpu: 1 running, 1 queued ahead")
-    assert waits["r2"].startswith("waits for 0: 0 running, 0 queued ahead")
+    assert waits["r0"] == "waits for cpu: 1 running, 0 ahead (1 a device: fairtui --per-gpu N)"
+    assert waits["r1"].startswith("waits for cpu: 1 running, 1 ahead")
+    assert waits["r2"].startswith("waits for 0: 0 running, 0 ahead")

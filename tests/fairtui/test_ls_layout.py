@@ -56,3 +56,16 @@ def test_a_count_agrees_with_its_number():
     assert [count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert count(1, "class", "classes") == "1 class" and count(3, "class", "classes") == "3 classes"
     assert counts_line([{"status": "completed"}], 1, 0, "started", True, 200).startswith("1 of 1 run, ")
+
+
+def test_the_runs_status_line_keeps_the_sweeps_before_the_sort_at_80_columns():
+    """#56 item 8: at 80 columns the sweep's progress is what stays; the sort follows where it fits."""
+    from fairtui.app.screens.runs_table import counts_line
+
+    docs = [{"status": "completed", "sweep": "a1b2c3d4"}, {"status": "running", "sweep": "a1b2c3d4"},
+            {"status": "queued", "sweep": "a1b2c3d4"}, {"status": "completed"}]
+    line = counts_line(docs, 4, 0, "started", True, 80)
+    assert line.startswith("4 of 4 runs, 1 running, 1 queued | sweep a1b2c3d4 1/3 done, 1 running") and len(line) <= 80
+    wide = counts_line(docs, 4, 2, "started", True, 200)
+    assert wide.endswith("2 marked | sweep a1b2c3d4 1/3 done, 1 running; sorted by started (desc)")
+    assert counts_line(docs, 4, 0, "name", False, 40) == "4 of 4 runs, 1 running, 1 queued"

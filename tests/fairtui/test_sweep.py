@@ -192,9 +192,27 @@ def test_a_running_sweep_shows_its_running_childs_progress(tmp_path):
     (run / "progress.json").write_text(json.dumps({"phase": "train", "epoch": 3, "batch": 40, "batches": 100,
                                                    "t": time.time(), "started": time.time() - 40}))
     line = child_line(tmp_path, ["20260101-000000-c1c1c1", "other"])
-    assert line.startswith("  s1-lr0.1: train epoch 3: 40/100 batches, 40%, ETA ") and line.endswith(
-        "(+1 more running)")
+    assert line.startswith("  s1-lr0.1: ETA 1 min 0") and line.endswith(", train epoch 3 40% (+1 more running)")
     assert child_line(tmp_path, []) == ""
+
+
+def test_the_sweep_bars_keep_their_bars_and_the_start_of_each_line_at_80_columns():
+    """#56 item 8: a long child line took the whole width and both rows showed "… …"."""
+    import io
+
+    from rich.console import Console
+
+    import fairtui.cli.sweep as sweep_cli
+
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=False)
+    bar = sweep_cli.sweep_bars(console)
+    bar.add_task("sweep 20261127-121212-abcdef (2 running)", total=8, completed=3)
+    bar.add_task("  digits-at-method.eta=0.1-s0: ETA 12 s, train epoch 3 40% (+1 more running)", total=None)
+    console.print(bar.make_tasks_table(bar.tasks))
+    first, second = out.getvalue().splitlines()[:2]
+    assert first.startswith("sweep 20261127-121212-abcdef (2 running)") and "3/8" in first
+    assert second.startswith("  digits-at-method.eta=0.1-s0: ETA 12 s") and len(second.rstrip()) <= 80
 
 
 def test_a_grid_over_seeds_gives_one_child_per_seed(tmp_path):

@@ -191,7 +191,8 @@ class RunsScreen(Screen):
             from fairtui.usertext import inert
 
             name = inert(next((d.get("name") for d in self.docs if d["run_id"] == current), current))
-            self.query_one("#status-line", Static).update(f"{name} {self.waits[current]}")
+            # the reason and its fix first (80 columns keep them whole); the name is in the table above
+            self.query_one("#status-line", Static).update(f"{self.waits[current]}: {name}")
             return
         if not self.loaded:
             self.query_one("#status-line", Static).update("reading the run history...")

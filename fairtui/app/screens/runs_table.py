@@ -131,16 +131,18 @@ def matches(doc: dict, text: str) -> bool:
 
 
 def counts_line(docs: list[dict], shown: int, marked: int, column: str, reverse: bool, width: int) -> str:
-    """The status line's counts and sort; the sweeps' progress follows only where it fits whole in ``width``
-    (never a cut "| swe…": "? help" is in the footer, this line keeps its columns for the counts)."""
+    """The status line: the counts, then the sweeps' progress, then the sort, each only where it fits
+    whole in ``width`` (never a cut "| swe…"), so that 80 columns keep the sweeps before the sort."""
     from fairtui.usertext import count
 
     running = sum(d.get("status") == "running" for d in docs)
     queued = sum(d.get("status") == "queued" for d in docs)
-    line = (f"{shown} of {count(len(docs), 'run')}, {running} running, {queued} queued, {marked} marked; "
-            f"sorted by {column}{' (desc)' if reverse else ''}")
-    sweeps = sweep_progress(docs)
-    return f"{line} | {sweeps}" if sweeps and len(line) + 3 + len(sweeps) <= width else line
+    line = f"{shown} of {count(len(docs), 'run')}, {running} running, {queued} queued"
+    line += f", {marked} marked" if marked else ""
+    for sep, extra in ((" | ", sweep_progress(docs)), ("; ", f"sorted by {column}{' (desc)' if reverse else ''}")):
+        if extra and len(line) + len(sep) + len(extra) <= width:
+            line += sep + extra
+    return line
 
 
 def study_of(doc: dict) -> str | None:
