@@ -64,7 +64,7 @@ async def test_the_launch_dialog_shows_the_gpus_and_the_profiles_settings_at_80x
         gpus = app.screen.query_one("#gpus")
         fields = app.screen.query_one("#launch-fields")
         assert gpus.region.height > 0 and gpus.region.bottom <= fields.region.bottom  # visible, not below the fold
-        assert "0 Fake GPU 1/80 GiB 3%" in str(gpus.get_option_at_index(0).prompt)
+        assert "0 1/80 GiB 3% Fake GPU" in str(gpus.get_option_at_index(0).prompt)  # memory and load before the name
         info = str(app.screen.query_one("#profile-info").render())
         assert "pgd_at on digits / small_cnn, 2 epochs, eps 0.2" in info
 

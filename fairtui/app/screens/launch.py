@@ -183,10 +183,11 @@ class LaunchDialog(ModalScreen[str | None]):
 
 
 def short_gpu_label(gpu) -> str:
-    """A GPU in half the dialog: "0 A100-SXM4-80GB 1/80 GiB 37%"."""
+    """A GPU in half the dialog, what decides the choice first (80x24 cuts the end of a long name):
+    "0 1/80 GiB 37% A100-SXM4-80GB"."""
     name = gpu.name.replace("NVIDIA ", "")
-    return (f"{gpu.index} {name} {gpu.memory_used_mib / 1024:.0f}/{gpu.memory_total_mib / 1024:.0f} GiB "
-            f"{gpu.utilization_pct:.0f}%")
+    return (f"{gpu.index} {gpu.memory_used_mib / 1024:.0f}/{gpu.memory_total_mib / 1024:.0f} GiB "
+            f"{gpu.utilization_pct:.0f}% {name}")
 
 
 def profile_info(path) -> str:
