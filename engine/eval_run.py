@@ -123,6 +123,10 @@ def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, 
     from engine.utils import make_runtime
 
     runtime = make_runtime(profile.train).for_evaluation()  # fp32 and eager, whatever the run trained with
+    if runtime.device.type == "cpu":
+        from engine.cpuload import warn_if_busy
+
+        warn_if_busy()
     splits, data = _split_of(profile, req)
 
     try:  # a trained run's architecture, or an imported run's (TorchScript file, RobustBench zoo)

@@ -16,6 +16,10 @@ from engine.process import EXIT_USAGE
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
+    from engine import cpuload
+
+    cpuload.mark()  # the machine's CPU time as the engine starts: is another process keeping the cores busy?
+
     parser = argparse.ArgumentParser(prog="python -m engine", description="fairtui's training engine")
     sub = parser.add_subparsers(dest="command", required=True)
     p_train = sub.add_parser("train", help="train the run folder (resumes from its last checkpoint)")

@@ -100,6 +100,10 @@ def _fit(run_dir: Path, profile: Any, group: Any, events: Any, progress: Any, st
     from engine.utils import make_runtime
 
     runtime = make_runtime(profile.train, group.local_rank, group.world)
+    if runtime.device.type == "cpu" and not group.active:
+        from engine.cpuload import warn_if_busy
+
+        warn_if_busy()
     group.init(runtime.device, profile.train.dist_timeout)
     if group.active:
         ranks = group.processes(runtime.device)
@@ -112,3 +116,4 @@ def _fit(run_dir: Path, profile: Any, group: Any, events: Any, progress: Any, st
     group.close()  # the test evaluation runs on rank 0 alone; the other ranks are done
     if group.is_main and profile.eval.test_at_end:
         final_evaluation(trainer)
+
