@@ -132,10 +132,19 @@ class Watch:
         if where == self.said:
             return
         self.said = where
-        minutes = (time.time() - p["started"]) / 60 if isinstance(p.get("started"), (int, float)) else None
-        elapsed = f", {minutes:.0f} min in" if minutes is not None else ""
+        started = run_started_at(newest)  # the run's start, not the phase's (that said "0 min in" every epoch)
+        elapsed = f", {(time.time() - started) / 60:.0f} min in" if started is not None else ""
         self.table.say(f"{self.name}: {p.get('phase', '?')} epoch {p.get('epoch', '?')} "
                        f"(batch {p.get('batch', '?')} of {p.get('batches', '?')}){elapsed}")
+
+
+def run_started_at(run_dir: Path) -> float | None:
+    """When the run began: its stream's first event (run_started, before any resume)."""
+    try:
+        with open(run_dir / "events.jsonl") as fh:
+            return float(json.loads(fh.readline())["t"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class Table:

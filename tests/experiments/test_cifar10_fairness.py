@@ -1,6 +1,7 @@
 """The CIFAR-10 table's script, end to end on a tiny CIFAR-format folder through fairtui itself."""
 
 import json
+import time
 import subprocess
 import sys
 
@@ -123,6 +124,7 @@ def test_a_training_says_its_progress_when_it_moves_on(tmp_path, capsys):
     run = tmp_path / "runs" / "20261127-000000-aaaaaa"
     run.mkdir(parents=True)
     (run / "meta.json").write_text(json.dumps({"name": "cifar10-cpu-at-s0"}))
+    (run / "events.jsonl").write_text(json.dumps({"type": "run_started", "t": time.time() - 11 * 60}) + "\n")
     watch = cifar10_fairness.Watch(table, "cifar10-cpu-at-s0")
     watch()  # no progress yet: nothing said
     for epoch, batch in ((1, 10), (1, 200), (2, 5)):
@@ -132,3 +134,4 @@ def test_a_training_says_its_progress_when_it_moves_on(tmp_path, capsys):
     said = [line.split(" ", 1)[1] for line in capsys.readouterr().err.splitlines()]
     assert [line.split(" (")[0] for line in said] == ["cifar10-cpu-at-s0: train epoch 1",
                                                       "cifar10-cpu-at-s0: train epoch 2"]
+    assert said[-1].endswith("(batch 5 of 313), 11 min in")  # the run's time, not its phase's
