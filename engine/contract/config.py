@@ -334,7 +334,7 @@ def milestone_epochs(train: TrainConfig) -> tuple[int, ...]:
 def profile_warnings(p: Profile) -> list[str]:
     """What a valid profile will do that its author may not expect (stderr at `fairtui run`, engine.log)."""
     out = []
-    for m in p.train.milestones:
+    for m in dict.fromkeys(p.train.milestones):  # "75%" and "90%" of 2 epochs are both epoch 2: said once
         if m >= p.train.epochs:
             where = "after" if m > p.train.epochs else "at"
             out.append(f"train.milestones: milestone {m} is {where} the last epoch ({p.train.epochs}) and will "

@@ -89,6 +89,9 @@ def test_a_milestone_after_the_last_epoch_is_a_warning_not_an_error(tiny_profile
         "train.milestones: milestone 3 is at the last epoch (3) and will not fire",
         "train.milestones: milestone 20 is after the last epoch (3) and will not fire"]
     assert profile_warnings(load_profile(tiny_profile(), ["train.milestones=[1]"])) == []
+    # two percentages that fall on one epoch (75% and 90% of 2): one warning, not the same line twice
+    assert profile_warnings(load_profile(tiny_profile(), ["train.epochs=2", 'train.milestones=["75%", "90%"]'])) == [
+        "train.milestones: milestone 2 is at the last epoch (2) and will not fire"]
 
 
 @pytest.mark.parametrize("epochs, expected", [(200, (100, 150)), (30, (15, 23)), (7, (4, 6)), (1, (1, 1))])
