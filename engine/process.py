@@ -204,8 +204,10 @@ def _guarded(run_dir: Path, events: Any, body: Callable[[], None]) -> int:
 
     try:
         body()
-    except (StopRequested, KeyboardInterrupt):
-        events.emit("run_finished", status="stopped", error="stopped by a signal; the last checkpoint is kept")
+    except (StopRequested, KeyboardInterrupt) as err:
+        # where it stopped, when the loop says (a stop inside an epoch keeps that epoch's work: partial.pt)
+        said = str(err) if isinstance(err, StopRequested) and str(err) else "; the last checkpoint is kept"
+        events.emit("run_finished", status="stopped", error=f"stopped by a signal{said}")
         return EXIT_STOPPED
     except (ProfileError, CheckpointError) as err:
         events.emit("run_finished", status="failed", error=str(err))

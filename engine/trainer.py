@@ -157,9 +157,9 @@ class Trainer:
                 robust_hits.append(out.logits_adv.argmax(1) == y)
             # Every rank stops at the same batch: a host-side all-reduce of the stop flags.
             if group.any(self.stop_flag()):
-                self._keep_point(epoch, "train", b + 1, batches,
-                                 self._batch_counts(stats, labels, clean_hits, robust_hits))
-                raise StopRequested()
+                kept = self._keep_point(epoch, "train", b + 1, batches,
+                                        self._batch_counts(stats, labels, clean_hits, robust_hits))
+                raise StopRequested(kept)
             if self.progress.due():
                 self._check_finite(stats, epoch)
                 self.progress.update("train", epoch, b + 1, batches)
@@ -176,14 +176,15 @@ class Trainer:
 
     # -- a stop inside an epoch -----------------------------------------------------------------
     def _keep_point(self, epoch: int, phase: str, done: int, batches: int, counts: dict[str, Any],
-                    rng: dict | None = None) -> None:
+                    rng: dict | None = None) -> str:
         """A stop inside epoch ``epoch``: keep its work so far in partial.pt (engine.checkpoint), so that
         the resume continues after batch ``done`` of ``batches`` of the training (``phase`` "train") or
         starts the validation again (``phase`` "val", ``rng``: the RNG states as the validation began).
         ``counts``: the loop's training counts so far. One process only: the ranks of a group hold their
         own rows' counts and rank 0 alone writes, so a group resumes from the epoch's start (last.pt)."""
         if self.group.active or not self.store.writer:
-            return
+            return f" in epoch {epoch}; the last checkpoint is kept (a group starts the epoch again)" \
+                if self.group.active else ""
         self.store.save_partial({
             "epoch": epoch, "phase": phase, "batches_done": done, "batches": batches,
             "elapsed_s": time.time() - self._epoch_started, "prepare_s": self._prepare_s,
@@ -195,6 +196,7 @@ class Trainer:
         where = f"after batch {done} of {batches}" if phase == "train" else "in the validation"
         log.info("stopped %s of epoch %d: kept in %s; the resume continues from there", where, epoch,
                  self.store.partial_path.name)
+        return f" {where} of epoch {epoch}; its work is kept: fairtui resume continues from there"
 
     @staticmethod
     def _batch_counts(stats: EpochStats, labels: list, clean_hits: list, robust_hits: list) -> dict[str, Any]:
@@ -365,9 +367,9 @@ class Trainer:
         try:
             val = self.validate(epoch)
         except StopRequested:
-            self._keep_point(epoch, "val", self._train_batches, self._train_batches, self._trained_counts(stats),
-                             rng=before_val)
-            raise
+            kept = self._keep_point(epoch, "val", self._train_batches, self._train_batches,
+                                    self._trained_counts(stats), rng=before_val)
+            raise StopRequested(kept) from None
         train = stats.summary()
         self.method.end_epoch(epoch, self.model, train["robust_acc_per_class"], val)
         method_state.update(self.method.measurements())

@@ -86,7 +86,10 @@ def test_a_stop_inside_an_epoch_resumes_from_its_batch_to_the_same_numbers(tmp_p
     if phase == "train":
         assert kept["batches_done"] == after < kept["batches"] == 6  # inside the epoch, not at its end
     assert [e["epoch"] for e in events_of(stopped) if e["type"] == "epoch_end"] == list(range(1, epoch))
+    where = f"after batch {after} of 6" if phase == "train" else "in the validation"
     assert events_of(stopped)[-1]["status"] == "stopped"
+    assert events_of(stopped)[-1]["error"] == \
+        f"stopped by a signal {where} of epoch {epoch}; its work is kept: fairtui resume continues from there"
 
     resumed = run_engine(stopped)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
