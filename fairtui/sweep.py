@@ -121,7 +121,9 @@ def expand(path: str | Path, raw: dict, spec: SweepSpec) -> list[tuple[Child, An
             try:
                 profile = profile_from_table(table, str(path))
             except ProfileError as err:
-                raise ProfileError("--grid", err.key, err.problem) from None
+                if err.key in values or err.key == "seed":  # a grid's value is at fault: say --grid
+                    raise ProfileError("--grid", err.key, err.problem) from None
+                raise  # the profile (with --set) is: its own message names the file
             check_data_root(profile, str(path))  # before any child's folder exists
             out.append((Child(overrides, {**values, "seed": seed}), profile))
     return out

@@ -51,6 +51,9 @@ def test_local_grid_of_2x2_with_2_seeds(tmp_path):
     (["--grid", "attack.eps=0.1", "--partition", "gpu", "--nodes", "2"], "--nodes, --partition: only with --launcher slurm"),
     (["--grid", "attack.eps=0.1", "--launcher", "pbs"], "unknown launcher 'pbs'"),
     ([], "nothing to sweep"),
+    # what --set makes of the profile is the profile's fault, not a grid's (it said "--grid:" with no grid given)
+    (["--seeds", "2", "--set", "method.name=dafa", "--set", "method.warmup_epochs=19"],
+     "p.toml: method.warmup_epochs: a warm-up of 19 epochs leaves no DAFA epoch"),
 ])
 def test_bad_sweeps_exit_2_saying_what_to_fix(tmp_path, args, message):
     profile = tmp_path / "p.toml"
