@@ -141,7 +141,8 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
         try:
             views = [RunView.load(home_dir / "runs" / r) for r in record["runs"] if final[r] == "completed"]
             Console().print(terminal_table(export_rows(views, None, "best"), "best"))
-            err.print(f"as a paper table: fairtui export --sweep {record['sweep_id']} --format md|latex|csv|json")
+            # whole on one line at 80 columns (the other formats: latex, csv, json)
+            err.print(f"as a paper table: fairtui export --sweep {record['sweep_id']} --format md", soft_wrap=True)
         except CompareError as e:
             err.print(str(e))
     for run_id in failed:
@@ -175,9 +176,9 @@ def child_line(home_dir, running: list[str]) -> str:
         p = json.loads((run_dir / "progress.json").read_text())
     except (OSError, ValueError):
         p = {}
-    text = progress_brief(p)
+    text = progress_brief(p) or ("training done; test evaluation" if p.get("phase") == "done" else "starting")
     more = f" (+{len(running) - 1} more running)" if len(running) > 1 else ""
-    return f"  {RunView.load(run_dir).name}: {text or 'starting'}{more}"
+    return f"  {RunView.load(run_dir).name}: {text}{more}"
 
 
 def queue_worker(per_gpu: int = typer.Option(1, "--per-gpu"), home: HomeT = Home) -> None:

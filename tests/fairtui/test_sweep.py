@@ -197,6 +197,8 @@ def test_a_running_sweep_shows_its_running_childs_progress(tmp_path):
     line = child_line(tmp_path, ["20260101-000000-c1c1c1", "other"])
     assert line.startswith("  s1-lr0.1: ETA 1 min 0") and line.endswith(", train epoch 3 40% (+1 more running)")
     assert child_line(tmp_path, []) == ""
+    (run / "progress.json").write_text(json.dumps({"phase": "done", "epoch": 3, "batch": 0, "batches": 0}))
+    assert child_line(tmp_path, ["20260101-000000-c1c1c1"]) == "  s1-lr0.1: training done; test evaluation"
 
 
 def test_the_sweep_bars_keep_their_bars_and_the_start_of_each_line_at_80_columns():
