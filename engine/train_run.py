@@ -116,4 +116,3 @@ def _fit(run_dir: Path, profile: Any, group: Any, events: Any, progress: Any, st
     group.close()  # the test evaluation runs on rank 0 alone; the other ranks are done
     if group.is_main and profile.eval.test_at_end:
         final_evaluation(trainer)
-

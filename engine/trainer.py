@@ -22,6 +22,7 @@ from engine.distributed import Group
 from engine.epoch_record import EpochStats, run_started_payload, val_summary
 from engine.evaluate import predict
 from engine.contract.events import EventWriter
+from engine.contract.protocol import resumed_text
 from engine.process import Diverged, StopRequested
 from engine.methods import Method, MethodContext, ValResult, build_method
 from engine.models import build_model
@@ -300,12 +301,7 @@ class Trainer:
                          **where, **self._group_payload())
         if state is not None:
             self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
-        if point is None:
-            log.info("resumed after epoch %d", epoch)
-        elif point["phase"] == "train":
-            log.info("resumed in epoch %d, after batch %d of %d", epoch + 1, point["batches_done"], point["batches"])
-        else:
-            log.info("resumed in epoch %d, at its validation", epoch + 1)
+        log.info("%s", resumed_text({"epoch": epoch, **where}))
         return epoch + 1
 
     def _resume_point(self, last_epoch: int) -> dict[str, Any] | None:
@@ -314,9 +310,12 @@ class Trainer:
         if not self.store.partial_path.exists():
             return None
         point = self.store.load_partial(self.rt.device)
-        if point["epoch"] != last_epoch + 1 or point["epoch"] > self.profile.train.epochs:
+        if point["epoch"] != last_epoch + 1:
             log.warning("%s is of epoch %d, not the epoch after the last checkpoint (%d): not used",
                         self.store.partial_path.name, point["epoch"], last_epoch)
+        elif point["epoch"] > self.profile.train.epochs:
+            log.warning("%s is of epoch %d, after the run's last epoch (%d): not used",
+                        self.store.partial_path.name, point["epoch"], self.profile.train.epochs)
         elif self.group.active:
             log.warning("%s was kept by one process; a run on %d processes starts epoch %d again from its "
                         "beginning", self.store.partial_path.name, self.group.world, point["epoch"])

@@ -128,9 +128,9 @@ def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list
         err.print(EPOCH_LEGEND, style="dim")
     elif kind == "run_resumed":
         bar.update(task, completed=event.get("epoch", 0))
-        from fairtui.runstate import resumed_line
+        from engine.contract.protocol import resumed_text
 
-        err.print(resumed_line(event))
+        err.print(resumed_text(event))
     elif kind == "epoch_end":
         bar.update(task, completed=event["epoch"], total=event.get("epochs"))
         err.print(epoch_line(event, names))

@@ -112,7 +112,9 @@ class RunState:
 
             return f"started on {event.get('device')}, seed {event.get('seed')}\n{EPOCH_LEGEND}"
         if kind == "run_resumed":
-            return resumed_line(event)
+            from engine.contract.protocol import resumed_text
+
+            return resumed_text(event)
         if kind == "eval_result":
             head = f"{event.get('split')} {event.get('attack')} @ {event.get('checkpoint')}: "
             if event.get("attack") == "clean":  # no attack: there is no robust number to show
@@ -276,12 +278,3 @@ def format_seconds(s: float) -> str:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
-
-def resumed_line(event: dict) -> str:
-    """Where a `run_resumed` event continues: after an epoch, or inside the next one (a stop's partial.pt)."""
-    epoch = event.get("epoch")
-    if event.get("phase") == "train" and event.get("batch") is not None:
-        return f"resumed in epoch {(epoch or 0) + 1}, after batch {event['batch']} of {event.get('batches')}"
-    if event.get("phase") == "val":
-        return f"resumed in epoch {(epoch or 0) + 1}, at its validation (its training was kept)"
-    return f"resumed after epoch {epoch}"

@@ -208,3 +208,14 @@ def engine_args(command: str, target: Path | str, *options: str) -> list[str]:
 def engine_command(command: str, target: Path | str, *options: str) -> list[str]:
     """:func:`engine_args` run by this interpreter."""
     return [sys.executable, *engine_args(command, target, *options)]
+
+
+def resumed_text(event: dict[str, Any]) -> str:
+    """Where a `run_resumed` event continues: after an epoch, or inside the next one (a stop's partial.pt).
+    The engine logs it and the app shows it: one wording."""
+    epoch = event.get("epoch")
+    if event.get("phase") == "train" and event.get("batch") is not None:
+        return f"resumed in epoch {(epoch or 0) + 1}, after batch {event['batch']} of {event.get('batches')}"
+    if event.get("phase") == "val":
+        return f"resumed in epoch {(epoch or 0) + 1}, at its validation (its training was kept)"
+    return f"resumed after epoch {epoch}"

@@ -156,10 +156,10 @@ def test_a_partial_checkpoint_of_another_epoch_is_not_used(tmp_path, tiny_profil
 
 
 def test_the_log_says_where_a_resumed_run_continues():
-    from fairtui.runstate import resumed_line
+    from engine.contract.protocol import resumed_text
 
-    assert resumed_line({"epoch": 4}) == "resumed after epoch 4"
-    assert resumed_line({"epoch": 4, "phase": "train", "batch": 37, "batches": 390}) == \
+    assert resumed_text({"epoch": 4}) == "resumed after epoch 4"
+    assert resumed_text({"epoch": 4, "phase": "train", "batch": 37, "batches": 390}) == \
         "resumed in epoch 5, after batch 37 of 390"
-    assert resumed_line({"epoch": 0, "phase": "val", "batch": 6, "batches": 6}) == \
+    assert resumed_text({"epoch": 0, "phase": "val", "batch": 6, "batches": 6}) == \
         "resumed in epoch 1, at its validation (its training was kept)"

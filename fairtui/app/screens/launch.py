@@ -11,11 +11,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from rich.text import Text
 from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
 
 from fairtui.app.widgets.lineinput import LineInput
@@ -91,7 +91,8 @@ class LaunchDialog(ModalScreen[str | None]):
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         if self.profiles and event.option_index is not None:
-            self.query_one("#profile-info", Static).update(profile_info(self.profiles[event.option_index]))
+            info = next(c.info for c in self.choices if c.path == self.profiles[event.option_index])
+            self.query_one("#profile-info", Static).update(info)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_launch()
@@ -190,15 +191,8 @@ def short_gpu_label(gpu) -> str:
             f"{gpu.utilization_pct:.0f}% {name}")
 
 
-def profile_info(path) -> str:
-    """What the highlighted profile runs: its description, method, data set, model and epochs."""
-    from engine.contract.profile_io import load_profile
-    from engine.contract.profile_schema import ProfileError
-
-    try:
-        p = load_profile(path)
-    except (ProfileError, OSError) as err:
-        return f"cannot read it: {err}"
+def profile_info(p) -> str:
+    """What a profile runs: its description, method, data set, model and epochs."""
     return (f"{p.description or p.name}: {p.method.name} on {p.data.dataset} / {p.model.arch}, "
             f"{p.train.epochs} epochs, eps {p.attack.eps:.4g}")
 
@@ -210,6 +204,7 @@ class ProfileChoice:
     path: Path
     fits: bool
     text: str  # name and description, for the filter
+    info: str  # what it runs (profile_info), or why it cannot be read: shown under the list
 
     @property
     def prompt(self) -> Text:
@@ -235,13 +230,15 @@ def ordered_choices(paths: list[Path], have_gpus: bool) -> list[ProfileChoice]:
     from engine.contract.profile_schema import ProfileError
 
     out = []
-    for path in paths:
+    for path in paths:  # each read once, when the dialog opens
         try:
             profile = load_profile(path)
-            fits, text = have_gpus or fits_cpu(profile), f"{path.name} {profile.description or ''}"
-        except (ProfileError, OSError):
-            fits, text = True, path.name  # listed where it can be chosen: the launch says what is wrong
-        out.append(ProfileChoice(path, fits, text.lower()))
+            fits, text, info = have_gpus or fits_cpu(profile), f"{path.name} {profile.description or ''}", \
+                profile_info(profile)
+        except (ProfileError, OSError) as err:
+            # listed where it can be chosen: the launch says what is wrong
+            fits, text, info = True, path.name, f"cannot read it: {err}"
+        out.append(ProfileChoice(path, fits, text.lower(), info))
     return sorted(out, key=lambda c: (c.path.name != "quickstart.toml", not c.fits, c.path.name))
 
 
