@@ -1,6 +1,6 @@
 """PGD-10 AT training throughput on the CPU: the engine's loop against a bare PyTorch loop doing the same arithmetic.
 
-    python benchmarks/bench_train_step.py [--batches N] [--repeats R] [--json] [--only PREFIX]
+    python benchmarks/bench_train_step.py [--batches N] [--repeats R] [--threads T] [--json] [--only PREFIX]
 
 For each configuration (PreAct-ResNet18 on 32x32 inputs at base width 8, the CPU-scale CIFAR-10 model, and at
 full width 64, each in fp32 and in bf16 autocast, each contiguous and channels-last; the small CNN on 8x8 digits
@@ -12,6 +12,10 @@ memory. Each configuration runs in its own process so the peak resident memory i
 document: ``{"cpu": ..., "threads": ..., "rows": [{model, base_width, precision, channels_last, bare_img_s,
 engine_img_s, ...}]}``. bf16 is fast on CPUs with bf16 units (AVX512-BF16, AMX: ``cpu.flags``); elsewhere it is
 emulated and slower than fp32.
+
+``--threads T`` sets the intra-op threads (default: PyTorch's, one per core). Beside other work give it the
+cores that are free: on 2 cores beside a one-thread training run, 2 threads measured 2.4 img/s where 1 thread
+measured 54 (PreAct-ResNet18 width 8; 2026-11-27), because an OpenMP team waits for its slowest thread.
 """
 
 from __future__ import annotations
@@ -114,8 +118,11 @@ def bare_epoch(trainer, arch: str) -> None:
         opt.step()
 
 
-def measure(config: str, batches: int, repeats: int) -> dict:
+def measure(config: str, batches: int, repeats: int, threads: int = 0) -> dict:
     import torch
+
+    if threads:
+        torch.set_num_threads(threads)
 
     arch, width, precision, layout = config.split(":")
     width = None if width == "-" else int(width)
@@ -156,15 +163,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=0, help="batches per timed epoch (default per model)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (default: PyTorch's own)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--only", default="", help="the configurations whose name starts with this, e.g. "
                         "preact_resnet18:8 (names: MODEL:WIDTH:fp32|bf16:contig|cl)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.batches < 0 or args.repeats < 1:
-        parser.error("--batches must be 0 (the default) or more, --repeats 1 or more")
+    if args.batches < 0 or args.repeats < 1 or args.threads < 0:
+        parser.error("--batches and --threads must be 0 (the default) or more, --repeats 1 or more")
     if args.one:
-        print(json.dumps(measure(args.one, args.batches, args.repeats)))
+        print(json.dumps(measure(args.one, args.batches, args.repeats, args.threads)))
         return
     from engine.provenance import cpu
 
@@ -175,8 +183,10 @@ def main() -> None:
             continue
         batches = args.batches or (40 if arch == "small_cnn" else 4 if width and width <= 16 else 2)
         out = subprocess.run([sys.executable, __file__, "--one", name, "--batches", str(batches), "--repeats",
-                              str(args.repeats)], capture_output=True, text=True, check=True)
+                              str(args.repeats), "--threads", str(args.threads)], capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"measured {name}: engine {rows[-1]['engine_img_s']:.1f} img/s, bare {rows[-1]['bare_img_s']:.1f}",
+              file=sys.stderr, flush=True)
     for r in rows:  # the speed against the same model's fp32 contiguous row, engine against engine
         base = next((b for b in rows if (b["model"], b["base_width"]) == (r["model"], r["base_width"])
                      and b["precision"] == "fp32" and not b["channels_last"]), None)
