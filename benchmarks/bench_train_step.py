@@ -183,7 +183,8 @@ def main() -> None:
             continue
         batches = args.batches or (40 if arch == "small_cnn" else 4 if width and width <= 16 else 2)
         out = subprocess.run([sys.executable, __file__, "--one", name, "--batches", str(batches), "--repeats",
-                              str(args.repeats), "--threads", str(args.threads)], capture_output=True, text=True, check=True)
+                              str(args.repeats), "--threads", str(args.threads)],
+                             capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"measured {name}: engine {rows[-1]['engine_img_s']:.1f} img/s, bare {rows[-1]['bare_img_s']:.1f}",
               file=sys.stderr, flush=True)

@@ -9,7 +9,8 @@ the same numbers on the same machine whatever else runs.
 
 The measure needs no pause: the machine's busy time between the engine's start (:func:`mark`, as the
 process begins) and the runtime's settling (after torch has loaded, a second or more later), less the
-engine's own CPU time in that window.
+engine's own CPU time in that window. Only the cores this process may run on count (its affinity mask:
+``taskset``, a Slurm job's cpuset): other jobs busy on cores outside it share nothing with this run.
 """
 
 from __future__ import annotations
@@ -21,13 +22,33 @@ from pathlib import Path
 _MARK: tuple[float, float, float, float] | None = None  # wall time, machine busy, machine total, own (s)
 
 
-def machine_ticks(text: str) -> tuple[float, float]:
-    """Busy and total clock ticks of all cores from /proc/stat's ``cpu`` line (idle and iowait are
-    idle; guest time is inside user time and not counted twice)."""
-    line = next(ln for ln in text.splitlines() if ln.startswith("cpu "))
-    values = [float(v) for v in line.split()[1:9]]  # user nice system idle iowait irq softirq steal
-    total = sum(values)
-    return total - values[3] - values[4], total
+def machine_ticks(text: str, cpus: frozenset[int] | None = None) -> tuple[float, float]:
+    """Busy and total clock ticks from /proc/stat: of all cores (its ``cpu`` line), or of the cores ``cpus``
+    (their ``cpuN`` lines; one missing, as an offline core is, counts nothing). Idle and iowait are idle;
+    guest time is inside user time and not counted twice."""
+    def counted(name: str) -> bool:
+        if cpus is None:
+            return name == "cpu"
+        return name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus
+
+    busy = total = 0.0
+    found = False
+    for line in text.splitlines():
+        if not line.strip() or not counted(line.split(maxsplit=1)[0]):
+            continue
+        values = [float(v) for v in line.split()[1:9]]  # user nice system idle iowait irq softirq steal
+        busy, total, found = busy + sum(values) - values[3] - values[4], total + sum(values), True
+    if not found:
+        raise ValueError("no cpu line for these cores in /proc/stat")
+    return busy, total
+
+
+def allowed_cpus() -> frozenset[int] | None:
+    """The cores this process may run on, or None where the platform does not say (then: all of them)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
 
 
 def own_ticks(text: str) -> float:
@@ -38,7 +59,7 @@ def own_ticks(text: str) -> float:
 
 def _sample() -> tuple[float, float, float, float] | None:
     try:
-        busy, total = machine_ticks(Path("/proc/stat").read_text())
+        busy, total = machine_ticks(Path("/proc/stat").read_text(), allowed_cpus())
         own = own_ticks(Path("/proc/self/stat").read_text())
     except (OSError, ValueError, StopIteration, IndexError):
         return None  # not Linux, or /proc not readable: nothing is said
@@ -66,7 +87,8 @@ def busy_warning(threads: int, cores: int, others: float | None) -> str | None:
     if others is None or others < 0.5 or threads <= max(1, round(cores - others)):
         return None
     free = max(1, round(cores - others))
-    return (f"the CPU is busy: other processes keep {others:.1f} of its {cores} cores busy, and this run's "
+    plural = "s" if cores > 1 else ""
+    return (f"the CPU is busy: other processes keep {others:.1f} of its {cores} core{plural} busy, and this run's "
             f"{threads} threads will wait on them (epochs can be many times slower). "
             f"--set train.threads={free} trains on the free core{'s' if free > 1 else ''} "
             f"(the thread count is part of a CPU run's numbers: it is recorded)")
@@ -74,7 +96,8 @@ def busy_warning(threads: int, cores: int, others: float | None) -> str | None:
 
 def check(threads: int) -> str | None:
     """The warning for this process, measured since :func:`mark`; None when the cores are free."""
-    cores = os.cpu_count() or 1  # /proc/stat counts every core of the machine
+    cpus = allowed_cpus()  # the cores _sample counts: this process's, or every core of the machine
+    cores = len(cpus) if cpus else os.cpu_count() or 1
     return busy_warning(threads, cores, others_busy(_MARK, _sample(), cores))
 
 

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from engine.cpuload import busy_warning, machine_ticks, others_busy, own_ticks
 from tests.conftest import HANG_S, ROOT, engine_env, make_run_dir
 
@@ -16,6 +18,28 @@ def test_the_ticks_are_read_as_proc_says():
     # user 100 + nice 5 + system 20 + irq 1 + softirq 2 + steal 7 busy; idle 300 + iowait 10; guest not again
     assert machine_ticks(STAT) == (135.0, 445.0)
     assert own_ticks(SELF) == 52.0  # utime 40 + stime 12, after a command name holding ") " and spaces
+
+
+def test_only_the_cores_this_process_may_run_on_are_counted(monkeypatch):
+    """Under an affinity mask (taskset, a Slurm job's cpuset) the other cores' work shares nothing with the run."""
+    import engine.cpuload as cpuload
+
+    stat = ("cpu  30 0 10 60 0 0 0 0 0 0\n"
+            "cpu0 25 0 5 10 0 0 0 0 0 0\n"  # kept busy by another job: 30 of 40 ticks
+            "cpu1 5 0 5 50 0 0 0 0 0 0\n"  # this job's core: 10 of 60
+            "intr 1 2\n")
+    assert machine_ticks(stat) == (40.0, 100.0)
+    assert machine_ticks(stat, frozenset({1})) == (10.0, 60.0)
+    assert machine_ticks(stat, frozenset({0, 1})) == (40.0, 100.0)
+    with pytest.raises(ValueError):
+        machine_ticks(stat, frozenset({7}))  # no line of its own: _sample says nothing rather than guess
+    # check() sizes the machine by the mask: one core of its own, on which another process keeps 0.8 busy
+    monkeypatch.setattr(cpuload, "allowed_cpus", lambda: frozenset({1}))
+    monkeypatch.setattr(cpuload, "_MARK", (0.0, 0.0, 0.0, 0.0))
+    monkeypatch.setattr(cpuload, "_sample", lambda: (1.0, 80.0, 100.0, 0.0))
+    assert cpuload.check(threads=2).startswith("the CPU is busy: other processes keep 0.8 of its 1 core busy, and "
+                                               "this run's 2 threads")
+    assert cpuload.check(threads=1) is None  # one thread on its one core: nothing to say
 
 
 def test_the_other_processes_share_is_the_machines_busy_time_less_this_process():
