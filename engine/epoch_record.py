@@ -56,3 +56,11 @@ def run_started_payload(profile: Any, splits: Any, device: str, group_payload: d
             "trades_kl": trades_kl_form(profile),
             "provenance": provenance(),
             **group_payload}
+
+
+def run_resumed_payload(splits: Any) -> dict[str, Any]:
+    """What a `run_resumed` event records of the session it opens: the code, machine and data that train the
+    run's next epochs, which need not be those of `run_started` (a resume on another commit or CPU)."""
+    from engine.provenance import provenance
+
+    return {"data_fingerprint": splits.fingerprint(), "provenance": provenance()}

@@ -19,7 +19,7 @@ from engine.contract.config import Profile
 from engine.data import Splits, TensorData, load_splits
 from engine.data.augment import plan_epoch
 from engine.distributed import Group
-from engine.epoch_record import EpochStats, run_started_payload, val_summary
+from engine.epoch_record import EpochStats, run_resumed_payload, run_started_payload, val_summary
 from engine.evaluate import predict
 from engine.contract.events import EventWriter
 from engine.contract.protocol import resumed_text
@@ -298,7 +298,7 @@ class Trainer:
             epoch = state["epoch"]
         self.resume_point = point
         self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), class_names=self.splits.class_names,
-                         **where, **self._group_payload())
+                         **where, **run_resumed_payload(self.splits), **self._group_payload())
         if state is not None:
             self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
         log.info("%s", resumed_text({"epoch": epoch, **where}))

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from fairtui.compare import summarise  # noqa: E402
+from fairtui.report import first_session, resume_notes  # noqa: E402
 from fairtui.runfolder import RunView  # noqa: E402
 
 # The table's rows, in the priority order, by the suffix of the profile's name.
@@ -124,7 +125,7 @@ def seeds_label(seeds: list) -> str:
 
 
 def _provenance(view: RunView, key: str) -> str:
-    started = view.started or {}
+    started = first_session(view)  # the session that trained the run's first epochs (resumes: resume_notes)
     record = started.get("provenance", {})
     determinism = record.get("determinism", {})
     return {"commit": lambda: commit_label(record.get("code", {})),
@@ -258,7 +259,9 @@ def provenance_lines(rows: list[Row]) -> list[str]:
         cpu = f" ({row.provenance_by_seed('cpu')} kernels)" if "cpu" in row.provenance("device") else ""
         out.append(f"- {row.label} (`{row.profile}`, seeds {', '.join(map(str, row.seeds))}): device "
                    f"{', '.join(row.provenance('device'))}{cpu}, {', '.join(row.provenance('threads'))} thread(s), "
-                   f"torch {', '.join(row.provenance('torch'))}, commit {', '.join(row.provenance('commit'))}")
+                   f"torch {', '.join(row.provenance('torch'))}, commit {', '.join(row.provenance('commit'))}"
+                   + "".join(f"; seed {seed} {note}" for seed, view in zip(row.seeds, row.views)
+                             for note in resume_notes(view)))
     return out
 
 

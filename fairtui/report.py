@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from engine.contract.results import describe
+from engine.contract.protocol import resumed_text
 from fairtui.home import short_id
 from fairtui.runfolder import RunView
 from fairtui.usertext import inert
@@ -256,15 +257,51 @@ def comparison_tables(cmp) -> list[Table]:
     return tables
 
 
+def _setup(record: dict, fingerprint: dict | None) -> tuple:
+    """What makes two sessions' arithmetic differ: the data, the CPU, torch and its kernel level and threads,
+    the code."""
+    cpu, det, code = record.get("cpu") or {}, record.get("determinism") or {}, record.get("code") or {}
+    return ((fingerprint or {}).get("train"), cpu.get("model"), tuple(cpu.get("flags") or ()), record.get("torch"),
+            det.get("cpu_capability"), det.get("threads"), code.get("git_commit"), code.get("git_dirty"))
+
+
+def first_session(view: RunView) -> dict:
+    """The session that started the run's numbers (its run_started; the first one that trained, where a run lost
+    before its first epoch was started again), or the run's first run_started."""
+    return next((s for s in view.training_sessions if s.get("type") == "run_started"), None) or view.started or {}
+
+
+def resume_notes(view: RunView) -> list[str]:
+    """Each resume of the run that ran on another setup than the session before it (another commit, CPU, torch,
+    thread count or data), or that did not record its own (engines before resumes recorded it): its numbers
+    after that point came from there."""
+    first = first_session(view)
+    before = _setup(first.get("provenance") or {}, first.get("data_fingerprint"))
+    notes = []
+    for session in view.training_sessions:
+        if session.get("type") != "run_resumed":
+            continue
+        where, record = resumed_text(session), session.get("provenance")
+        if not record:
+            notes.append(f"{where} by an engine that did not record its code or machine")
+            continue
+        now = _setup(record, session.get("data_fingerprint"))
+        if now != before:
+            notes.append(f"{where} on another setup: {_setup_change(before, now, record, session)}")
+            before = now
+    return notes
+
+
 def provenance_line(view: RunView) -> str | None:
     """Where the run's numbers came from: the data it used (fingerprints of its splits), the CPU that ran it (model
-    and kernel-selecting instruction sets), torch's kernel level and threads, the code's commit."""
-    started = view.started or {}
-    record = started.get("provenance") or {}
-    if not record and not started.get("data_fingerprint"):
+    and kernel-selecting instruction sets), torch's kernel level and threads, the code's commit; then each resume
+    that ran on another setup or did not record its own (:func:`resume_notes`)."""
+    first = first_session(view)
+    record = first.get("provenance") or {}
+    if not record and not first.get("data_fingerprint"):
         return None
     parts = []
-    fp = started.get("data_fingerprint")
+    fp = first.get("data_fingerprint")
     parts.append("data " + ("/".join(fp.get(k, "?")[:8] for k in ("train", "val", "test")) + " (train/val/test)"
                             if fp else "not fingerprinted (before the fifth fidelity round)"))
     cpu, det = record.get("cpu") or {}, record.get("determinism") or {}
@@ -275,7 +312,25 @@ def provenance_line(view: RunView) -> str | None:
     code = record.get("code") or {}
     if code.get("git_commit"):
         parts.append(f"commit {code['git_commit'][:7]}" + (" with uncommitted changes" if code.get("git_dirty") else ""))
-    return "provenance: " + "; ".join(parts)
+    return "provenance: " + "; ".join(parts + resume_notes(view))
+
+
+def _setup_change(before: tuple, now: tuple, record: dict, session: dict) -> str:
+    """The parts of a resumed session's setup that differ from the session before it, in provenance_line's words."""
+    cpu, det, code = record.get("cpu") or {}, record.get("determinism") or {}, record.get("code") or {}
+    said = []
+    if before[0] != now[0]:
+        said.append("data " + "/".join((session.get("data_fingerprint") or {}).get(k, "?")[:8]
+                                       for k in ("train", "val", "test")))
+    if before[1:3] != now[1:3]:
+        said.append(f"cpu {cpu.get('model', '?')} ({', '.join(cpu.get('flags') or []) or '-'})")
+    if before[3:6] != now[3:6]:
+        said.append(f"torch {record.get('torch', '?')} {det.get('cpu_capability', '?')} kernels, "
+                    f"{det.get('threads', '?')} thread(s)")
+    if before[6:] != now[6:]:
+        said.append(f"commit {(code.get('git_commit') or '?')[:7]}"
+                    + (" with uncommitted changes" if code.get("git_dirty") else ""))
+    return ", ".join(said)
 
 
 def provenance_warnings(views: list[RunView]) -> list[str]:

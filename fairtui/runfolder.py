@@ -157,6 +157,12 @@ class RunView:
         return self.digest.started
 
     @property
+    def training_sessions(self) -> list[dict]:
+        """The sessions that made the run's numbers, each with where it took the run up and what it ran on
+        (engine.contract.digest.Digest.training_sessions)."""
+        return self.digest.training_sessions()
+
+    @property
     def imported(self) -> dict | None:
         """Where an imported model came from (`fairtui import`); None for a trained run."""
         return self.started.get("imported") if self.started else None

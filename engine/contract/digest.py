@@ -3,6 +3,8 @@
 ``events.jsonl`` grows with every epoch and every evaluation; a long run evaluated many times reaches
 hundreds of megabytes. Readers (`ls`, `show`, `tag`, `compare`, `export`, the app) need only
 - the first ``run_started`` (the resolved profile, the class names, where an imported model came from);
+- each session's opening (``run_started`` or ``run_resumed``: where it took the run up, and the code, machine and
+  data it trained with), so that a run resumed on another commit or CPU says so (:meth:`Digest.training_sessions`);
 - the latest ``epoch_end`` of each epoch (a resume repeats epochs);
 - the ``run_finished`` that closes the latest session (a ``run_started`` or ``run_resumed`` opens one);
 - the latest ``eval_result`` of each identity: split, checkpoint, attack and setting (engine.contract.results).
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 VERSION = 4  # 2: slim events (matrices left out, with _omitted and _at); 3: stored as lines, epochs read lazily;
-# 4: an epoch is kept as where its line is in the stream (offset, length), read when a reader asks for it
+# 4: an epoch is kept as where its line is in the stream (offset, length), read when a reader asks for it; 5: the sessions
 DIGEST_FILE = "digest.json"  # in the run folder, written by the engine's EventWriter
 CHUNK = 4 << 20  # bytes read at a time
 MAX_WARNINGS = 20  # unreadable lines reported one by one; the rest are counted
@@ -124,9 +126,22 @@ def _unpack(code: str, packed: bytes) -> list:
 RECENT = 64  # epochs kept parsed after a reader asked for them (the latest; a long run's others are re-read)
 
 
+def session_of(event: dict) -> dict:
+    """What the digest keeps of a session's opening event: where it took the run up (epoch and batch: 0 for a
+    run_started) and what it trained with (device, provenance and data fingerprint: absent from the run_resumed
+    of engines before they were recorded there)."""
+    kept = {"type": event.get("type"), "t": event.get("t"), "epoch": event.get("epoch", 0) or 0,
+            "batch": event.get("batch", 0) or 0}
+    for key in ("batches", "phase", "device", "data_fingerprint", "provenance"):
+        if event.get(key) is not None:
+            kept[key] = event[key]
+    return kept
+
+
 @dataclass
 class Digest:
     started: dict | None = None
+    sessions: list[dict] = field(default_factory=list)  # each run_started / run_resumed, as session_of keeps it
     # epoch -> its latest epoch_end: where its line is in the stream, (offset, length), read (and slimmed) when a
     # reader asks for it (`show` needs the last and the timings alone; the app draws a stride of them), so that a
     # fold's memory does not grow with the stream; a slim event (a dict) when it was folded without its place
@@ -151,8 +166,10 @@ class Digest:
         if kind == "run_started":
             if self.started is None:
                 self.started = event
+            self.sessions.append(session_of(event))
             self.finished = None
         elif kind == "run_resumed":
+            self.sessions.append(session_of(event))
             self.finished = None
         elif kind == "run_finished":
             self.finished = event
@@ -250,11 +267,21 @@ class Digest:
     def eval_results(self) -> list[dict]:
         return list(self.evals.values())
 
+    def training_sessions(self) -> list[dict]:
+        """The sessions that trained or evaluated something: each but one that the next took up at the very place
+        it had taken the run up (a run lost before its first epoch and started again; a resume stopped before
+        its first batch). Their code, CPU and data are those of the run's numbers."""
+        def place(session: dict | None) -> tuple | None:
+            return None if session is None else (session.get("epoch", 0), session.get("batch", 0))
+
+        return [s for s, after in zip(self.sessions, self.sessions[1:] + [None]) if place(after) != place(s)]
+
     def dumps(self, extra: dict | None = None) -> bytes:
         """The fold as stored: a header line; one line ("P") with every epoch's place in the stream and every
         epoch's time, as packed arrays (a run of 200,000 epochs loads in milliseconds); a line per epoch kept as
         an event ("E<epoch>\t<event>"), and per result ("R<event>")."""
-        head = {"version": VERSION, "started": self.started, "finished": self.finished, "warnings": self.warnings,
+        head = {"version": VERSION, "started": self.started, "sessions": self.sessions, "finished": self.finished,
+                "warnings": self.warnings,
                 "skipped": self.skipped, "count": self.count, "lines": self.lines, "offset": self.offset,
                 "fingerprint": self.fingerprint, **(extra or {})}
         out = [json.dumps(head, separators=(",", ":")).encode()]
@@ -278,7 +305,8 @@ class Digest:
         head = json.loads(lines[0])
         if not isinstance(head, dict) or head.get("version") != VERSION:
             raise ValueError("another version")
-        d = cls(started=head["started"], finished=head["finished"], warnings=list(head["warnings"]),
+        d = cls(started=head["started"], sessions=list(head["sessions"]), finished=head["finished"],
+                warnings=list(head["warnings"]),
                 skipped=int(head["skipped"]), count=int(head["count"]), lines=int(head["lines"]),
                 offset=int(head["offset"]), fingerprint=str(head["fingerprint"]))
         for line in lines[1:]:

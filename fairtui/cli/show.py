@@ -37,6 +37,7 @@ def show(
     if json_out:
         doc = run_summary(view)
         doc.update({"config": view.config, "method_state": method_state, "meta": view.meta,
+                    "sessions": view.training_sessions,
                     "timing": {"epochs": len(times), "total_s": sum(times),
                                "mean_epoch_s": sum(times) / len(times) if times else None}})
         typer.echo(json.dumps(doc))

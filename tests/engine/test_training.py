@@ -139,7 +139,10 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
     assert state_keys <= set(last_state), state_keys - set(last_state)
     states = lambda evs: [e["method_state"] for e in evs if e["type"] == "epoch_end"]  # noqa: E731
     assert states(a) == states(b)  # the method's class-wise state continues exactly
-    assert any(e["type"] == "run_resumed" for e in b)
+    back = next(e for e in b if e["type"] == "run_resumed")  # what trained after the resume: recorded there too
+    assert back["data_fingerprint"] == b[0]["data_fingerprint"]
+    assert {k: back["provenance"][k] for k in ("code", "cpu", "torch")} == \
+        {k: b[0]["provenance"][k] for k in ("code", "cpu", "torch")} and back["provenance"]["pid"] != b[0]["provenance"]["pid"]
     finals = lambda evs: [(e["checkpoint"], e["robust_acc_per_class"], e["clean_acc_per_class"])  # noqa: E731
                           for e in evs if e["type"] == "eval_result"]
     assert finals(a) == finals(b)

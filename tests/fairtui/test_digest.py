@@ -153,3 +153,69 @@ def test_the_app_replays_a_stride_of_a_long_run_not_every_epoch():
     epochs = [e["epoch"] for e in events if e["type"] == "epoch_end"]
     assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_finished"
     assert len(epochs) <= REPLAY_EPOCHS and epochs[-1] == 3 * REPLAY_EPOCHS and epochs[0] == 1
+
+
+def _provenance(commit: str, model: str = "AMD EPYC", threads: int = 1) -> dict:
+    return {"code": {"git_commit": commit * 40, "git_dirty": False}, "torch": "2.14.1",
+            "determinism": {"threads": threads, "cpu_capability": "AVX2"}, "cpu": {"model": model, "flags": ["avx2"]}}
+
+
+def _sessions_run(home, resumes: list[dict]):
+    """A run whose first run_started trained nothing (lost before its first epoch and started again at
+    commit b), then trained, then was resumed as ``resumes`` say (each after the epoch it names)."""
+    run = make_run(home, "20260101-000000-sessns", name="sessions", epochs=4)
+    lines = (run / "events.jsonl").read_text().splitlines()
+    started = json.loads(lines[0])
+    fp = {"train": "feedfacefeedface", "val": "v" * 16, "test": "t" * 16}
+    first = {**started, "provenance": _provenance("a")}
+    again = {**started, "provenance": _provenance("b"), "data_fingerprint": fp}
+    body = [json.loads(line) for line in lines[1:]]
+    epochs = [e for e in body if e["type"] == "epoch_end"]
+    rest = [e for e in body if e["type"] != "epoch_end"]
+    out = [first, again]
+    done = 0
+    for resume in resumes:
+        out += epochs[done:resume["epoch"]] + [{"type": "run_finished", "status": "stopped"},
+                                              {"type": "run_resumed", "data_fingerprint": fp, **resume}]
+        done = resume["epoch"]
+    out += epochs[done:] + rest
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in out))
+    return run
+
+
+def test_the_sessions_that_made_a_runs_numbers_are_kept_with_what_they_ran_on(tmp_path):
+    """A session taken up again at the very place it took the run up trained nothing: it drops out; a resume's
+    code and machine are kept, and survive the stored digest."""
+    run = _sessions_run(tmp_path, [{"epoch": 1, "provenance": _provenance("b")},  # stopped before a batch:
+                                   {"epoch": 1, "provenance": _provenance("c")},  # this one took it up
+                                   {"epoch": 2, "batch": 5, "batches": 9, "phase": "train"}])
+    view = RunView.load(run)
+    kept = [(s["type"], s["epoch"], s.get("batch"), (s.get("provenance") or {}).get("code", {}).get("git_commit", "-")[:1])
+            for s in view.training_sessions]
+    assert kept == [("run_started", 0, 0, "b"), ("run_resumed", 1, 0, "c"), ("run_resumed", 2, 5, "-")]
+    assert view.started["provenance"]["code"]["git_commit"][0] == "a"  # the profile's record stays the first
+    again = Digest.loads(view.digest.dumps())[0]
+    assert again.training_sessions() == view.digest.training_sessions()
+
+
+def test_show_names_each_resume_that_ran_on_another_setup_or_did_not_say(tmp_path):
+    from fairtui.report import provenance_line
+
+    same = _sessions_run(tmp_path / "same", [{"epoch": 2, "provenance": _provenance("b")}])
+    line = provenance_line(RunView.load(same))
+    assert line.startswith("provenance: data feedface/vvvvvvvv/tttttttt (train/val/test); cpu AMD EPYC (avx2); "
+                           "torch 2.14.1 AVX2 kernels, 1 thread(s); commit bbbbbbb")
+    assert "resumed" not in line  # the same setup: nothing to say
+    other = _sessions_run(tmp_path / "other", [{"epoch": 1, "provenance": _provenance("b", threads=2)},
+                                               {"epoch": 2, "provenance": _provenance("c", threads=2)},
+                                               {"epoch": 3}])
+    line = provenance_line(RunView.load(other))
+    assert line.endswith("; commit bbbbbbb"
+                         "; resumed after epoch 1 on another setup: torch 2.14.1 AVX2 kernels, 2 thread(s)"
+                         "; resumed after epoch 2 on another setup: commit ccccccc"
+                         "; resumed after epoch 3 by an engine that did not record its code or machine"), line
+    from tests.conftest import fairtui_cmd
+
+    shown = fairtui_cmd("show", "20260101-000000-sessns", "--json", home=tmp_path / "other")
+    assert shown.returncode == 0, shown.stderr
+    assert [s["epoch"] for s in json.loads(shown.stdout)["sessions"]] == [0, 1, 2, 3]
