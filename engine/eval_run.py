@@ -141,6 +141,9 @@ def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, 
                               restarts=e.restarts, seed=req.seed)
     progress = Progress(run_dir / "progress.json")
     existing, _ = read_events(run_dir / "events.jsonl")
+    from engine.provenance import provenance
+
+    where = provenance()  # this evaluation's code and machine, which need not be the training's
     for attack_name in req.attacks:
         setting = settings.result_setting(attack_name, req.n_per_class, req.batch_size)
         if not req.force and any(_same(ev, req, attack_name, epoch, setting) for ev in existing):
@@ -164,7 +167,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, 
         result = per_class_result(data.y, clean, adv, splits.num_classes, conf_var)
         events.emit("eval_result", split=req.split, checkpoint=req.checkpoint, epoch=epoch,
                     attack=attack_name, eps=req.eps, n_per_class=req.n_per_class, setting=setting,
-                    time_s=time.perf_counter() - started, **result)
+                    time_s=time.perf_counter() - started, provenance=where, **result)
         cache.remove()
         log.info("%s %s @ %s (epoch %d): clean %.3f robust %.3f worst %.3f", req.split, attack_name,
                  req.checkpoint, epoch, result["avg_clean"], result["avg_robust"], result["worst_robust"])

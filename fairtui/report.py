@@ -292,6 +292,23 @@ def resume_notes(view: RunView) -> list[str]:
     return notes
 
 
+def evaluation_notes(view: RunView) -> list[str]:
+    """The results that `fairtui eval` measured on another setup than the session that trained the run last
+    (another commit, CPU, torch or thread count), grouped by what differs."""
+    last = next((s for s in reversed(view.training_sessions) if s.get("provenance")), None)
+    if last is None:
+        return []
+    trained = _setup(last["provenance"], None)[1:]
+    grouped: dict[str, list[str]] = {}
+    for event in view.eval_results():
+        record = event.get("provenance")
+        if record and _setup(record, None)[1:] != trained:
+            change = _setup_change((None, *trained), _setup(record, None), record, {})
+            grouped.setdefault(change, []).append(f"{event.get('attack')} @ {event.get('checkpoint')}")
+    return [f"{', '.join(dict.fromkeys(results))} evaluated on another setup: {change}"
+            for change, results in grouped.items()]
+
+
 def provenance_line(view: RunView) -> str | None:
     """Where the run's numbers came from: the data it used (fingerprints of its splits), the CPU that ran it (model
     and kernel-selecting instruction sets), torch's kernel level and threads, the code's commit; then each resume
@@ -312,7 +329,7 @@ def provenance_line(view: RunView) -> str | None:
     code = record.get("code") or {}
     if code.get("git_commit"):
         parts.append(f"commit {code['git_commit'][:7]}" + (" with uncommitted changes" if code.get("git_dirty") else ""))
-    return "provenance: " + "; ".join(parts + resume_notes(view))
+    return "provenance: " + "; ".join(parts + resume_notes(view) + evaluation_notes(view))
 
 
 def _setup_change(before: tuple, now: tuple, record: dict, session: dict) -> str:

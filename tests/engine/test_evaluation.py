@@ -114,6 +114,12 @@ def test_fairtui_eval_json_and_subset(trained_run, tmp_path):
     assert {r["attack"] for r in doc["results"]} == {"fgsm", "clean"}
     fgsm = next(r for r in doc["results"] if r["attack"] == "fgsm")
     assert fgsm["n_per_class"] == 3 and fgsm["checkpoint"] == "best"
+    from engine.contract.events import read_events
+    from engine.provenance import cpu
+
+    stored = [e for e in read_events(trained_run / "events.jsonl")[0] if e["type"] == "eval_result"
+              and e["attack"] == "fgsm" and e["n_per_class"] == 3]  # a later evaluation records its own setup
+    assert stored[-1]["provenance"]["cpu"] == cpu() and stored[-1]["provenance"]["code"]
     bad = fairtui_cmd("eval", trained_run.name, "--eps", "2", home=home)
     assert bad.returncode == 2 and "(0, 1]" in bad.stderr
 

@@ -214,6 +214,14 @@ def test_show_names_each_resume_that_ran_on_another_setup_or_did_not_say(tmp_pat
                          "; resumed after epoch 1 on another setup: torch 2.14.1 AVX2 kernels, 2 thread(s)"
                          "; resumed after epoch 2 on another setup: commit ccccccc"
                          "; resumed after epoch 3 by an engine that did not record its code or machine"), line
+    # results measured later by `fairtui eval`: one on another commit is named, one on the training's setup not
+    events = [json.loads(line) for line in (other / "events.jsonl").read_text().splitlines()]
+    result = next(e for e in events if e["type"] == "eval_result")
+    extra = [{**result, "attack": "aa", "checkpoint": "best", "provenance": _provenance("d", threads=2)},
+             {**result, "attack": "fgsm", "checkpoint": "last", "provenance": _provenance("c", threads=2)}]
+    _append(other / "events.jsonl", extra)
+    line = provenance_line(RunView.load(other))
+    assert line.endswith("machine; aa @ best evaluated on another setup: commit ddddddd"), line
     from tests.conftest import fairtui_cmd
 
     shown = fairtui_cmd("show", "20260101-000000-sessns", "--json", home=tmp_path / "other")
