@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from engine.contract import metrics
@@ -177,11 +179,30 @@ MIRROR_KEYS = ("train.log_to", "train.wandb_project", "train.wandb_entity", "tra
 
 
 def group_key(view: RunView) -> str:
-    """Runs that share a profile up to seed and name form one group."""
+    """Runs that share a profile up to seed and name form one group. A fine-tune's ``method.init_from`` names
+    its own seed's base run, so it counts as the base run's profile (where its folder is at hand), not its path."""
     flat = flatten(view.config)
     for k in ("seed", "name", "description", *MIRROR_KEYS):
         flat.pop(k, None)
+    if flat.get("method.init_from"):
+        flat["method.init_from"] = base_profile(str(flat["method.init_from"]))
     return repr(sorted(flat.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def base_profile(ref: str) -> str:
+    """A fine-tune's base, up to its seed: "a run of PROFILE" where the run folder that ``ref`` names (the
+    folder, or a checkpoint inside it) holds its profile; "a run" where it is not at hand (committed files
+    copied from another machine)."""
+    path = Path(ref)
+    folder = path.parent.parent if path.parent.name == "checkpoints" else path
+    try:
+        from engine.contract.profile_io import read_toml
+
+        name = read_toml(folder / "profile.toml").get("name")
+    except Exception:  # gone, unreadable or not a profile: the base is some run
+        return "a run"
+    return f"a run of {name}" if name else "a run"
 
 
 @dataclass
@@ -203,6 +224,12 @@ def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
     groups: dict[str, list[RunView]] = {}
     for v in views:
         groups.setdefault(group_key(v), []).append(v)
+    for key, members in list(groups.items()):  # a seed twice: fine-tunes of two bases that look alike, apart
+        seeds = [v.config.get("seed") for v in members]
+        if len(set(seeds)) < len(seeds):
+            del groups[key]
+            for v in members:
+                groups.setdefault(key + repr(flatten(v.config).get("method.init_from")), []).append(v)
     names = [members[0].config.get("name") or members[0].name for members in groups.values()]
     out = []
     for members, label in zip(groups.values(), names):

@@ -141,8 +141,9 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
     assert states(a) == states(b)  # the method's class-wise state continues exactly
     back = next(e for e in b if e["type"] == "run_resumed")  # what trained after the resume: recorded there too
     assert back["data_fingerprint"] == b[0]["data_fingerprint"]
-    assert {k: back["provenance"][k] for k in ("code", "cpu", "torch")} == \
-        {k: b[0]["provenance"][k] for k in ("code", "cpu", "torch")} and back["provenance"]["pid"] != b[0]["provenance"]["pid"]
+    same = ("code", "cpu", "torch")
+    assert {k: back["provenance"][k] for k in same} == {k: b[0]["provenance"][k] for k in same}
+    assert back["provenance"]["pid"] != b[0]["provenance"]["pid"]  # the resume's own process
     finals = lambda evs: [(e["checkpoint"], e["robust_acc_per_class"], e["clean_acc_per_class"])  # noqa: E731
                           for e in evs if e["type"] == "eval_result"]
     assert finals(a) == finals(b)

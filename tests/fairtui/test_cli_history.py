@@ -496,3 +496,34 @@ def test_export_rows_are_in_the_order_given_and_two_configurations_of_one_profil
     labels = [line.split(",")[0] for line in out.stdout.splitlines()[1:]]
     assert labels == ["digits-dafa (model.width=4)", "digits-dafa (model.width=10)"]
     assert labels[0] != labels[1]
+
+
+def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp_path):
+    """FRL, FAAL and CSR fine-tune the same seed's base run: `method.init_from` differs with the seed, as the
+    seed does, so their seeds are one group; fine-tunes of bases of two profiles are two; two runs of one seed
+    whose bases are not at hand (committed files from another machine) are not folded into one group."""
+    from fairtui.compare import seed_groups
+    from fairtui.runfolder import RunView
+
+    home = tmp_path / "home"
+
+    def fine_tune(run_id: str, seed: int, base: str) -> RunView:
+        run = make_run(home, run_id, name=f"frl-s{seed}", method="frl", seed=seed,
+                       profile=Profile(name="frl", seed=seed))
+        lines = (run / "events.jsonl").read_text().splitlines()
+        started = json.loads(lines[0])
+        started["config"]["method"]["init_from"] = base
+        (run / "events.jsonl").write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+        return RunView.load(run)
+
+    bases = {(p, s): make_run(home, f"2026010{s}-00000{i}-base{i}{s}", name=f"{p}-s{s}", seed=s,
+                              profile=Profile(name=p, seed=s))
+             for i, p in enumerate(("at", "trades")) for s in (0, 1, 2)}
+    from_at = [fine_tune(f"20260201-00000{s}-ftat{s}", s, str(bases["at", s] / "checkpoints" / "best.pt"))
+               for s in (0, 1, 2)]
+    groups = seed_groups(from_at)
+    assert [(label, len(members)) for label, members in groups] == [("frl (seeds 0, 1, 2)", 3)]
+    from_trades = [fine_tune(f"20260202-00000{s}-fttr{s}", s, str(bases["trades", s])) for s in (0, 1)]
+    assert sorted(len(m) for _, m in seed_groups(from_at + from_trades)) == [2, 3]
+    lost = [fine_tune(f"20260203-00000{i}-lost{i}", 0, f"/elsewhere/runs/2025-base{i}") for i in (0, 1)]
+    assert [len(m) for _, m in seed_groups(lost)] == [1, 1]  # seed 0 twice: not one group of "seeds 0, 0"

@@ -190,8 +190,8 @@ def test_the_sessions_that_made_a_runs_numbers_are_kept_with_what_they_ran_on(tm
                                    {"epoch": 1, "provenance": _provenance("c")},  # this one took it up
                                    {"epoch": 2, "batch": 5, "batches": 9, "phase": "train"}])
     view = RunView.load(run)
-    kept = [(s["type"], s["epoch"], s.get("batch"), (s.get("provenance") or {}).get("code", {}).get("git_commit", "-")[:1])
-            for s in view.training_sessions]
+    commit = lambda s: (s.get("provenance") or {}).get("code", {}).get("git_commit", "-")[:1]  # noqa: E731
+    kept = [(s["type"], s["epoch"], s.get("batch"), commit(s)) for s in view.training_sessions]
     assert kept == [("run_started", 0, 0, "b"), ("run_resumed", 1, 0, "c"), ("run_resumed", 2, 5, "-")]
     assert view.started["provenance"]["code"]["git_commit"][0] == "a"  # the profile's record stays the first
     again = Digest.loads(view.digest.dumps())[0]
