@@ -286,6 +286,8 @@ def resume_notes(view: RunView) -> list[str]:
             notes.append(f"{where} by an engine that did not record its code or machine")
             continue
         now = _setup(record, session.get("data_fingerprint"))
+        if now[0] is None or before[0] is None:  # a side from before data was fingerprinted: not a difference
+            now = (before[0], *now[1:])
         if now != before:
             notes.append(f"{where} on another setup: {_setup_change(before, now, record, session)}")
             before = now
