@@ -19,6 +19,7 @@ Optuna is an extra (``pip install 'fairtui[tune]'``); only this module imports i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -233,6 +234,29 @@ class Driver:
         # trials whose run ended for the machine's reasons (a full disk, a killed engine): left RUNNING in the
         # journal, not counted and not replaced by this driver; `--resume` resumes their runs
         self.held: dict[int, str] = {}
+        self._steps = 0  # > 0 inside a step that must not be cut (a start through the queue, a trial's record)
+        self._interrupted = False  # a stop asked for inside such a step, raised when it ends
+
+    def interrupt(self) -> None:
+        """A stop (Ctrl-C, SIGTERM, SIGHUP: the command's signal handler calls this): KeyboardInterrupt now, or at
+        the end of the step under way. A start cut between spawning an engine and taking the run off the queue
+        left a run marked queued that nobody would start, while its engine trained it: the study waited on it
+        for ever."""
+        if self._steps:
+            self._interrupted = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def _step(self):
+        self._steps += 1
+        try:
+            yield
+        finally:
+            self._steps -= 1
+        if not self._steps and self._interrupted:
+            self._interrupted = False
+            raise KeyboardInterrupt
 
     # a trial's run
     def _start(self, trial) -> None:
@@ -370,6 +394,12 @@ class Driver:
             self._launch(run_dir)
             self.say(f"trial {number}: run {entry['run_id']} was stopped with its study; resuming it")
             return False
+        if status == "queued" and not self.req.slurm and not self.queue.holds(entry["run_id"]):
+            # marked queued with no entry to start it (a start cut by a stop in fairtui before 2026-11-27, its
+            # entry then cancelled): nobody else would start it, and the study would wait on it for ever
+            self._launch(run_dir)
+            self.say(f"trial {number}: run {entry['run_id']} was marked queued with no queue entry; queued again")
+            return False
         reason = machine_reason(view, status)
         if reason is not None:  # not the trial's doing: kept for --resume, not counted
             trial.set_user_attr("held", reason)
@@ -425,21 +455,23 @@ class Driver:
     def _run(self) -> None:
         opt = optuna()
         states = opt.trial.TrialState
-        for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,)):
-            self._adopt(frozen)
+        with self._step():
+            for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,)):
+                self._adopt(frozen)
         while True:
-            finished = [t for t in self.study.get_trials(deepcopy=False)
-                        if t.state in (states.COMPLETE, states.PRUNED, states.FAIL) and not t.user_attrs.get("no_run")]
-            while len(self.active) < self.req.parallel and \
-                    len(finished) + len(self.active) + len(self.held) < self.req.trials:
-                self._start(self.study.ask())
-            if not self.active:
-                return
-            if not self.req.slurm:
-                self.queue.tick()
-            for number in list(self.active):
-                if self._follow(number):
-                    del self.active[number]
+            with self._step():  # a stop waits for the step's end (the sleep is where a driver spends its time)
+                finished = [t for t in self.study.get_trials(deepcopy=False) if t.state in
+                            (states.COMPLETE, states.PRUNED, states.FAIL) and not t.user_attrs.get("no_run")]
+                while len(self.active) < self.req.parallel and \
+                        len(finished) + len(self.active) + len(self.held) < self.req.trials:
+                    self._start(self.study.ask())
+                if not self.active:
+                    return
+                if not self.req.slurm:
+                    self.queue.tick()
+                for number in list(self.active):
+                    if self._follow(number):
+                        del self.active[number]
             time.sleep(self.req.interval)
 
     def stop(self) -> None:

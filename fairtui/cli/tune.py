@@ -86,7 +86,7 @@ def tune(
                                  home_dir, say, dataclasses.asdict(settings) if settings else None)
         driver = t.Driver(st, req, say)
         try:
-            with _signals_interrupt():
+            with _signals_interrupt(driver):
                 driver.run()
         except KeyboardInterrupt:
             driver.stop()
@@ -106,15 +106,16 @@ def tune(
 
 
 @contextlib.contextmanager
-def _signals_interrupt():
-    """SIGTERM and SIGHUP (a closed terminal) stop the driver as Ctrl-C does: its trials' runs stop cleanly,
-    marked as stopped with their study, and nothing is left queued that only this driver would start."""
+def _signals_interrupt(driver):
+    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal) stop the driver alike: its trials' runs stop cleanly, marked
+    as stopped with their study, and nothing is left queued that only this driver would start. The stop comes
+    between the driver's steps, never inside one (:meth:`fairtui.tune.Driver.interrupt`)."""
     import signal
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        driver.interrupt()
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

@@ -192,3 +192,54 @@ def test_a_run_left_queued_by_a_driver_that_is_gone_is_resumable_by_hand(tmp_pat
     proc = fairtui_cmd("resume", run_dir.name, home=home)
     assert proc.returncode == 0, proc.stderr
     assert RunView.load(run_dir).status() == "completed"
+
+
+def test_a_stop_that_lands_inside_a_start_waits_for_its_end_and_strands_nothing(tmp_path, tiny_profile, monkeypatch):
+    """SIGTERM delivered just after the queue spawned a trial's engine, before it took the run off the queue (the
+    window a loaded machine widens): it used to cut the start there, leaving the run marked queued with no queue
+    entry while its engine trained it, and `--resume` waited on it for ever. The stop now comes at the end of
+    the driver's step: the run is started, then stopped with its study, and `--resume` completes it."""
+    from fairtui import queue as queue_module
+    from fairtui.cli.tune import _signals_interrupt
+
+    home = tmp_path / "home"
+    req = _request(home, tiny_profile(), "cut", epochs=2)
+    study = t.create(req)
+    driver = t.Driver(study, req)
+    signalled = []
+
+    def fault(step: str) -> None:
+        if step == "spawned" and not signalled:
+            signalled.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(queue_module, "_fault_point", fault)
+    with pytest.raises(KeyboardInterrupt), _signals_interrupt(driver):
+        driver.run()
+    assert signalled
+    driver.stop()
+    (number, entry), = driver.active.items()
+    run_dir = home / "runs" / entry["run_id"]
+    assert not (run_dir / "queued").exists()  # the start was finished: its engine took the run off the queue
+    assert all(e["run_id"] != entry["run_id"] for e in driver.queue.entries())
+    _until(lambda: RunView.load(run_dir).status() != "running", "the trial's engine to stop")
+    proc = fairtui_cmd("tune", "cut", "--resume", "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["state"] for r in json.loads(proc.stdout)["trials"]] == ["complete"]
+
+
+def test_a_trial_left_marked_queued_with_no_queue_entry_is_queued_again_by_its_driver(tmp_path, tiny_profile):
+    """The state the cut start left (and a driver of an older fairtui may have left in a home): the run is marked
+    queued, the queue holds no entry, no engine runs. The driver following it queues it again, so the trial ends;
+    it used to wait on it for ever."""
+    home = tmp_path / "home"
+    req = _request(home, tiny_profile(), "stranded", epochs=1)
+    study = t.create(req)
+    driver = t.Driver(study, req)
+    driver._start(study.ask())
+    (entry,) = driver.active.values()
+    assert driver.queue.cancel(entry["run_id"])
+    run_dir = home / "runs" / entry["run_id"]
+    assert RunView.load(run_dir).status() == "queued" and not driver.queue.holds(entry["run_id"])
+    _drive(driver)
+    assert _states(study) == ["COMPLETE"] and RunView.load(run_dir).status() == "completed"
