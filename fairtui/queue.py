@@ -101,7 +101,14 @@ class LocalQueue:
         return any(e["run_id"] == run_id for e in self.entries())
 
     def cancel(self, run_id: str) -> bool:
+        """Take the run off the queue. A start under way that had started its engine (a tick cut short: Ctrl-C in
+        a sweep or a study's driver) is finished, not undone: the run leaves the queue's hands and loses its
+        ``queued`` mark, which would otherwise stay on a run its engine trains, with nobody to clear it."""
         with self._locked() as entries:
+            for entry in entries:
+                run_dir = self.home / "runs" / entry["run_id"]
+                if entry["run_id"] == run_id and entry.get("state") == "starting" and _was_started(run_dir, entry):
+                    (run_dir / "queued").unlink(missing_ok=True)
             before = len(entries)
             entries[:] = [e for e in entries if e["run_id"] != run_id]
             return len(entries) < before

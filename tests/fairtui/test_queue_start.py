@@ -172,3 +172,31 @@ def test_a_rerun_is_a_new_queued_run_of_the_same_profile_name_tags_and_gpus(tmp_
     assert (meta["name"], meta["tags"], meta["gpus"]) == ("again", ["a", "b"], "cpu")
     assert [(e["run_id"], e["gpus"]) for e in queue.entries()] == [(second.name, "cpu")]
     assert RunView.load(second).status() == "queued"
+
+
+@pytest.mark.parametrize("point", ["starting", "spawned"])
+def test_a_start_cut_by_an_interrupt_then_cancelled_leaves_no_false_queued_mark(tmp_path, monkeypatch, point):
+    """Ctrl-C inside a tick (a sweep's or a study's driver ticks its queue), then the stop cancels the run's entry:
+    cut after its engine was spawned, the start is finished (the run is not left marked queued while its engine
+    trains it); cut before, the run stays queued for `fairtui resume`."""
+    from fairtui import queue as queue_module
+
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-cutcut", status="running")
+    queue = LocalQueue(home)
+    queue.submit(run, GpuChoice.parse("cpu"))
+
+    def start(run_dir, gpus):  # an engine that started: it wrote engine.json (and was then left to train)
+        (run_dir / "engine.json").write_text(json.dumps({"pid": 1, "started": time.time() + 1}))
+        return None
+
+    def fault(step):
+        if step == point:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(queue_module, "_fault_point", fault)
+    with pytest.raises(KeyboardInterrupt):
+        queue.tick(start)
+    assert (run / "queued").exists() and queue.entries()[0]["state"] == "starting"
+    assert queue.cancel(run.name) and not queue.entries()
+    assert (run / "queued").exists() == (point == "starting")
