@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-VERSION = 4  # 2: slim events (matrices left out, with _omitted and _at); 3: stored as lines, epochs read lazily;
+VERSION = 5  # 2: slim events (matrices left out, with _omitted and _at); 3: stored as lines, epochs read lazily;
 # 4: an epoch is kept as where its line is in the stream (offset, length), read when a reader asks for it;
 # 5: the sessions (each run_started and run_resumed, with its provenance)
 DIGEST_FILE = "digest.json"  # in the run folder, written by the engine's EventWriter
