@@ -265,6 +265,27 @@ def _setup(record: dict, fingerprint: dict | None) -> tuple:
             det.get("cpu_capability"), det.get("threads"), code.get("git_commit"), code.get("git_dirty"))
 
 
+def _data_text(fp: dict) -> str:
+    return "data " + "/".join(fp.get(k, "?")[:8] for k in ("train", "val", "test"))
+
+
+def _cpu_text(record: dict) -> str:
+    cpu = record.get("cpu") or {}
+    return f"cpu {cpu.get('model', '?')} ({', '.join(cpu.get('flags') or []) or '-'})"
+
+
+def _torch_text(record: dict) -> str:
+    det = record.get("determinism") or {}
+    return (f"torch {record.get('torch', '?')} {det.get('cpu_capability', '?')} kernels, "
+            f"{det.get('threads', '?')} thread(s)")
+
+
+def _commit_text(record: dict) -> str:
+    code = record.get("code") or {}
+    dirty = " with uncommitted changes" if code.get("git_dirty") else ""
+    return f"commit {(code.get('git_commit') or '?')[:7]}{dirty}"
+
+
 def first_session(view: RunView) -> dict:
     """The session that started the run's numbers (its run_started; the first one that trained, where a run lost
     before its first epoch was started again), or the run's first run_started."""
@@ -319,36 +340,26 @@ def provenance_line(view: RunView) -> str | None:
     record = first.get("provenance") or {}
     if not record and not first.get("data_fingerprint"):
         return None
-    parts = []
     fp = first.get("data_fingerprint")
-    parts.append("data " + ("/".join(fp.get(k, "?")[:8] for k in ("train", "val", "test")) + " (train/val/test)"
-                            if fp else "not fingerprinted (before the fifth fidelity round)"))
-    cpu, det = record.get("cpu") or {}, record.get("determinism") or {}
-    flags = ", ".join(cpu.get("flags") or []) or "-"
-    parts.append(f"cpu {cpu.get('model', '?')} ({flags})" if cpu else "cpu model not recorded")
-    parts.append(f"torch {record.get('torch', '?')} {det.get('cpu_capability', '?')} kernels, "
-                 f"{det.get('threads', '?')} thread(s)")
-    code = record.get("code") or {}
-    if code.get("git_commit"):
-        parts.append(f"commit {code['git_commit'][:7]}" + (" with uncommitted changes" if code.get("git_dirty") else ""))
+    parts = [_data_text(fp) + " (train/val/test)" if fp else "data not fingerprinted (before the fifth fidelity round)",
+             _cpu_text(record) if record.get("cpu") else "cpu model not recorded", _torch_text(record)]
+    if (record.get("code") or {}).get("git_commit"):
+        parts.append(_commit_text(record))
     return "provenance: " + "; ".join(parts + resume_notes(view) + evaluation_notes(view))
 
 
 def _setup_change(before: tuple, now: tuple, record: dict, session: dict) -> str:
-    """The parts of a resumed session's setup that differ from the session before it, in provenance_line's words."""
-    cpu, det, code = record.get("cpu") or {}, record.get("determinism") or {}, record.get("code") or {}
+    """The parts of a session's setup (:func:`_setup`) that differ from the one before it, in provenance_line's
+    words."""
     said = []
     if before[0] != now[0]:
-        said.append("data " + "/".join((session.get("data_fingerprint") or {}).get(k, "?")[:8]
-                                       for k in ("train", "val", "test")))
+        said.append(_data_text(session.get("data_fingerprint") or {}))
     if before[1:3] != now[1:3]:
-        said.append(f"cpu {cpu.get('model', '?')} ({', '.join(cpu.get('flags') or []) or '-'})")
+        said.append(_cpu_text(record))
     if before[3:6] != now[3:6]:
-        said.append(f"torch {record.get('torch', '?')} {det.get('cpu_capability', '?')} kernels, "
-                    f"{det.get('threads', '?')} thread(s)")
+        said.append(_torch_text(record))
     if before[6:] != now[6:]:
-        said.append(f"commit {(code.get('git_commit') or '?')[:7]}"
-                    + (" with uncommitted changes" if code.get("git_dirty") else ""))
+        said.append(_commit_text(record))
     return ", ".join(said)
 
 
@@ -357,7 +368,7 @@ def provenance_warnings(views: list[RunView]) -> list[str]:
     expected to be equal (docs/results-and-guarantees.md). Runs are bucketed by profile and seed first, so a
     comparison of thousands of runs compares only the runs that share both."""
     def identity(v: RunView) -> tuple:
-        started = v.started or {}
+        started = first_session(v)  # the session that trained, not a first start that trained nothing
         cpu = (started.get("provenance") or {}).get("cpu") or {}
         return started.get("data_fingerprint"), (cpu.get("model"), tuple(cpu.get("flags") or ()))
 
