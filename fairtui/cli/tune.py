@@ -51,6 +51,7 @@ def tune(
     from fairtui.cli.launching import slurm_settings
 
     from fairtui import tune as t
+    from fairtui import tune_driver as td
     from fairtui.home import resolve_home
 
     home_dir = resolve_home(home)
@@ -66,7 +67,7 @@ def tune(
         if target in ("show", "finish") and study_ref:
             st, req = t.load(home_dir, study_ref, to_run=target == "finish")
             if target == "finish":
-                record = t.finish(st, req, say)
+                record = td.finish(st, req, say)
                 if json_out:
                     typer.echo(json.dumps(record))
                 return
@@ -84,7 +85,7 @@ def tune(
                 raise fail(str(err)) from None
             st, req = _new_study(target, space, trials, objective, parallel, study, pruner, seed, list(set_), gpus,
                                  home_dir, say, dataclasses.asdict(settings) if settings else None)
-        driver = t.Driver(st, req, say)
+        driver = td.Driver(st, req, say)
         try:
             with _signals_interrupt(driver):
                 driver.run()
@@ -96,7 +97,7 @@ def tune(
             raise fail(f"{len(driver.held)} trial(s) ended for the machine's reasons "
                        f"({', '.join(sorted(set(driver.held.values())))}), not counted: free the machine, then "
                        f"fairtui tune {req.study} --resume resumes them", 1)
-        record = t.finish(st, req, say)
+        record = td.finish(st, req, say)
         doc = t.summary(st, req)
         typer.echo(json.dumps({**doc, "finished": record}) if json_out else render(doc))
     except t.TuneError as err:
@@ -109,7 +110,7 @@ def tune(
 def _signals_interrupt(driver):
     """Ctrl-C, SIGTERM and SIGHUP (a closed terminal) stop the driver alike: its trials' runs stop cleanly, marked
     as stopped with their study, and nothing is left queued that only this driver would start. The stop comes
-    between the driver's steps, never inside one (:meth:`fairtui.tune.Driver.interrupt`)."""
+    between the driver's steps, never inside one (:meth:`fairtui.tune_driver.Driver.interrupt`)."""
     import signal
 
     def interrupt(signum, frame):

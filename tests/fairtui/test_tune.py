@@ -18,6 +18,7 @@ from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
 optuna = pytest.importorskip("optuna")
 
 from fairtui import tune as t  # noqa: E402
+from fairtui import tune_driver as td  # noqa: E402
 from fairtui import tune_space as ts  # noqa: E402
 
 
@@ -192,7 +193,7 @@ def test_a_pruned_trial_is_marked_pruned_not_failed(tmp_path, tiny_profile):
         interval=0.2)
     study = t.create(req)
     study.pruner = optuna.pruners.ThresholdPruner(upper=-1.0)  # every value is above: prune at once
-    t.Driver(study, req).run()
+    td.Driver(study, req).run()
     trials = study.get_trials()
     assert [tr.state for tr in trials] == [optuna.trial.TrialState.PRUNED] * 2
     for tr in trials:
@@ -244,7 +245,7 @@ def test_a_failing_trial_counts_as_failed_and_the_study_goes_on(tmp_path, tiny_p
     study = t.create(req)
     study.enqueue_trial({"train.lr": 1e9})
     study.enqueue_trial({"train.lr": 0.05})
-    t.Driver(study, req).run()
+    td.Driver(study, req).run()
     from fairtui.runfolder import RunView
 
     trials = study.get_trials()
@@ -287,14 +288,14 @@ def test_a_full_disk_mid_study_stops_the_driver_in_one_line_and_resume_loses_not
     with monkeypatch.context() as patch:
         _refuse_writes(patch, errno.ENOSPC, lambda logs: any(log.get("op_code") == report for log in logs))
         with pytest.raises(t.StorageError) as raised:
-            t.Driver(study, req).run()
+            td.Driver(study, req).run()
     message = str(raised.value)
     assert "\n" not in message and "No space left on device" in message and "d1.journal" in message
     assert "fairtui tune d1 --resume" in message
     first = study.get_trials()
     assert [tr.state for tr in first] == [optuna.trial.TrialState.RUNNING]  # recorded as it was: still running
     study, req = t.load(home, "d1")
-    t.Driver(study, req).run()
+    td.Driver(study, req).run()
     trials = study.get_trials()
     assert [tr.state for tr in trials] == [optuna.trial.TrialState.COMPLETE] * 2
     run_ids = [tr.user_attrs["run_id"] for tr in trials]

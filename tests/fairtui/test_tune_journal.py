@@ -12,6 +12,7 @@ from tests.fairtui.test_tune import _made_study
 pytest.importorskip("optuna")
 
 from fairtui import tune as t  # noqa: E402
+from fairtui import tune_driver as td  # noqa: E402
 
 
 def _planted_study(home, profile, **attrs):
@@ -108,10 +109,10 @@ def test_a_second_driver_of_one_study_is_refused_naming_the_first(tmp_path, tiny
     home = tmp_path / "home"
     _planted_study(home, tiny_profile())
     study, req = t.load(home, "s")
-    first = t.Driver(study, req)._driver_lock()
+    first = td.Driver(study, req)._driver_lock()
     try:
         with pytest.raises(t.TuneError, match=rf"another `fairtui tune` drives this study \(pid {os.getpid()} on "):
-            t.Driver(study, req)._driver_lock()
+            td.Driver(study, req)._driver_lock()
     finally:
         first.close()
-    t.Driver(study, req)._driver_lock().close()
+    td.Driver(study, req)._driver_lock().close()

@@ -21,6 +21,7 @@ from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
 optuna = pytest.importorskip("optuna")
 
 from fairtui import tune as t  # noqa: E402
+from fairtui import tune_driver as td  # noqa: E402
 from fairtui import tune_space as ts  # noqa: E402
 from fairtui.runfolder import RunView  # noqa: E402
 
@@ -40,7 +41,7 @@ def _until(check, what: str) -> None:
         time.sleep(0.05)
 
 
-def _drive(driver: t.Driver) -> None:
+def _drive(driver: td.Driver) -> None:
     """The driver's loop over the trials it follows (what Driver._run does after adopting), to their end."""
     deadline = time.time() + HANG_S
     while driver.active:
@@ -62,14 +63,14 @@ def test_the_drivers_own_stop_is_resumed_not_recorded_as_a_failure(tmp_path, tin
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "c1", epochs=3)
     study = t.create(req)
-    first = t.Driver(study, req)
+    first = td.Driver(study, req)
     first._start(study.ask())
     run_id = next(iter(first.active.values()))["run_id"]
     run_dir = home / "runs" / run_id
     first.queue.tick()
     _until(lambda: RunView.load(run_dir).status() == "running", "the engine to start")
     study2, req2 = t.load(home, "c1")
-    second = t.Driver(study2, req2)
+    second = td.Driver(study2, req2)
     for frozen in study2.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         second._adopt(frozen)  # still running: followed, not resumed
     first.stop()  # Ctrl-C of the first driver
@@ -88,7 +89,7 @@ def test_a_stop_by_hand_is_still_the_users_choice(tmp_path, tiny_profile):
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "h1", epochs=30)
     study = t.create(req)
-    driver = t.Driver(study, req)
+    driver = td.Driver(study, req)
     driver._start(study.ask())
     run_dir = home / "runs" / next(iter(driver.active.values()))["run_id"]
     driver.queue.tick()
@@ -109,7 +110,7 @@ def test_a_killed_engine_holds_its_trial_for_resume_and_the_resume_completes_it(
     req = _request(home, tiny_profile(), "k2", epochs=3, trials=1)
     study = t.create(req)
     killed: list[str] = []
-    real = t.Driver._follow
+    real = td.Driver._follow
 
     def follow(self, number):
         run_dir = self.req.home / "runs" / self.active[number]["run_id"]
@@ -120,15 +121,15 @@ def test_a_killed_engine_holds_its_trial_for_resume_and_the_resume_completes_it(
             killed.append(run_dir.name)
         return real(self, number)
 
-    monkeypatch.setattr(t.Driver, "_follow", follow)
-    driver = t.Driver(study, req)
+    monkeypatch.setattr(td.Driver, "_follow", follow)
+    driver = td.Driver(study, req)
     driver.run()
     assert driver.held == {0: "its engine died with no end recorded"}
     assert _states(study) == ["RUNNING"]  # held: not failed, and no trial made in its place
     assert t.summary(study, req)["trials"][0]["state"] == "held"
-    monkeypatch.setattr(t.Driver, "_follow", real)
+    monkeypatch.setattr(td.Driver, "_follow", real)
     study2, req2 = t.load(home, "k2")
-    t.Driver(study2, req2).run()
+    td.Driver(study2, req2).run()
     trials = study2.get_trials()
     assert _states(study2) == ["COMPLETE"]
     assert trials[0].user_attrs["run_id"] == killed[0]
@@ -181,7 +182,7 @@ def test_a_run_left_queued_by_a_driver_that_is_gone_is_resumable_by_hand(tmp_pat
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "q1", epochs=1)
     study = t.create(req)
-    driver = t.Driver(study, req)
+    driver = td.Driver(study, req)
     driver._start(study.ask())  # queued, not yet started (nobody ticked)
     run_dir = home / "runs" / next(iter(driver.active.values()))["run_id"]
     with pytest.raises(ControlError, match="queued already"):
@@ -205,7 +206,7 @@ def test_a_stop_that_lands_inside_a_start_waits_for_its_end_and_strands_nothing(
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "cut", epochs=2)
     study = t.create(req)
-    driver = t.Driver(study, req)
+    driver = td.Driver(study, req)
     signalled = []
 
     def fault(step: str) -> None:
@@ -235,7 +236,7 @@ def test_a_trial_left_marked_queued_with_no_queue_entry_is_queued_again_by_its_d
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "stranded", epochs=1)
     study = t.create(req)
-    driver = t.Driver(study, req)
+    driver = td.Driver(study, req)
     driver._start(study.ask())
     (entry,) = driver.active.values()
     assert driver.queue.cancel(entry["run_id"])
