@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from fairtui.compare import summarise  # noqa: E402
-from fairtui.report import first_session, resume_notes  # noqa: E402
+from fairtui.report import commit_label, first_session, resume_notes  # noqa: E402
 from fairtui.runfolder import RunView  # noqa: E402
 
 # The table's rows, in the issue's priority order, by the suffix of the profile's name.
@@ -133,12 +133,6 @@ def _provenance(view: RunView, key: str) -> str:
             "threads": lambda: str(determinism.get("threads", "?")),
             "cpu": lambda: str(determinism.get("cpu_capability", "?"))
             + (f" on {record['cpu'].get('model')}" if (record.get("cpu") or {}).get("model") else "")}[key]()
-
-
-def commit_label(code: dict) -> str:
-    """The code's commit as a run recorded it, marked when the working tree differed from it."""
-    sha = (code.get("git_commit") or "?")[:7]
-    return f"{sha} with uncommitted changes" if code.get("git_dirty") else sha
 
 
 def method_of(profile: str) -> str:

@@ -280,10 +280,14 @@ def _torch_text(record: dict) -> str:
             f"{det.get('threads', '?')} thread(s)")
 
 
+def commit_label(code: dict) -> str:
+    """The code's commit as a run recorded it (its provenance's ``code``), marked when the working tree differed."""
+    sha = (code.get("git_commit") or "?")[:7]
+    return f"{sha} with uncommitted changes" if code.get("git_dirty") else sha
+
+
 def _commit_text(record: dict) -> str:
-    code = record.get("code") or {}
-    dirty = " with uncommitted changes" if code.get("git_dirty") else ""
-    return f"commit {(code.get('git_commit') or '?')[:7]}{dirty}"
+    return f"commit {commit_label(record.get('code') or {})}"
 
 
 def first_session(view: RunView) -> dict:
