@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -189,20 +188,29 @@ def group_key(view: RunView) -> str:
     return repr(sorted(flat.items()))
 
 
-@functools.lru_cache(maxsize=4096)
+_BASE_NAMES: dict[str, str] = {}  # ref -> its run's profile name: a run folder's profile.toml never changes
+
+
 def base_profile(ref: str) -> str:
     """A fine-tune's base, up to its seed: "a run of PROFILE" where the run folder that ``ref`` names (the
     folder, or a checkpoint inside it) holds its profile; "a run" where it is not at hand (committed files
-    copied from another machine)."""
-    path = Path(ref)
-    folder = path.parent.parent if path.parent.name == "checkpoints" else path
-    try:
-        from engine.contract.profile_io import read_toml
+    copied from another machine). Only a profile found is remembered: a base not at hand is looked for again
+    (the app runs for days; the base's folder may arrive, with a copy or a sync, after a first look)."""
+    name = _BASE_NAMES.get(ref)
+    if name is None:
+        path = Path(ref)
+        folder = path.parent.parent if path.parent.name == "checkpoints" else path
+        try:
+            from engine.contract.profile_io import read_toml
 
-        name = read_toml(folder / "profile.toml").get("name")
-    except Exception:  # gone, unreadable or not a profile: the base is some run
-        return "a run"
-    return f"a run of {name}" if name else "a run"
+            name = read_toml(folder / "profile.toml").get("name")
+        except Exception:  # gone, unreadable or not a profile: the base is some run
+            return "a run"
+        if not name:
+            return "a run"
+        if len(_BASE_NAMES) < 4096:
+            _BASE_NAMES[ref] = name
+    return f"a run of {name}"
 
 
 @dataclass

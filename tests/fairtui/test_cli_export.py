@@ -161,3 +161,16 @@ def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp
     assert sorted(len(m) for _, m in seed_groups(from_at + from_trades)) == [2, 3]
     lost = [fine_tune(f"20260203-00000{i}-lost{i}", 0, f"/elsewhere/runs/2025-base{i}") for i in (0, 1)]
     assert [len(m) for _, m in seed_groups(lost)] == [1, 1]  # seed 0 twice: not one group of "seeds 0, 0"
+
+
+def test_a_base_not_at_hand_is_looked_for_again_once_it_arrives(tmp_path):
+    """The app runs for days: a fine-tune's base first read as "a run" (its folder not yet copied) is named by its
+    profile once its folder is there, not remembered as unknown."""
+    from fairtui.compare import base_profile
+
+    base = tmp_path / "runs" / "20260101-000000-late00"
+    ref = str(base / "checkpoints" / "best.pt")
+    assert base_profile(ref) == "a run"
+    make_run(tmp_path, base.name, name="at-s0", profile=Profile(name="cifar10-cpu-at"))
+    assert base_profile(ref) == "a run of cifar10-cpu-at"
+    assert base_profile(str(base)) == "a run of cifar10-cpu-at"
