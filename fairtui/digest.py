@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.contract import digest as contract
+from engine.contract import digest_store as stored
 from engine.contract.digest import DIGEST_FILE, Digest, eval_identity, full_event  # noqa: F401 (re-exported)
 
 CHUNK = contract.CHUNK
@@ -58,10 +59,10 @@ def read_digest(run_dir: Path, cancelled: Callable[[], bool] | None = None) -> D
         # the stored fold that covers the most (each judged by its header line alone), then read whole
         candidates = [(run_dir / DIGEST_FILE, False)] + ([(cache, True)] if cache is not None else [])
         heads = [(head["offset"], path, same) for path, same in candidates
-                 if (head := contract.stored_header(path, fh, same)) is not None]
+                 if (head := stored.stored_header(path, fh, same)) is not None]
         digest = None
         for _, path, same in sorted(heads, key=lambda h: -h[0]):
-            digest = contract.load_stored(path, fh, same)
+            digest = stored.load_stored(path, fh, same)
             if digest is not None:
                 break
         digest = digest or Digest()
@@ -73,7 +74,7 @@ def read_digest(run_dir: Path, cancelled: Callable[[], bool] | None = None) -> D
         if partial.strip():  # a last line with no newline: being written, or cut short by a kill
             digest.fold_line(partial, events, digest.lines + 1, digest.offset, locate=False)  # shown, never stored
         elif cache is not None and digest.offset - start >= CACHE_MIN_BYTES:
-            contract.store(cache, digest, fh)
+            stored.store(cache, digest, fh)
     return digest
 
 

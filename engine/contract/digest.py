@@ -17,8 +17,8 @@ dotted paths) and where its whole line is in the stream (``_at``: byte offset an
 readers that draw or print a matrix read that one line (:func:`full_event`). Everything else (the per-class
 numbers, the method's class-wise vectors, the timings) is kept as written.
 
-The engine keeps this fold as it writes (:class:`Keeper`, through ``EventWriter``) and stores it in the run
-folder as ``digest.json`` (:data:`DIGEST_FILE`) at most every :data:`SNAPSHOT_S` seconds and when a
+The engine keeps this fold as it writes (:class:`engine.contract.digest_store.Keeper`, through ``EventWriter``) and stores it in the run
+folder as ``digest.json`` (:data:`DIGEST_FILE`) at most every :data:`engine.contract.digest_store.SNAPSHOT_S` seconds and when a
 session ends, with the byte offset of the stream it covers and a fingerprint of the bytes before that
 offset. A reader starts from it and folds only what was written after, so no reader folds a whole long
 stream (fairtui.digest). The file is derived: deleting it costs the next reader a fold of the stream.
@@ -26,12 +26,8 @@ stream (fairtui.digest). The file is derived: deleting it costs the next reader 
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -42,8 +38,6 @@ VERSION = 5  # 2: slim events (matrices left out, with _omitted and _at); 3: sto
 DIGEST_FILE = "digest.json"  # in the run folder, written by the engine's EventWriter
 CHUNK = 4 << 20  # bytes read at a time
 MAX_WARNINGS = 20  # unreadable lines reported one by one; the rest are counted
-FINGERPRINT = 256  # bytes before the offset that must be unchanged for a stored fold to be used
-SNAPSHOT_S = 30.0  # the engine stores its fold at most this often (and when a session ends)
 SLIM_TYPES = ("epoch_end", "eval_result")
 
 
@@ -356,102 +350,3 @@ def fold_from(digest: Digest, fh, name: Path | str, cancelled: Callable[[], bool
             digest.fold_line(line, name, digest.lines, digest.offset)
             digest.offset += len(line) + 1
     return partial
-
-
-def fingerprint(fh, offset: int) -> str:
-    """The first 4 KB and the last FINGERPRINT bytes before ``offset``."""
-    fh.seek(0)
-    head = fh.read(min(offset, 4096))
-    start = max(0, offset - FINGERPRINT)
-    fh.seek(start)
-    return hashlib.sha1(head + fh.read(offset - start)).hexdigest()
-
-
-def stamp(fh) -> dict:
-    """What a stored fold records of the stream it was taken from, to know it again (:func:`load_stored`)."""
-    st = os.fstat(fh.fileno())
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-
-
-def stored_header(path: Path, fh, same_file: bool = False) -> dict | None:
-    """The header of a stored fold (``digest.json``, or a reader's cache) if the fold still describes the
-    stream open in ``fh``: the stream is as it was when the fold was stored (same size and time), or it only
-    grew since (longer, and the bytes the fold covered keep their fingerprint). A stream rewritten in place,
-    cut short or replaced is folded again. ``same_file``: the stream must also be the same file (inode): a
-    reader's cache in the home, never a run folder copied elsewhere with its ``digest.json``. Reads the
-    header line alone."""
-    try:
-        with open(path, "rb") as stored:
-            head = json.loads(stored.readline())
-        offset = int(head["offset"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(head, dict) or head.get("version") != VERSION:
-        return None
-    now = stamp(fh)
-    if same_file and head.get("ino") != now["ino"]:
-        return None
-    if [head.get("size"), head.get("mtime_ns")] == [now["size"], now["mtime_ns"]] and offset <= now["size"]:
-        return head
-    if isinstance(head.get("size"), int) and now["size"] > head["size"] >= offset \
-            and fingerprint(fh, offset) == head.get("fingerprint"):
-        return head
-    return None
-
-
-def load_stored(path: Path, fh, same_file: bool = False) -> Digest | None:
-    """A stored fold that still describes the stream open in ``fh`` (:func:`stored_header`), else None."""
-    if stored_header(path, fh, same_file) is None:
-        return None
-    try:
-        digest = Digest.loads(path.read_bytes())[0]
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None
-    digest.source = Path(fh.name) if isinstance(getattr(fh, "name", None), (str, os.PathLike)) else None
-    return digest
-
-
-def store(path: Path, digest: Digest, fh) -> None:
-    """Store a fold of the stream open in ``fh`` atomically; a read-only folder or a full disk leaves the
-    next reader to fold again."""
-    from engine.contract.atomic import atomic_write
-
-    digest.fingerprint = fingerprint(fh, digest.offset)
-    data = digest.dumps(stamp(fh))
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda out: out.write(data))
-
-
-class Keeper:
-    """The fold of one run's stream, kept by its writer (engine.contract.events.EventWriter) as it appends,
-    and stored as ``digest.json`` beside the stream. Another writer of the same stream (an evaluation
-    beside the training) is caught up with before each append, under the stream's lock."""
-
-    def __init__(self, events_path: Path, fh):
-        self.events_path = Path(events_path)
-        self.path = self.events_path.parent / DIGEST_FILE
-        self.digest = load_stored(self.path, fh) or Digest()
-        self.digest.source = self.events_path
-        self.stored_at = time.monotonic() if self.digest.offset else 0.0
-        self.stored_offset = self.digest.offset
-
-    def catch_up(self, fh, end: int) -> None:
-        """Fold what is in the stream up to ``end`` and not yet folded (another writer's events)."""
-        if self.digest.offset < end:
-            fold_from(self.digest, fh, self.events_path, end=end)
-
-    def appended(self, fh, event: dict, offset: int, length: int) -> None:
-        """This writer appended ``event`` as the line at ``offset`` (``length`` bytes, newline included)."""
-        self.digest.lines += 1
-        self.digest.fold(slim(event, offset, length - 1), (offset, length - 1))
-        self.digest.offset = offset + length
-        if event.get("type") == "run_finished" or time.monotonic() - self.stored_at >= SNAPSHOT_S:
-            self.save(fh)
-
-    def save(self, fh) -> None:
-        """Store the fold (at once; :meth:`appended` calls it when due)."""
-        if self.digest.offset == self.stored_offset:
-            return
-        store(self.path, self.digest, fh)
-        self.stored_at, self.stored_offset = time.monotonic(), self.digest.offset

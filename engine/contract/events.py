@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.contract.digest import Keeper
+from engine.contract.digest_store import Keeper
 
 SCHEMA_VERSION = 1
 

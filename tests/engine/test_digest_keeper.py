@@ -1,4 +1,4 @@
-"""The engine keeps its stream's fold as it writes (engine.contract.digest.Keeper, in EventWriter): the stored
+"""The engine keeps its stream's fold as it writes (engine.contract.digest_store.Keeper, in EventWriter): the stored
 `digest.json` is the fold a reader would make from the whole stream, a reader starts from it and folds only
 what came after, two writers of one stream keep it whole, and a stored fold that no longer describes the
 stream is never used."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 from engine.contract import digest as contract
+from engine.contract import digest_store as stored
 from engine.contract.digest import DIGEST_FILE, Digest, full_event
 from engine.contract.events import EventWriter, read_events
 
@@ -85,7 +86,7 @@ def test_a_reader_starts_from_the_engines_fold_and_reads_only_what_came_after(tm
     monkeypatch.setattr(Digest, "fold_line", lambda d, line, *a: (folded.append(line), real(d, line, *a)))
     assert _content(read_digest(run)) == expected and folded == []
     # the engine stores its fold every SNAPSHOT_S: what came after the last store is all a reader folds
-    monkeypatch.setattr(contract, "SNAPSHOT_S", 1e9)
+    monkeypatch.setattr(stored, "SNAPSHOT_S", 1e9)
     writer.emit("run_resumed", epoch=3)
     writer.emit("epoch_end", **_epoch(random.Random(2), 4))
     folded.clear()
@@ -178,8 +179,8 @@ def test_a_long_stream_is_folded_by_place_without_parsing_its_epochs(tmp_path, m
     assert [full_event(path, d.epoch(k)) for k in (1, 200, 400)] == [whole[0], whole[199], whole[399]]
     assert len(d.recent) == 3
     with open(path, "rb") as fh:
-        contract.store(tmp_path / "fold.json", d, fh)
-        again = contract.load_stored(tmp_path / "fold.json", fh)
+        stored.store(tmp_path / "fold.json", d, fh)
+        again = stored.load_stored(tmp_path / "fold.json", fh)
     assert (tmp_path / "fold.json").stat().st_size < 60 * 400 + 4000  # places and times, not epochs
     assert again.epoch_times() == d.epoch_times() and again.epoch(400) == d.epoch(400)
 
