@@ -101,7 +101,7 @@ def test_study_screen(snap_compare, home, size, tiny_profile):
     """A tuning study (`y` on one of its trials): four trials made directly in its storage."""
     pytest.importorskip("optuna")
     from fairtui.app.screens.study import StudyScreen
-    from tests.fairtui.test_tune import _made_study
+    from tests.fairtui.test_tune_views import _made_study
 
     _made_study(home, tiny_profile, ["20260101-000000-aaaaaa", "20260101-000100-bbbbbb", None, None])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import fairtui_cmd
-from tests.fairtui.test_tune import _made_study
+from tests.fairtui.test_tune_views import _made_study
 
 pytest.importorskip("optuna")
 
