@@ -5,25 +5,15 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from engine.contract import metrics
+from fairtui.configurations import MIRROR_KEYS, base_profile, by_configuration, flatten  # noqa: F401
 from fairtui.runfolder import RunView
 
 
 class CompareError(ValueError):
     """A comparison that cannot be made; the message says what the runs have instead."""
-
-
-def flatten(table: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def config_diff(configs: list[dict], ignore: tuple[str, ...] = ()) -> dict[str, list[Any]]:
@@ -173,46 +163,6 @@ def compare(views: list[RunView], attack: str | None = None, checkpoint: str = "
 EXPORT_METRICS = ("avg_clean", "avg_robust", "worst_robust", "worst20_robust", "cv", "mcd")
 
 
-# Where a run's numbers are also sent (a dashboard): they do not change the numbers.
-MIRROR_KEYS = ("train.log_to", "train.wandb_project", "train.wandb_entity", "train.wandb_mode")
-
-
-def group_key(view: RunView) -> str:
-    """Runs that share a profile up to seed and name form one group. A fine-tune's ``method.init_from`` names
-    its own seed's base run, so it counts as the base run's profile (where its folder is at hand), not its path."""
-    flat = flatten(view.config)
-    for k in ("seed", "name", "description", *MIRROR_KEYS):
-        flat.pop(k, None)
-    if flat.get("method.init_from"):
-        flat["method.init_from"] = base_profile(str(flat["method.init_from"]))
-    return repr(sorted(flat.items()))
-
-
-_BASE_NAMES: dict[str, str] = {}  # ref -> its run's profile name: a run folder's profile.toml never changes
-
-
-def base_profile(ref: str) -> str:
-    """A fine-tune's base, up to its seed: "a run of PROFILE" where the run folder that ``ref`` names (the
-    folder, or a checkpoint inside it) holds its profile; "a run" where it is not at hand (committed files
-    copied from another machine). Only a profile found is remembered: a base not at hand is looked for again
-    (the app runs for days; the base's folder may arrive, with a copy or a sync, after a first look)."""
-    name = _BASE_NAMES.get(ref)
-    if name is None:
-        path = Path(ref)
-        folder = path.parent.parent if path.parent.name == "checkpoints" else path
-        try:
-            from engine.contract.profile_io import read_toml
-
-            name = read_toml(folder / "profile.toml").get("name")
-        except Exception:  # gone, unreadable or not a profile: the base is some run
-            return "a run"
-        if not name:
-            return "a run"
-        if len(_BASE_NAMES) < 4096:
-            _BASE_NAMES[ref] = name
-    return f"a run of {name}"
-
-
 @dataclass
 class ExportRow:
     label: str
@@ -228,26 +178,21 @@ class ExportRow:
 
 
 def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
-    """The runs grouped by profile up to seed and name, each group with its label ("at (seeds 0, 1, 2)")."""
-    groups: dict[str, list[RunView]] = {}
-    for v in views:
-        groups.setdefault(group_key(v), []).append(v)
-    for key, members in list(groups.items()):  # a seed twice: fine-tunes of two bases that look alike, apart
-        seeds = [v.config.get("seed") for v in members]
-        if len(set(seeds)) < len(seeds):
-            del groups[key]
-            for v in members:
-                groups.setdefault(key + repr(flatten(v.config).get("method.init_from")), []).append(v)
-    names = [members[0].config.get("name") or members[0].name for members in groups.values()]
+    """The runs grouped by configuration (:func:`fairtui.configurations.by_configuration`), each group with its
+    label ("at (seeds 0, 1, 2)"). A group that holds a seed twice is split by the run each started from
+    (fine-tunes of two bases that look alike: committed files whose bases are not at hand)."""
     out = []
-    for members, label in zip(groups.values(), names):
-        if names.count(label) > 1:  # two configurations of one profile: say what tells them apart
-            others = [m[0].config for m, n in zip(groups.values(), names) if n == label]
-            differ = config_diff(others, ignore=("seed", "name", "description", *MIRROR_KEYS))
-            own = flatten(members[0].config)
-            label += " (" + ", ".join(f"{k}={own.get(k)}" for k in list(differ)[:3]) + ")"
-        seeds = sorted(v.config.get("seed") for v in members)
-        out.append((f"{label} (seeds {', '.join(map(str, seeds))})" if len(members) > 1 else label, members))
+    for label, members in by_configuration(views):
+        seeds = [v.config.get("seed") for v in members]
+        parts = [members]
+        if len(set(seeds)) < len(seeds):
+            by_base: dict[str, list[RunView]] = {}
+            for v in members:
+                by_base.setdefault(repr(flatten(v.config).get("method.init_from")), []).append(v)
+            parts = list(by_base.values())
+        for part in parts:
+            seeds = sorted(v.config.get("seed") for v in part)
+            out.append((f"{label} (seeds {', '.join(map(str, seeds))})" if len(part) > 1 else label, part))
     return out
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from engine.contract import metrics
 from fairtui import stats
 from fairtui.compare import CompareError, pick_result, setting_label, summarise
+from fairtui.configurations import by_configuration, profile_name  # noqa: F401 (profile_name: re-exported)
 from fairtui.runfolder import RunView
 
 BY = ("profile", "name", "tag", "sweep")
@@ -43,25 +44,27 @@ def results_runs(folder: Path) -> list[Path]:
     return found
 
 
-def profile_name(view: RunView) -> str:
-    """The profile a run was made from: its resolved profile's ``name``, else its profile file's stem."""
-    name = view.config.get("name")
-    if name:
-        return str(name)
-    path = view.meta.get("profile_path") or ""
-    return Path(path).stem or view.name
-
-
 def seed_of(view: RunView) -> int | None:
     seed = view.config.get("seed")
     return int(seed) if isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit()) else None
 
 
-def group_keys(view: RunView, by: str) -> list[str]:
-    """The groups a run joins under ``--by``: its profile, its name less a trailing -s<seed>, each of its tags,
-    or its sweep."""
+def grouped(views: list[RunView], by: str) -> dict[str, list[RunView]]:
+    """label -> runs under ``--by``: each configuration of a profile (:func:`fairtui.configurations.by_configuration`:
+    a profile's runs with other settings, ``--set train.lr=...``, are a group of their own, labelled by what
+    differs), the name less a trailing -s<seed>, each tag, or the sweep."""
     if by == "profile":
-        return [profile_name(view)]
+        return dict(by_configuration(views))
+    out: dict[str, list[RunView]] = {}
+    for view in views:
+        for key in group_keys(view, by):
+            out.setdefault(key, []).append(view)
+    return out
+
+
+def group_keys(view: RunView, by: str) -> list[str]:
+    """The groups a run joins under ``--by`` other than profile (:func:`grouped`): its name less a trailing
+    -s<seed>, each of its tags, or its sweep."""
     if by == "name":
         return [SEED_SUFFIX.sub("", view.name)]
     if by == "tag":

@@ -34,7 +34,7 @@ def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=N
     wanted = dict(method=method, dataset=dataset, status=status or "completed", tag=tag, name=name, sweep=sweep)
     views: list[RunView] = []
     home_dir = resolve_home(home)
-    if (home_dir / "runs.json").exists():
+    if runs_dir(home_dir).is_dir():  # indexed as `ls` would: a home copied without its index is indexed now
         from fairtui.store import RunIndex
 
         views += [RunView.load(runs_dir(home_dir) / d["run_id"]) for d in filter_docs(RunIndex(home_dir).read(), **wanted)]
@@ -64,16 +64,14 @@ def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) ->
 def named_groups(home: "str | None", by: Optional[str], groups: list[str], results: list[Path], filters: dict
                  ) -> dict[str, list["RunView"]]:
     """label -> runs, from ``--by`` over the selected runs and from each ``--group LABEL=RUN,...``."""
-    from fairtui.groups import BY, group_keys
+    from fairtui.groups import BY, grouped
 
     out: dict[str, list] = {}
     pool = results_pool(results)  # read once, for --by and --group alike
     if by is not None:
         if by not in BY:
             raise fail(f"--by must be one of {', '.join(BY)}, got {by!r}")
-        for view in load_views(home, pool, **filters):
-            for key in group_keys(view, by):
-                out.setdefault(key, []).append(view)
+        out.update(grouped(load_views(home, pool, **filters), by))
         if not out:
             raise fail(f"--by {by}: no completed run to group (the home and {len(results)} --results folder(s) "
                        "were searched, with the filters given)")

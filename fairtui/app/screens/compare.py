@@ -46,13 +46,10 @@ class CompareScreen(Screen):
 
         from fairtui.compare import CompareError
         from fairtui.group_report import terminal
-        from fairtui.groups import compare_groups, group_keys
+        from fairtui.groups import compare_groups, grouped
         from fairtui.runfolder import RunView
 
-        named: dict[str, list] = {}
-        for r in self.run_ids:
-            view = RunView.load(self.app.home / "runs" / r)
-            named.setdefault(group_keys(view, "profile")[0], []).append(view)
+        named = grouped([RunView.load(self.app.home / "runs" / r) for r in self.run_ids], "profile")
         labels = list(named)
         baseline = labels[self.baseline % len(labels)]
         try:

@@ -1,0 +1,122 @@
+"""Which runs are seeds of one configuration: the grouping of `export`, `plot`, `compare --by profile` and the app's
+group view.
+
+Runs of one profile (its ``name``) are one configuration when their resolved profiles agree on every key, up to
+the seed, the name and description, the keys that only mirror numbers elsewhere (a dashboard), and two kinds of
+difference that do not change what was trained:
+
+- a key one run's engine did not record (a fairtui version before the key existed): the key is compared only
+  among the runs that recorded it, so a profile's seeds trained before and after a release stay one row;
+- the runtime *requested* (``train.amp``, ``train.channels_last``, ``train.compile``, ``train.device``): the
+  runtime that *ran*, as the run's ``run_started`` describes it (autocast, channels-last, compiled), is compared
+  instead, so "auto" and "none" on a CPU where both ran fp32 are one configuration, and bf16 is not fp32.
+
+A fine-tune's ``method.init_from`` names its own seed's base run, so it counts as the base run's profile (where
+its folder is at hand), not its path. A profile whose runs form several configurations gives each its own group,
+labelled by what tells it apart: ``cifar10-cpu-cfa-trades (train.lr=0.1625, train.weight_decay=7.69e-05)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fairtui.runfolder import RunView
+
+# Where a run's numbers are also sent (a dashboard): they do not change the numbers.
+MIRROR_KEYS = ("train.log_to", "train.wandb_project", "train.wandb_entity", "train.wandb_mode")
+# What a run asked of its runtime; what it got is in its run_started's device (RUNTIME)
+RUNTIME_REQUEST_KEYS = ("train.amp", "train.channels_last", "train.compile", "train.device")
+RUNTIME = "runtime"
+IGNORED = ("seed", "name", "description", *MIRROR_KEYS, *RUNTIME_REQUEST_KEYS)
+LABEL_KEYS = 3  # the differing keys a label names, unless two configurations need more to be told apart
+
+
+def flatten(table: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def profile_name(view: RunView) -> str:
+    """The profile a run was made from: its resolved profile's ``name``, else its profile file's stem."""
+    name = view.config.get("name")
+    if name:
+        return str(name)
+    path = view.meta.get("profile_path") or ""
+    return Path(path).stem or view.name
+
+
+def runtime_ran(view: RunView) -> str:
+    """The runtime options the run trained with, from its run_started's device ("cpu; autocast bfloat16,
+    channels-last" -> "autocast bfloat16, channels-last"; plain fp32 eager -> "fp32")."""
+    device = str((view.started or {}).get("device") or "")
+    _, sep, options = device.partition("; ")
+    return options if sep and options else "fp32"
+
+
+def configuration(view: RunView) -> dict[str, Any]:
+    """The run's resolved profile as the grouping compares it (see the module's docstring)."""
+    flat = {k: v for k, v in flatten(view.config).items() if k not in IGNORED}
+    if flat.get("method.init_from"):
+        flat["method.init_from"] = base_profile(str(flat["method.init_from"]))
+    flat[RUNTIME] = runtime_ran(view)
+    return flat
+
+
+_BASE_NAMES: dict[str, str] = {}  # ref -> its run's profile name: a run folder's profile.toml never changes
+
+
+def base_profile(ref: str) -> str:
+    """A fine-tune's base, up to its seed: "a run of PROFILE" where the run folder that ``ref`` names (the
+    folder, or a checkpoint inside it) holds its profile; "a run" where it is not at hand (committed files
+    copied from another machine). Only a profile found is remembered: a base not at hand is looked for again
+    (the app runs for days; the base's folder may arrive, with a copy or a sync, after a first look)."""
+    name = _BASE_NAMES.get(ref)
+    if name is None:
+        path = Path(ref)
+        folder = path.parent.parent if path.parent.name == "checkpoints" else path
+        try:
+            from engine.contract.profile_io import read_toml
+
+            name = read_toml(folder / "profile.toml").get("name")
+        except Exception:  # gone, unreadable or not a profile: the base is some run
+            return "a run"
+        if not name:
+            return "a run"
+        if len(_BASE_NAMES) < 4096:
+            _BASE_NAMES[ref] = name
+    return f"a run of {name}"
+
+
+def by_configuration(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
+    """The runs as (label, runs) per configuration, in the order of each one's first run: a profile of one
+    configuration is labelled by its name, one of several by its name and what tells each apart."""
+    profiles: dict[str, list[RunView]] = {}
+    for view in views:
+        profiles.setdefault(profile_name(view), []).append(view)
+    out = []
+    for name, members in profiles.items():
+        confs = [configuration(v) for v in members]
+        common = set.intersection(*(set(c) for c in confs))  # keys every run recorded
+        split: dict[str, list[int]] = {}
+        for i, conf in enumerate(confs):
+            split.setdefault(repr(sorted((k, repr(conf[k])) for k in common)), []).append(i)
+        if len(split) == 1:
+            out.append((name, members))
+            continue
+        firsts = [confs[idx[0]] for idx in split.values()]
+        differ = [k for k in sorted(common) if len({repr(c[k]) for c in firsts}) > 1]
+        shown = LABEL_KEYS  # more, where the first few keys do not tell two configurations apart
+        while len({repr([c[k] for k in differ[:shown]]) for c in firsts}) < len(firsts):
+            shown += 1
+        for conf, idx in zip(firsts, split.values()):
+            more = ", ..." if len(differ) > shown else ""
+            out.append((f"{name} ({', '.join(f'{k}={conf[k]}' for k in differ[:shown])}{more})",
+                        [members[i] for i in idx]))
+    order = {id(v): i for i, v in enumerate(views)}
+    return sorted(out, key=lambda group: min(order[id(v)] for v in group[1]))

@@ -1,0 +1,109 @@
+"""Which runs are seeds of one configuration (fairtui.configurations): a profile's seeds trained by two fairtui
+versions, or with a runtime request that resolved alike, stay one group; a profile run with other settings
+(`--set train.lr=...`), or at another precision, is a group of its own, labelled by what differs, in export and in
+`compare --by profile` alike, and never dropped as "a second run of seed N"."""
+
+from __future__ import annotations
+
+import json
+
+from engine.contract.config import Profile
+from fairtui.configurations import by_configuration, configuration
+from fairtui.runfolder import RunView
+from fairtui.synthetic import make_run
+from tests.conftest import fairtui_cmd
+
+
+def run(home, run_id: str, profile: str, seed: int, edit=None, device: str = "cpu", cpu: str = "") -> RunView:
+    """A completed synthetic run of ``profile`` whose run_started's config ``edit`` changes (a version that did
+    not record a key, a --set), whose device is ``device`` (the runtime that ran) and whose provenance names
+    ``cpu``."""
+    folder = make_run(home, run_id, name=f"{profile}-s{seed}", seed=seed, profile=Profile(name=profile, seed=seed))
+    lines = (folder / "events.jsonl").read_text().splitlines()
+    started = json.loads(lines[0])
+    if edit is not None:
+        edit(started["config"])
+    started["device"] = device
+    if cpu:
+        started["provenance"] = {"cpu": {"model": cpu, "flags": []}}
+    (folder / "events.jsonl").write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+    return RunView.load(folder)
+
+
+def unrecorded_kl(config: dict) -> None:  # an engine from before attack.kl existed
+    config["attack"].pop("kl", None)
+    config["train"]["amp"] = "none"
+
+
+def lr(value: float):
+    return lambda config: config["train"].update(lr=value)
+
+
+def test_seeds_of_two_versions_and_runtimes_that_ran_alike_are_one_configuration(tmp_path):
+    old = run(tmp_path, "20260101-000000-aaaaa0", "p", 0, unrecorded_kl)
+    new = run(tmp_path, "20260101-000001-aaaaa1", "p", 1, lambda c: c["train"].update(amp="auto"))
+    assert "attack.kl" not in configuration(old) and configuration(new)["runtime"] == "fp32"
+    assert [(label, [v.run_id for v in views]) for label, views in by_configuration([old, new])] == \
+        [("p", [old.run_id, new.run_id])]
+
+
+def test_another_precision_and_another_learning_rate_are_configurations_of_their_own(tmp_path):
+    views = [run(tmp_path, "20260101-000000-aaaaa0", "p", 0),
+             run(tmp_path, "20260101-000001-aaaaa1", "p", 0, lr(0.1625)),
+             run(tmp_path, "20260101-000002-aaaaa2", "p", 1),
+             run(tmp_path, "20260101-000003-aaaaa3", "p", 0, device="cpu; autocast bfloat16, channels-last"),
+             run(tmp_path, "20260101-000004-aaaaa4", "q", 0)]
+    base_lr = views[0].config["train"]["lr"]
+    got = [(label, [v.run_id[-1] for v in members]) for label, members in by_configuration(views)]
+    assert got == [(f"p (runtime=fp32, train.lr={base_lr})", ["0", "2"]),
+                   ("p (runtime=fp32, train.lr=0.1625)", ["1"]),
+                   (f"p (runtime=autocast bfloat16, channels-last, train.lr={base_lr})", ["3"]),
+                   ("q", ["4"])]
+
+
+def test_a_label_names_more_keys_where_its_first_three_do_not_tell_two_configurations_apart(tmp_path):
+    def train(epochs, momentum, weight_decay, lr):
+        return lambda c: c["train"].update(epochs=epochs, momentum=momentum, weight_decay=weight_decay, lr=lr)
+
+    views = [run(tmp_path, "20260101-000000-aaaaa0", "p", 0, train(3, 0.9, 0.1, 0.5)),
+             run(tmp_path, "20260101-000001-aaaaa1", "p", 0, train(3, 0.9, 0.1, 0.25)),
+             run(tmp_path, "20260101-000002-aaaaa2", "p", 0, train(4, 0.8, 0.2, 0.5))]
+    assert [label for label, _ in by_configuration(views)] == [
+        "p (train.epochs=3, train.lr=0.5, train.momentum=0.9, ...)",
+        "p (train.epochs=3, train.lr=0.25, train.momentum=0.9, ...)",
+        "p (train.epochs=4, train.lr=0.5, train.momentum=0.8, ...)"]
+    views.append(run(tmp_path, "20260101-000003-aaaaa3", "p", 0, train(3, 0.9, 0.2, 0.5)))
+    labels = [label for label, _ in by_configuration(views)]
+    assert labels[0] == "p (train.epochs=3, train.lr=0.5, train.momentum=0.9, train.weight_decay=0.1)"
+    assert len(set(labels)) == 4
+
+
+def test_compare_by_profile_keeps_a_variant_of_a_profile_as_its_own_group(tmp_path):
+    """The CFA-on-TRADES step-size probe: the row's profile run again with --set train.lr; before, `compare --by
+    profile` put both in the row's group and left the probe's seeds out as second runs of their seeds."""
+    home = tmp_path / "home"
+    for seed in (0, 1, 2):
+        run(home, f"2026010{seed}-000000-base0{seed}", "base", seed)
+        run(home, f"2026010{seed}-000001-row00{seed}", "row", seed)
+        run(home, f"2026010{seed}-000002-probe{seed}", "row", seed, lr(0.1625))
+    out = fairtui_cmd("compare", "--by", "profile", "--baseline", "base", "--checkpoint", "last", "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    groups = {g["label"]: g for g in json.loads(out.stdout)["groups"]}
+    row_lr = Profile(name="row").train.lr
+    assert set(groups) == {"base", f"row (train.lr={row_lr})", "row (train.lr=0.1625)"}
+    assert all(g["n"] == 3 and g["left_out"] == [] for g in groups.values())
+    paired = {e["group"] for e in json.loads(out.stdout)["paired"]}
+    assert paired == {f"row (train.lr={row_lr})", "row (train.lr=0.1625)"}
+    wrong = fairtui_cmd("compare", "--by", "profile", "--baseline", "row", home=home)
+    assert wrong.returncode == 2 and "row (train.lr=0.1625)" in wrong.stderr
+
+
+def test_runs_of_one_seed_are_warned_of_another_cpu_only_within_one_configuration(tmp_path):
+    from fairtui.report import provenance_warnings
+
+    row = run(tmp_path, "20260101-000000-row000", "row", 0, cpu="AVX512 machine")
+    probe = run(tmp_path, "20260101-000001-probe0", "row", 0, lr(0.1625), cpu="AVX2 machine")
+    assert provenance_warnings([row, probe]) == []
+    again = run(tmp_path, "20260101-000002-again0", "row", 0, cpu="AVX2 machine")
+    [line] = provenance_warnings([row, probe, again])
+    assert row.run_id in line and again.run_id in line and "different CPU" in line
