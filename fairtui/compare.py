@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.contract import metrics
-from fairtui.configurations import MIRROR_KEYS, base_profile, by_configuration, flatten  # noqa: F401
+from fairtui.configurations import by_configuration, flatten
 from fairtui.runfolder import RunView
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from engine.contract import metrics
 from fairtui import stats
 from fairtui.compare import CompareError, pick_result, setting_label, summarise
-from fairtui.configurations import by_configuration, profile_name  # noqa: F401 (profile_name: re-exported)
+from fairtui.configurations import by_configuration, profile_name
 from fairtui.runfolder import RunView
 
 BY = ("profile", "name", "tag", "sweep")

@@ -166,7 +166,7 @@ def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp
 def test_a_base_not_at_hand_is_looked_for_again_once_it_arrives(tmp_path):
     """The app runs for days: a fine-tune's base first read as "a run" (its folder not yet copied) is named by its
     profile once its folder is there, not remembered as unknown."""
-    from fairtui.compare import base_profile
+    from fairtui.configurations import base_profile
 
     base = tmp_path / "runs" / "20260101-000000-late00"
     ref = str(base / "checkpoints" / "best.pt")
