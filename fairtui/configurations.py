@@ -11,8 +11,10 @@ difference that do not change what was trained:
   runtime that *ran*, as the run's ``run_started`` describes it (autocast, channels-last, compiled), is compared
   instead, so "auto" and "none" on a CPU where both ran fp32 are one configuration, and bf16 is not fp32.
 
-A fine-tune's ``method.init_from`` names its own seed's base run, so it counts as the base run's profile (where
-its folder is at hand), not its path. A profile whose runs form several configurations gives each its own group,
+A fine-tune's ``method.init_from`` names its own seed's base run, so it counts as the base run's profile, not its
+path. A base whose folder is not at hand (committed files from another machine) is "a run"; where the profile's
+other fine-tunes name one base profile, it is taken for that one, so whether a base happens to be on this machine
+does not split a profile's seeds (where they name several, "a run" is a group of its own). A profile whose runs form several configurations gives each its own group,
 labelled by what tells it apart: ``cifar10-cpu-cfa-trades (train.lr=0.1625, train.weight_decay=7.69e-05)``.
 """
 
@@ -68,6 +70,8 @@ def configuration(view: RunView) -> dict[str, Any]:
     return flat
 
 
+UNKNOWN_BASE = "a run"
+INIT = "method.init_from"
 _BASE_NAMES: dict[str, str] = {}  # ref -> its run's profile name: a run folder's profile.toml never changes
 
 
@@ -85,9 +89,9 @@ def base_profile(ref: str) -> str:
 
             name = read_toml(folder / "profile.toml").get("name")
         except Exception:  # gone, unreadable or not a profile: the base is some run
-            return "a run"
+            return UNKNOWN_BASE
         if not name:
-            return "a run"
+            return UNKNOWN_BASE
         if len(_BASE_NAMES) < 4096:
             _BASE_NAMES[ref] = name
     return f"a run of {name}"
@@ -102,6 +106,11 @@ def by_configuration(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
     out = []
     for name, members in profiles.items():
         confs = [configuration(v) for v in members]
+        known = {c.get(INIT) for c in confs} - {None, "", UNKNOWN_BASE}
+        if len(known) == 1:  # bases not at hand here are taken for the one base profile the others name
+            for c in confs:
+                if c.get(INIT) == UNKNOWN_BASE:
+                    c[INIT] = next(iter(known))
         common = set.intersection(*(set(c) for c in confs))  # keys every run recorded
         split: dict[str, list[int]] = {}
         for i, conf in enumerate(confs):

@@ -107,3 +107,21 @@ def test_runs_of_one_seed_are_warned_of_another_cpu_only_within_one_configuratio
     again = run(tmp_path, "20260101-000002-again0", "row", 0, cpu="AVX2 machine")
     [line] = provenance_warnings([row, probe, again])
     assert row.run_id in line and again.run_id in line and "different CPU" in line
+
+
+def test_a_fine_tunes_seeds_stay_one_group_whether_or_not_their_bases_are_at_hand(tmp_path):
+    """Committed FRL seeds whose bases were trained on another machine, and one whose base is in this home: one
+    group (a base's presence on this machine once split them). Once fine-tunes of two base profiles are at hand,
+    those whose bases are not cannot be placed, and are a group of their own."""
+    base = run(tmp_path, "20260101-000000-base03", "at", 3)
+    views = [run(tmp_path, f"20260102-00000{s}-frl00{s}", "frl", s,
+                 lambda c, s=s: c["method"].update(init_from=f"/elsewhere/runs/2025-at-s{s}")) for s in (0, 1, 2)]
+    views.append(run(tmp_path, "20260102-000003-frl003", "frl", 3,
+                     lambda c: c["method"].update(init_from=str(base.run_dir / "checkpoints" / "best.pt"))))
+    assert [(label, len(m)) for label, m in by_configuration(views)] == [("frl", 4)]
+    other = run(tmp_path, "20260100-000000-trades", "trades", 4)
+    views.append(run(tmp_path, "20260102-000004-frl004", "frl", 4,
+                     lambda c: c["method"].update(init_from=str(other.run_dir))))
+    labels = [label for label, _ in by_configuration(views)]
+    assert labels == ["frl (method.init_from=a run)", "frl (method.init_from=a run of at)",
+                      "frl (method.init_from=a run of trades)"], labels
