@@ -8,6 +8,7 @@ from rich.table import Table
 
 from engine.contract.results import describe
 from engine.contract.protocol import resumed_text
+from fairtui.configurations import by_configuration
 from fairtui.home import short_id
 from fairtui.runfolder import RunView
 from fairtui.usertext import inert
@@ -372,8 +373,6 @@ def provenance_warnings(views: list[RunView]) -> list[str]:
     not expected to be equal (docs/results-and-guarantees.md). Runs are bucketed by configuration (a profile run
     with other settings is not expected to match it anyway: fairtui.configurations) and seed first, so a
     comparison of thousands of runs compares only the runs that share both."""
-    from fairtui.configurations import by_configuration
-
     def identity(v: RunView) -> tuple:
         started = first_session(v)  # the session that trained, not a first start that trained nothing
         cpu = (started.get("provenance") or {}).get("cpu") or {}
