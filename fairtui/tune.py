@@ -9,9 +9,9 @@ objective at its last epoch. When the study has its trials, the best trial's run
 once, at its profile's own settings (``fairtui tune finish STUDY`` does it for a study stopped before).
 
 The study lives in Optuna's own journal storage, ``<home>/studies/<name>.journal`` (optuna-dashboard opens it;
-several processes may add trials to it). The driver (:mod:`fairtui.tune_driver`) records each trial's run id in
-the trial, so ``fairtui tune STUDY --resume`` after a crash, a Ctrl-C or a kill -9 follows the trials whose runs still train,
-resumes those that were stopped, records those that ended, and asks for new ones only up to the budget: no
+several processes may add trials to it). The driver (:mod:`fairtui.tune_driver`) records each trial's run id in the
+trial, so ``fairtui tune STUDY --resume`` after a crash, a Ctrl-C or a kill -9 follows the trials whose runs still
+train, resumes those that were stopped, records those that ended, and asks for new ones only up to the budget: no
 trial is lost or run twice.
 
 Optuna is an extra (``pip install 'fairtui[tune]'``); only this module imports it, and only when a study runs.
