@@ -16,6 +16,7 @@
 #   third    a session of 15 device minutes: `table` for PGD-AT alone beside `smoke_sub` (the six paper profiles
 #            never run on CUDA, 2 epochs on a 5,000-image subset)
 #   fourth   the next 15-minute session: `ratio`, then `table` for TRADES (TABLE_METHODS), the row after PGD-AT
+#   pack     #51's first loan: benchmarks/bench_pack.py, 1, 2, 4 and 6 concurrent at.toml runs (and under MPS)
 # Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
 # files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
 # DRY=1 shrinks every phase to a seconds-long CPU check of this script (random data, tiny sizes).
@@ -137,6 +138,13 @@ fourth() {  # the next 15-minute session's plan: the ratio with the GPU to itsel
     # table's next row (TRADES, about 8) detached; a second device command collects it
     ratio
     TABLE_METHODS=${TABLE_METHODS:-trades} TABLE_WORKERS=1 table
+}
+
+pack() {  # issue #51's first loan: aggregate throughput of 1, 2, 4, 6 concurrent at.toml runs (the engine's
+    # CUDA defaults), then under MPS where the machine has it; counts that would pass PACK_DEADLINE_S are skipped
+    python3 benchmarks/bench_pack.py "${BENCH[@]}" --runs "${PACK_RUNS:-1,2,4,6}" --mps-runs "${PACK_MPS:-4,6,2}" \
+        --deadline-s "${PACK_DEADLINE_S:-480}" --json "$R/pack.json" > "$R/pack.txt" 2> "$R/pack.err"
+    log "pack: exit $?"
 }
 
 next() {  # the second session's plan: the ratio alone, then the table rows beside the remaining smoke runs
