@@ -17,6 +17,7 @@
 #            never run on CUDA, 2 epochs on a 5,000-image subset)
 #   fourth   the next 15-minute session: `ratio`, then `table` for TRADES (TABLE_METHODS), the row after PGD-AT
 #   pack     #51's first loan: benchmarks/bench_pack.py, 1, 2, 4 and 6 concurrent at.toml runs (and under MPS)
+#   rows     every loan after it: two short-schedule rows at once under MPS (TABLE_METHODS, TABLE_SEEDS)
 # Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
 # files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
 # DRY=1 shrinks every phase to a seconds-long CPU check of this script (random data, tiny sizes).
@@ -141,10 +142,24 @@ fourth() {  # the next 15-minute session's plan: the ratio with the GPU to itsel
 }
 
 pack() {  # issue #51's first loan: aggregate throughput of 1, 2, 4, 6 concurrent at.toml runs (the engine's
-    # CUDA defaults), then under MPS where the machine has it; counts that would pass PACK_DEADLINE_S are skipped
-    python3 benchmarks/bench_pack.py "${BENCH[@]}" --runs "${PACK_RUNS:-1,2,4,6}" --mps-runs "${PACK_MPS:-4,6,2}" \
+    # CUDA defaults), then under MPS where the machine has it; counts that would pass PACK_DEADLINE_S are skipped.
+    # PACK_RUNS= (set and empty) measures no count without MPS, PACK_MPS= none with it
+    python3 benchmarks/bench_pack.py "${BENCH[@]}" --runs "${PACK_RUNS-1,2,4,6}" --mps-runs "${PACK_MPS-4,6,2}" \
         --deadline-s "${PACK_DEADLINE_S:-480}" --json "$R/pack.json" > "$R/pack.txt" 2> "$R/pack.err"
     log "pack: exit $?"
+}
+
+rows() {  # the table phase as the packing measurement decided (docs/gpus.md, 2026-11-27 on an H200): TABLE_WORKERS
+    # (default 2) rows at once under CUDA MPS where the machine has it, which took 1.43x one run's throughput;
+    # two 30-epoch short-schedule rows then take about 11 minutes, inside a 15-minute loan. Started with
+    # `bash experiments/gpu_call.sh 570 rows`, collected with a second `bash experiments/gpu_call.sh 240`.
+    local mps=0
+    if [ "$GPUS" != cpu ] && command -v nvidia-cuda-mps-control > /dev/null; then
+        nvidia-cuda-mps-control -d && mps=1
+    fi
+    log "rows: MPS $([ $mps = 1 ] && echo on || echo off), methods ${TABLE_METHODS:-trades dafa}, seeds ${TABLE_SEEDS:-0}"
+    TABLE_METHODS=${TABLE_METHODS:-trades dafa} TABLE_WORKERS=${TABLE_WORKERS:-2} table
+    if [ $mps = 1 ]; then echo quit | nvidia-cuda-mps-control; fi
 }
 
 next() {  # the second session's plan: the ratio alone, then the table rows beside the remaining smoke runs
