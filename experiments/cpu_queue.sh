@@ -43,9 +43,9 @@ table --home "$cifar_home" --results "$results/cifar10-cpu" --seeds 3 4 \
   --methods at trades wat cfa-trades frl cfa-at tian faal bat csr || true
 }
 stage3() {
-# 3. The tuned digits rows of CFA on AT and on TRADES, from spaces that hold train.lr (into tune-digits-lr/, which
-#    replaces their rows in tune-digits/ once both are complete).
-python experiments/tune_all.py --methods cfa-at cfa-trades --home "$homes/tune" --results "$results/tune-digits-lr" \
+# 3. The tuned digits rows of CFA on AT and on TRADES, from spaces that hold train.lr (their studies without it are
+#    in tune-digits-cfa-without-lr/, superseded).
+python experiments/tune_all.py --methods cfa-at cfa-trades --home "$homes/tune" --results "$results/tune-digits" \
   --parallel 1 || true
 }
 stage4() {
