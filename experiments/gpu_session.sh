@@ -18,6 +18,9 @@
 #   fourth   the next 15-minute session: `ratio`, then `table` for TRADES (TABLE_METHODS), the row after PGD-AT
 #   pack     #51's first loan: benchmarks/bench_pack.py, 1, 2, 4 and 6 concurrent at.toml runs (and under MPS)
 #   rows     every loan after it: two short-schedule rows at once under MPS (TABLE_METHODS, TABLE_SEEDS)
+#   app      the app in tmux at 80x24 (experiments/gpu_app_capture.sh): launch dialog and run screen as text
+#   loan     the next loan: `rows` and `app` side by side (`bash experiments/gpu_call.sh 570 loan`, then
+#            `bash experiments/gpu_call.sh 240` to collect)
 # Every phase writes under $R (tables, JSON, logs); run folders live in homes under $R/homes, whose small
 # files (events.jsonl, profile.toml, meta.json, engine.log) are what comes back, never checkpoints.
 # DRY=1 shrinks every phase to a seconds-long CPU check of this script (random data, tiny sizes).
@@ -160,6 +163,15 @@ rows() {  # the table phase as the packing measurement decided (docs/gpus.md, 20
     log "rows: MPS $([ $mps = 1 ] && echo on || echo off), methods ${TABLE_METHODS:-trades dafa}, seeds ${TABLE_SEEDS:-0}"
     TABLE_METHODS=${TABLE_METHODS:-trades dafa} TABLE_WORKERS=${TABLE_WORKERS:-2} table
     if [ $mps = 1 ]; then echo quit | nvidia-cuda-mps-control; fi
+}
+
+app() {  # #51's item 5: the app in tmux at 80x24, its launch dialog and a run's screen captured as text
+    bash experiments/gpu_app_capture.sh
+    log "app: exit $?"
+}
+
+loan() {  # the next loan's plan: two rows under MPS, with the app's captures beside them (a 3-epoch run)
+    rows & app & wait
 }
 
 next() {  # the second session's plan: the ratio alone, then the table rows beside the remaining smoke runs

@@ -220,3 +220,18 @@ async def test_the_launch_dialog_filters_as_one_types_selects_the_new_run_and_re
         await pilot.pause()
         options = app.screen.query_one("#profile")
         assert str(options.get_option_at_index(options.highlighted).prompt) == "digits-dafa.toml"
+
+
+async def test_launch_dialog_says_cpu_only_in_full_at_80x24(tmp_path, profiles):
+    """Found driving the app in tmux at 80x24: the note beside the profiles, when no GPU is found, was cut off."""
+    app = make_app(home=tmp_path / "home", profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        column = app.screen.query_one("#launch-gpus")
+        note = column.query_one("Label")
+        text = str(note.render())
+        assert "CPU only" in text
+        shown = note.region.intersection(column.region)  # what of the note the column leaves on screen
+        assert shown.width >= len(text), (text, note.region, column.region)

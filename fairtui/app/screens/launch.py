@@ -45,7 +45,7 @@ class LaunchDialog(ModalScreen[str | None]):
                             yield Label(f"GPUs ({self.app.queue.per_gpu} run each; several: DDP)")
                             yield SelectionList(*[(short_gpu_label(g), g.index) for g in self.gpus], id="gpus")
                         else:
-                            yield Label("GPUs: none found (NVML, nvidia-smi): CPU only")
+                            yield Label("no GPU found: CPU only")
                 yield Static("", id="profile-info", markup=False)
                 yield LineInput(placeholder="overrides: train.epochs=3 attack.eps=8/255", id="overrides")
                 yield LineInput(placeholder="name (default: the profile's)", id="name")
