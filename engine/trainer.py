@@ -28,6 +28,7 @@ from engine.methods import Method, MethodContext, ValResult, build_method
 from engine.models import build_model
 from engine.optim import new_sgd
 from engine.progress import Progress
+from engine.stop_points import StopPoints
 from engine.utils import Runtime, rng_state, seed_everything, set_rng_state
 
 log = logging.getLogger("engine")
@@ -43,7 +44,7 @@ def lr_at(epoch: int, profile: Profile) -> float:
     return t.lr
 
 
-class Trainer:
+class Trainer(StopPoints):
     """One run's training, in one process or as one rank of a group. What differs between the two is
     decided once, by :class:`Group`: the batch rows this process takes and their attack draws, the loss
     weight, the reductions, the model the loss runs through (DDP in a group) and what it writes (rank 0
@@ -175,73 +176,6 @@ class Trainer:
         self._check_finite(stats, epoch)
         return stats
 
-    # -- a stop inside an epoch -----------------------------------------------------------------
-    def _keep_point(self, epoch: int, phase: str, done: int, batches: int, counts: dict[str, Any],
-                    rng: dict | None = None) -> str:
-        """A stop inside epoch ``epoch``: keep its work so far in partial.pt (engine.checkpoint), so that
-        the resume continues after batch ``done`` of ``batches`` of the training (``phase`` "train") or
-        starts the validation again (``phase`` "val", ``rng``: the RNG states as the validation began).
-        ``counts``: the loop's training counts so far. One process only: the ranks of a group hold their
-        own rows' counts and rank 0 alone writes, so a group resumes from the epoch's start (last.pt)."""
-        if self.group.active or not self.store.writer:
-            return f" in epoch {epoch}; the last checkpoint is kept (a group starts the epoch again)" \
-                if self.group.active else ""
-        self.store.save_partial({
-            "epoch": epoch, "phase": phase, "batches_done": done, "batches": batches,
-            "elapsed_s": time.time() - self._epoch_started, "prepare_s": self._prepare_s,
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "ema": self.ema.state if self.ema is not None else None,
-            "method_batch": {k: v.detach().cpu() for k, v in self.method.batch_state().items()},
-            "rng": rng if rng is not None else rng_state(), "counts": counts,
-        })
-        where = f"after batch {done} of {batches}" if phase == "train" else "in the validation"
-        log.info("stopped %s of epoch %d: kept in %s; the resume continues from there", where, epoch,
-                 self.store.partial_path.name)
-        return f" {where} of epoch {epoch}; its work is kept: fairtui resume continues from there"
-
-    @staticmethod
-    def _batch_counts(stats: EpochStats, labels: list, clean_hits: list, robust_hits: list) -> dict[str, Any]:
-        cat = lambda parts: torch.cat(parts).cpu() if parts else None  # noqa: E731
-        return {"loss_sum": stats.loss_sum.detach().cpu(), "n": int(stats.n), "labels": cat(labels),
-                "clean_hits": cat(clean_hits), "robust_hits": cat(robust_hits)}
-
-    def _restore_point(self, point: dict[str, Any], stats: EpochStats, labels: list, clean_hits: list,
-                       robust_hits: list) -> int:
-        """Put back what :meth:`_keep_point` kept inside the training; the first batch still to train."""
-        dev, counts = self.rt.device, point["counts"]
-        self._restore_states(point)
-        stats.loss_sum += counts["loss_sum"].to(dev)
-        stats.n = counts["n"]
-        for parts, key in ((labels, "labels"), (clean_hits, "clean_hits"), (robust_hits, "robust_hits")):
-            if counts[key] is not None:
-                parts.append(counts[key].to(dev))
-        return point["batches_done"]
-
-    def _restore_states(self, point: dict[str, Any]) -> None:
-        self.model.load_state_dict(point["model"])
-        self.optimizer.load_state_dict(point["optimizer"])
-        if self.ema is not None and point.get("ema") is not None:
-            self.ema.state = point["ema"]
-        self.method.load_batch_state({k: v.to(self.rt.device) for k, v in point["method_batch"].items()})
-        set_rng_state(point["rng"])
-
-    def _trained_point(self, point: dict[str, Any]) -> EpochStats:
-        """A stop in the validation: the epoch's trained model and states, and its training's counts."""
-        dev, counts = self.rt.device, point["counts"]
-        self._restore_states(point)
-        stats = EpochStats(counts["loss_sum"].to(dev), counts["n"], clean=metrics.ClassCounter(self.k, dev),
-                           robust=metrics.ClassCounter(self.k, dev), samples=counts["samples"])
-        for counter, key in ((stats.clean, "clean"), (stats.robust, "robust")):
-            counter.hits.copy_(counts[f"{key}_hits"])
-            counter.total.copy_(counts[f"{key}_total"])
-        return stats
-
-    @staticmethod
-    def _trained_counts(stats: EpochStats) -> dict[str, Any]:
-        return {"loss_sum": stats.loss_sum.detach().cpu(), "n": int(stats.n), "samples": stats.samples,
-                "clean_hits": stats.clean.hits.cpu(), "clean_total": stats.clean.total.cpu(),
-                "robust_hits": stats.robust.hits.cpu(), "robust_total": stats.robust.total.cpu()}
-
     def _check_finite(self, stats: EpochStats, epoch: int) -> None:
         if not math.isfinite(float(stats.loss_sum)):
             raise Diverged(f"the training loss became {float(stats.loss_sum)} in epoch {epoch}")
@@ -303,26 +237,6 @@ class Trainer:
             self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
         log.info("%s", resumed_text({"epoch": epoch, **where}))
         return epoch + 1
-
-    def _resume_point(self, last_epoch: int) -> dict[str, Any] | None:
-        """partial.pt when it continues ``last_epoch`` (the epoch of last.pt, 0: none) and this run can
-        take it up; else None (and the file goes)."""
-        if not self.store.partial_path.exists():
-            return None
-        point = self.store.load_partial(self.rt.device)
-        if point["epoch"] != last_epoch + 1:
-            log.warning("%s is of epoch %d, not the epoch after the last checkpoint (%d): not used",
-                        self.store.partial_path.name, point["epoch"], last_epoch)
-        elif point["epoch"] > self.profile.train.epochs:
-            log.warning("%s is of epoch %d, after the run's last epoch (%d): not used",
-                        self.store.partial_path.name, point["epoch"], self.profile.train.epochs)
-        elif self.group.active:
-            log.warning("%s was kept by one process; a run on %d processes starts epoch %d again from its "
-                        "beginning", self.store.partial_path.name, self.group.world, point["epoch"])
-        else:
-            return point
-        self.store.drop_partial()
-        return None
 
     def _group_payload(self) -> dict[str, Any]:
         return self.group.payload(self.sync_bn, self.profile.data.batch_size)
