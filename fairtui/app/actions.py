@@ -1,10 +1,12 @@
-"""What the runs and run screens do for notes, evaluations and exports: the command line's own paths."""
+"""What the runs and run screens do for stops, notes, tags, evaluations, exports and deletions: the command line's
+own paths."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 from textual.screen import Screen
 
@@ -58,6 +60,52 @@ def edit_notes(screen: Screen, run_dir: Path) -> None:
         screen.notify(f"notes of {inert(view.name)} saved", markup=False)
 
     screen.app.push_screen(NotesDialog(inert(view.name), view.meta.get("notes") or ""), save)
+
+
+def edit_tags(screen: Screen, run_dir: Path, tags: list[str], saved: Callable[[], None]) -> None:
+    """Edit the run's own tags in a dialog; ``saved`` is called once meta.json holds them. A sweep's or a
+    study's own tags (sweep:ID and its grid values, study:NAME and trial:N) link its runs: kept, not edited."""
+    from fairtui.app.dialogs import TextDialog
+
+    kept = [t for t in tags if t.startswith(("sweep:", "study:", "trial:")) or "=" in t]
+    own = [t for t in tags if t not in kept]
+
+    def apply(text: str | None) -> None:
+        if text is None:
+            return
+        from fairtui.control import update_meta
+        from fairtui.usertext import UserTextError, check_tag
+
+        try:
+            for t in text.split():
+                check_tag(t)
+        except UserTextError as err:
+            screen.notify(f"tags not saved: {err}", severity="error", markup=False)
+            return
+        update_meta(run_dir, lambda m: m.__setitem__("tags", kept + [t for t in text.split() if t not in kept]))
+        saved()
+
+    prompt = "tags (space-separated)" + (f"; kept: {' '.join(kept)}" if kept else "")
+    screen.app.push_screen(TextDialog(prompt, " ".join(own)), apply)
+
+
+def delete(screen: Screen, run_dir: Path, name: str, deleted: Callable[[], None]) -> None:
+    """Delete the run and its folder after a confirmation (not while it runs); ``deleted`` is called after."""
+    from fairtui.app.dialogs import ConfirmDialog
+
+    def apply(yes: bool | None) -> None:
+        if not yes:
+            return
+        from fairtui.control import ControlError, delete_run
+
+        try:
+            screen.notify(delete_run(run_dir))
+        except ControlError as err:
+            screen.notify(f"{err} (s stops it)" if "running" in str(err) else str(err), severity="warning")
+            return
+        deleted()
+
+    screen.app.push_screen(ConfirmDialog(f"delete run {name} [{run_dir.name}] and its folder?"), apply)
 
 
 def evaluate(screen: Screen, run_dir: Path) -> None:
@@ -158,7 +206,7 @@ def _write_in_thread(screen: Screen, run_dirs: list[Path], fmt: str, target: Pat
     except (PlotError, OutputError, TensorBoardError) as err:
         say(screen.notify, str(err), severity="error")
         return
-    except Exception as err:  # noqa: BLE001: a figure that fails must not take the app with it
+    except Exception as err:  # noqa: BLE001 - a figure that fails must not take the app with it
         say(screen.notify, f"could not write {target}: {type(err).__name__}: {err}", severity="error")
         return
     say(screen.notify, f"wrote {fmt.split(':', 1)[-1]} figure of {len(run_dirs)} run(s) to {written}")

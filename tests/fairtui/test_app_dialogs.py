@@ -235,3 +235,30 @@ async def test_launch_dialog_says_cpu_only_in_full_at_80x24(tmp_path, profiles):
         assert "CPU only" in text
         shown = note.region.intersection(column.region)  # what of the note the column leaves on screen
         assert shown.width >= len(text), (text, note.region, column.region)
+
+
+async def test_delete_from_the_runs_screen_asks_first_and_unmarks_the_run(tmp_path):
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-aaaaaa", name="keep")
+    make_run(home, "20260101-000001-bbbbbb", name="drop")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
+        screen, table = app.screen, app.screen.query_one("DataTable")
+        table.move_cursor(row=[d["run_id"] for d in screen.visible()].index("20260101-000001-bbbbbb"))
+        await pilot.pause()
+        await pilot.press("space", "d")  # marked, then asked to delete
+        await pilot.pause()
+        assert "20260101-000001-bbbbbb" in screen.marked
+        await pilot.press("n")  # declined: nothing goes
+        await pilot.pause(0.3)
+        assert (home / "runs" / "20260101-000001-bbbbbb").is_dir()
+        table.move_cursor(row=[d["run_id"] for d in screen.visible()].index("20260101-000001-bbbbbb"))
+        await pilot.pause()
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("y")
+        await wait_until(pilot, lambda: table.row_count == 1)
+        assert not (home / "runs" / "20260101-000001-bbbbbb").exists()
+        assert (home / "runs" / "20260101-000000-aaaaaa").is_dir()
+        assert "20260101-000001-bbbbbb" not in screen.marked

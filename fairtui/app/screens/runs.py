@@ -303,34 +303,11 @@ class RunsScreen(Screen):
 
     def action_tag(self) -> None:
         run_id = self.selected_id()
-        if not run_id:
-            return
-        from fairtui.app.dialogs import TextDialog
+        if run_id:
+            from fairtui.app.actions import edit_tags
 
-        tags = list(next((d for d in self.docs if d["run_id"] == run_id), {}).get("tags") or [])
-        # A sweep's or a study's own tags (sweep:ID and its grid values, study:NAME and trial:N) link its
-        # runs: kept, not edited here.
-        kept = [t for t in tags if t.startswith(("sweep:", "study:", "trial:")) or "=" in t]
-        own = [t for t in tags if t not in kept]
-
-        def apply(text: str | None) -> None:
-            if text is None:
-                return
-            from fairtui.control import update_meta
-            from fairtui.usertext import UserTextError, check_tag
-
-            try:
-                for t in text.split():
-                    check_tag(t)
-            except UserTextError as err:
-                self.notify(f"tags not saved: {err}", severity="error", markup=False)
-                return
-            update_meta(self.run_dir(run_id), lambda m: m.__setitem__("tags", kept + [
-                t for t in text.split() if t not in kept]))
-            self.load()
-
-        prompt = "tags (space-separated)" + (f"; kept: {' '.join(kept)}" if kept else "")
-        self.app.push_screen(TextDialog(prompt, " ".join(own)), apply)
+            tags = next((d for d in self.docs if d["run_id"] == run_id), {}).get("tags") or []
+            edit_tags(self, self.run_dir(run_id), list(tags), self.load)
 
     def action_notes(self) -> None:
         run_id = self.selected_id()
@@ -358,25 +335,15 @@ class RunsScreen(Screen):
 
     def action_delete(self) -> None:
         run_id = self.selected_id()
-        if not run_id:
-            return
-        from fairtui.app.dialogs import ConfirmDialog
+        if run_id:
+            from fairtui.app.actions import delete
 
-        def apply(yes: bool | None) -> None:
-            if not yes:
-                return
-            from fairtui.control import ControlError, delete_run
+            def deleted() -> None:
+                self.marked.discard(run_id)
+                self.load()
 
-            try:
-                self.notify(delete_run(self.run_dir(run_id)))
-            except ControlError as err:
-                self.notify(f"{err} (s stops it)" if "running" in str(err) else str(err), severity="warning")
-                return
-            self.marked.discard(run_id)
-            self.load()
-
-        doc = next((d for d in self.docs if d["run_id"] == run_id), {})
-        self.app.push_screen(ConfirmDialog(f"delete run {doc.get('name') or ''} [{run_id}] and its folder?"), apply)
+            name = next((d for d in self.docs if d["run_id"] == run_id), {}).get("name") or ""
+            delete(self, self.run_dir(run_id), name, deleted)
 
     def action_filter(self) -> None:
         self.query_one("#filter", Input).focus()
