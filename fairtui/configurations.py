@@ -55,8 +55,12 @@ def profile_name(view: RunView) -> str:
 
 def runtime_ran(view: RunView) -> str:
     """The runtime options the run trained with, from its run_started's device ("cpu; autocast bfloat16,
-    channels-last" -> "autocast bfloat16, channels-last"; plain fp32 eager -> "fp32")."""
+    channels-last" -> "autocast bfloat16, channels-last"; plain fp32 eager -> "fp32"). A CUDA device names
+    its GPU and CUDA_VISIBLE_DEVICES in parentheses ("cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=1); autocast
+    ..."): which GPU ran is not a setting, so the parenthesis is not part of the options."""
     device = str((view.started or {}).get("device") or "")
+    if device.startswith("cuda (") and ")" in device:
+        device = "cuda" + device[device.index(")") + 1:]
     _, sep, options = device.partition("; ")
     return options if sep and options else "fp32"
 

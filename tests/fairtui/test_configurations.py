@@ -125,3 +125,18 @@ def test_a_fine_tunes_seeds_stay_one_group_whether_or_not_their_bases_are_at_han
     labels = [label for label, _ in by_configuration(views)]
     assert labels == ["frl (method.init_from=a run)", "frl (method.init_from=a run of at)",
                       "frl (method.init_from=a run of trades)"], labels
+
+
+def test_seeds_trained_on_two_gpus_are_one_configuration_and_a_cpu_run_is_not(tmp_path):
+    options = "; autocast bfloat16, channels-last, compiled (reduce-overhead)"
+    gpu = lambda name, visible: f"cuda ({name}; CUDA_VISIBLE_DEVICES={visible}){options}"  # noqa: E731
+    views = [run(tmp_path, "20260101-000000-aaaaa0", "p", 0, device=gpu("NVIDIA H200", 0)),
+             run(tmp_path, "20260101-000001-aaaaa1", "p", 1, device=gpu("NVIDIA H200", 1)),
+             run(tmp_path, "20260101-000002-aaaaa2", "p", 2, device=gpu("NVIDIA H100 80GB HBM3", "all")),
+             run(tmp_path, "20260101-000003-aaaaa3", "p", 3, device="cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=0)"),
+             run(tmp_path, "20260101-000004-aaaaa4", "p", 4, device=f"cpu{options}")]
+    assert configuration(views[0])["runtime"] == "autocast bfloat16, channels-last, compiled (reduce-overhead)"
+    assert configuration(views[3])["runtime"] == "fp32"
+    got = [[v.run_id[-1] for v in members] for _, members in by_configuration(views)]
+    # which GPU ran (and which card) is not a setting; the options are, and the device type is not compared
+    assert got == [["0", "1", "2", "4"], ["3"]]
