@@ -75,21 +75,26 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def engine_times(profile, epochs: int) -> list[float]:
-    import torch
-
+def bench_trainer(run_dir: Path, profile):
+    """The engine's Trainer of ``profile`` in a scratch run folder, started: (its runtime, the trainer)."""
     from engine import trainer as trainer_mod
     from engine.contract.events import EventWriter
     from engine.progress import Progress
     from engine.utils import make_runtime
 
+    rt = make_runtime(profile.train)
+    trainer = trainer_mod.Trainer(run_dir, profile, rt, EventWriter(run_dir / "events.jsonl", "bench"),
+                                  Progress(run_dir / "progress.json"), lambda: False)
+    trainer.start_or_resume()
+    return rt, trainer
+
+
+def engine_times(profile, epochs: int) -> list[float]:
+    import torch
+
     torch._dynamo.reset()
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp)
-        rt = make_runtime(profile.train)
-        trainer = trainer_mod.Trainer(run_dir, profile, rt, EventWriter(run_dir / "events.jsonl", "bench"),
-                                      Progress(run_dir / "progress.json"), lambda: False)
-        trainer.start_or_resume()
+        rt, trainer = bench_trainer(Path(tmp), profile)
         times = []
         for epoch in range(1, epochs + 1):
             sync(rt.device)

@@ -44,16 +44,12 @@ def worker(args) -> None:
     """One run: a warm-up epoch, the barrier, the timed epochs; its numbers to --out as JSON."""
     import torch
 
-    from engine import trainer as trainer_mod
-    from engine.contract.events import EventWriter
+    from bench_gpu import bench_trainer, sync, synthetic_cifar  # the benchmark folder is on sys.path
     from engine.contract.profile_io import load_profile
-    from engine.progress import Progress
-    from engine.utils import make_runtime
 
     if not args.data_root:
         import engine.data.datasets as datasets
 
-        from bench_gpu import synthetic_cifar  # noqa: PLC0415 - the benchmark folder is on sys.path
         datasets.load_raw = synthetic_cifar(64 if args.tiny else 50_000, 16 if args.tiny else 10_000)
     overrides = [f'train.device="{args.device}"', f"seed={args.seed}", *(TINY if args.tiny else ())]
     if args.data_root:
@@ -62,18 +58,10 @@ def worker(args) -> None:
     out = Path(args.out)
     t_start = time.time()
 
-    def sync() -> None:
-        if rt.device.type == "cuda":
-            torch.cuda.synchronize(rt.device)
-
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp)
-        rt = make_runtime(profile.train)
-        trainer = trainer_mod.Trainer(run_dir, profile, rt, EventWriter(run_dir / "events.jsonl", "bench"),
-                                      Progress(run_dir / "progress.json"), lambda: False)
-        trainer.start_or_resume()
+        rt, trainer = bench_trainer(Path(tmp), profile)
         trainer.run_epoch(1)
-        sync()
+        sync(rt.device)
         warm_s = time.time() - t_start
         Path(f"{out}.ready").touch()
         go = Path(args.go)
@@ -84,7 +72,7 @@ def worker(args) -> None:
         for epoch in range(2, 2 + args.epochs):
             t = time.time()
             trainer.run_epoch(epoch)
-            sync()
+            sync(rt.device)
             epochs.append(time.time() - t)
         t1, cpu1 = time.time(), time.process_time()
         result = {"seed": args.seed, "warm_s": warm_s, "epoch_s": epochs, "t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0,
