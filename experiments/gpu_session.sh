@@ -154,7 +154,8 @@ pack() {  # issue #51's first loan: aggregate throughput of 1, 2, 4, 6 concurren
 
 rows() {  # the table phase as the packing measurement decided (docs/gpus.md, 2026-11-27 on an H200): TABLE_WORKERS
     # (default 2) rows at once under CUDA MPS where the machine has it, which took 1.43x one run's throughput;
-    # two 30-epoch short-schedule rows then take about 11 minutes, inside a 15-minute loan. Started with
+    # two 30-epoch short-schedule rows should then take about 11 minutes (projected from the measured epochs),
+    # inside a 15-minute loan. Started with
     # `bash experiments/gpu_call.sh 570 rows`, collected with a second `bash experiments/gpu_call.sh 240`.
     local mps=0
     if [ "$GPUS" != cpu ] && command -v nvidia-cuda-mps-control > /dev/null; then
@@ -171,7 +172,8 @@ app() {  # #51's item 5: the app in tmux at 80x24, its launch dialog and a run's
 }
 
 loan() {  # the next loan's plan: two rows under MPS, with the app's captures beside them (a 3-epoch run)
-    rows & app & wait
+    # the app's run starts after rows has started the MPS daemon, so that it joins MPS as a client too
+    rows & sleep 5; app & wait
 }
 
 next() {  # the second session's plan: the ratio alone, then the table rows beside the remaining smoke runs
