@@ -14,8 +14,9 @@ difference that do not change what was trained:
 A fine-tune's ``method.init_from`` names its own seed's base run, so it counts as the base run's profile, not its
 path. A base whose folder is not at hand (committed files from another machine) is "a run"; where the profile's
 other fine-tunes name one base profile, it is taken for that one, so whether a base happens to be on this machine
-does not split a profile's seeds (where they name several, "a run" is a group of its own). A profile whose runs form several configurations gives each its own group,
-labelled by what tells it apart: ``cifar10-cpu-cfa-trades (train.lr=0.1625, train.weight_decay=7.69e-05)``.
+does not split a profile's seeds (where they name several, "a run" is a group of its own). A profile whose runs
+form several configurations gives each its own group, labelled by what tells it apart:
+``cifar10-cpu-cfa-trades (train.lr=0.1625, train.weight_decay=7.69e-05)``.
 """
 
 from __future__ import annotations
