@@ -42,9 +42,9 @@ def val_summary(val: ValResult) -> dict[str, Any]:
             "avg_clean": metrics.average(val.clean_acc_per_class)}
 
 
-def run_started_payload(profile: Any, splits: Any, device: str, group_payload: dict[str, Any]) -> dict[str, Any]:
-    """The `run_started` event: the resolved profile, the data's classes and split sizes, the device and
-    the provenance (code version, environment)."""
+def run_started_payload(profile: Any, splits: Any, rt: Any, group_payload: dict[str, Any]) -> dict[str, Any]:
+    """The `run_started` event: the resolved profile, the data's classes and split sizes, the device, the
+    runtime options (``Runtime.options``) and the provenance (code version, environment)."""
     from engine.contract.config import trades_kl_form
     from engine.provenance import provenance
 
@@ -52,7 +52,7 @@ def run_started_payload(profile: Any, splits: Any, device: str, group_payload: d
     for split, counts in sizes.items():
         log.info("%s split: %d images, per class %s", split, sum(counts), counts)
     return {"config": profile.to_table(), "num_classes": splits.num_classes, "class_names": splits.class_names,
-            "device": device, "seed": profile.seed, "split_sizes": sizes, "data_fingerprint": splits.fingerprint(),
+            "device": rt.describe(), "runtime": rt.options(), "seed": profile.seed, "split_sizes": sizes, "data_fingerprint": splits.fingerprint(),
             "trades_kl": trades_kl_form(profile),
             "provenance": provenance(),
             **group_payload}

@@ -211,7 +211,7 @@ class Trainer(StopPoints):
         state = self.store.load_last(self.rt.device)
         point = self._resume_point(state["epoch"] if state is not None else 0)
         if state is None and point is None:
-            self.events.emit("run_started", **run_started_payload(self.profile, self.splits, self.rt.describe(),
+            self.events.emit("run_started", **run_started_payload(self.profile, self.splits, self.rt,
                                                                   self._group_payload()))
             self.method.initialize(self.model)
             return 1
@@ -231,8 +231,8 @@ class Trainer(StopPoints):
             set_rng_state(state["rng"])
             epoch = state["epoch"]
         self.resume_point = point
-        self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), class_names=self.splits.class_names,
-                         **where, **run_resumed_payload(self.splits), **self._group_payload())
+        self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), runtime=self.rt.options(),
+                         class_names=self.splits.class_names, **where, **run_resumed_payload(self.splits), **self._group_payload())
         if state is not None:
             self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
         log.info("%s", resumed_text({"epoch": epoch, **where}))

@@ -44,6 +44,9 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+FP32_EAGER = "fp32"  # the options of a runtime without autocast, channels-last or compilation
+
+
 @dataclass(frozen=True)
 class Runtime:
     """Device, precision and compilation, settled once from the profile."""
@@ -86,17 +89,23 @@ class Runtime:
         return dataclasses.replace(self, autocast_dtype=None, compile_mode=None)
 
     def describe(self) -> str:
+        """The device and the options, for a person: "cpu; autocast bfloat16, channels-last", "cuda (NVIDIA
+        H200; CUDA_VISIBLE_DEVICES=1); autocast bfloat16, channels-last, compiled (max-autotune)", "cpu"."""
+        options = "" if self.options() == FP32_EAGER else f"; {self.options()}"
         if self.device.type == "cuda":
             name = torch.cuda.get_device_name(self.device)
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
-            return f"cuda ({name}; CUDA_VISIBLE_DEVICES={visible}){self._options()}"
-        return "cpu" + self._options()
+            return f"cuda ({name}; CUDA_VISIBLE_DEVICES={visible}){options}"
+        return "cpu" + options
 
-    def _options(self) -> str:
+    def options(self) -> str:
+        """The settings that shape the arithmetic, as the `runtime` of run_started and run_resumed records them:
+        "autocast bfloat16, channels-last", "compiled (default)", or "fp32" for plain fp32 eager. Which device or
+        GPU ran is not among them (``describe`` says that)."""
         opts = [f"autocast {self.autocast_dtype}".replace("torch.", "")] if self.autocast_dtype else []
         opts += ["channels-last"] if self.channels_last else []
         opts += [f"compiled ({self.compile_mode})"] if self.compile_mode else []
-        return f"; {', '.join(opts)}" if opts else ""
+        return ", ".join(opts) if opts else FP32_EAGER
 
 
 def apply_determinism(cfg: TrainConfig) -> None:

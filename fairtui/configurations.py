@@ -55,11 +55,15 @@ def profile_name(view: RunView) -> str:
 
 
 def runtime_ran(view: RunView) -> str:
-    """The runtime options the run trained with, from its run_started's device ("cpu; autocast bfloat16,
-    channels-last" -> "autocast bfloat16, channels-last"; plain fp32 eager -> "fp32"). A CUDA device names
-    its GPU and CUDA_VISIBLE_DEVICES in parentheses ("cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=1); autocast
-    ..."): which GPU ran is not a setting, so the parenthesis is not part of the options."""
-    device = str((view.started or {}).get("device") or "")
+    """The runtime options the run trained with: its run_started's ``runtime`` ("autocast bfloat16,
+    channels-last"; "fp32" for plain fp32 eager). Runs of engines before that field are read from the device
+    text ("cpu; autocast bfloat16, channels-last" -> "autocast bfloat16, channels-last"), where a CUDA device
+    names its GPU and CUDA_VISIBLE_DEVICES in parentheses ("cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=1);
+    autocast ..."): which GPU ran is not a setting, so the parenthesis is not part of the options."""
+    started = view.started or {}
+    if isinstance(started.get("runtime"), str) and started["runtime"]:
+        return started["runtime"]
+    device = str(started.get("device") or "")
     if device.startswith("cuda (") and ")" in device:
         device = "cuda" + device[device.index(")") + 1:]
     _, sep, options = device.partition("; ")

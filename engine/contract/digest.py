@@ -123,11 +123,11 @@ RECENT = 64  # epochs kept parsed after a reader asked for them (the latest; a l
 
 def session_of(event: dict) -> dict:
     """What the digest keeps of a session's opening event: where it took the run up (epoch and batch: 0 for a
-    run_started) and what it trained with (device, provenance and data fingerprint: absent from the run_resumed
-    of engines before they were recorded there)."""
+    run_started) and what it trained with (device, runtime options, provenance and data fingerprint: absent from the
+    run_resumed of engines before they were recorded there)."""
     kept = {"type": event.get("type"), "t": event.get("t"), "epoch": event.get("epoch", 0) or 0,
             "batch": event.get("batch", 0) or 0}
-    for key in ("batches", "phase", "device", "data_fingerprint", "provenance"):
+    for key in ("batches", "phase", "device", "runtime", "data_fingerprint", "provenance"):
         if event.get(key) is not None:
             kept[key] = event[key]
     return kept

@@ -44,12 +44,14 @@ def test_the_cpu_trains_in_bf16_only_when_asked_and_auto_needs_bf16_units(monkey
     fast = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=True))
     assert fast.autocast_dtype == torch.bfloat16 and fast.channels_last
     assert fast.describe() == "cpu; autocast bfloat16, channels-last"
+    assert fast.options() == "autocast bfloat16, channels-last"  # the run_started's `runtime`
     assert fast.for_evaluation().autocast_dtype is None  # the test split stays fp32
     flat = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=False))
     assert flat.autocast_dtype == torch.bfloat16 and not flat.channels_last
     for amp in ("auto", "none"):
         rt = make_runtime(TrainConfig(device="cpu", amp=amp, channels_last=True))
         assert rt.autocast_dtype is None and not rt.channels_last and rt.describe() == "cpu"
+        assert rt.options() == "fp32"
     avx2, sapphire = ["avx2", "fma"], ["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
     assert cpu_precision("auto", sapphire) is None  # not decided: fp32 everywhere
     monkeypatch.setattr(utils, "CPU_AUTO_BF16", True)

@@ -22,7 +22,8 @@ def check_schema(events: list[dict], k: int = 10) -> None:
         assert BASE_KEYS <= set(e), e
     started = events[0]
     assert started["type"] == "run_started"
-    assert {"config", "num_classes", "class_names", "device", "seed"} <= set(started)
+    assert {"config", "num_classes", "class_names", "device", "runtime", "seed"} <= set(started)
+    assert started["device"] == "cpu" + ("" if started["runtime"] == "fp32" else f"; {started['runtime']}")
     for e in (e for e in events if e["type"] == "epoch_end"):
         assert {"epoch", "lr", "time_s", "train", "val", "method_state"} <= set(e)
         assert {"loss", "clean_acc", "robust_acc", "clean_acc_per_class", "robust_acc_per_class"} <= set(e["train"])

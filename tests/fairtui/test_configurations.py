@@ -14,16 +14,21 @@ from fairtui.synthetic import make_run
 from tests.conftest import fairtui_cmd
 
 
-def run(home, run_id: str, profile: str, seed: int, edit=None, device: str = "cpu", cpu: str = "") -> RunView:
+def run(home, run_id: str, profile: str, seed: int, edit=None, device: str = "cpu", cpu: str = "",
+        runtime: str | None = None) -> RunView:
     """A completed synthetic run of ``profile`` whose run_started's config ``edit`` changes (a version that did
-    not record a key, a --set), whose device is ``device`` (the runtime that ran) and whose provenance names
-    ``cpu``."""
+    not record a key, a --set), whose device is ``device`` (the runtime that ran, as engines before the
+    ``runtime`` field told it), whose ``runtime`` is ``runtime`` (None: not recorded) and whose provenance
+    names ``cpu``."""
     folder = make_run(home, run_id, name=f"{profile}-s{seed}", seed=seed, profile=Profile(name=profile, seed=seed))
     lines = (folder / "events.jsonl").read_text().splitlines()
     started = json.loads(lines[0])
     if edit is not None:
         edit(started["config"])
     started["device"] = device
+    started.pop("runtime", None)
+    if runtime is not None:
+        started["runtime"] = runtime
     if cpu:
         started["provenance"] = {"cpu": {"model": cpu, "flags": []}}
     (folder / "events.jsonl").write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
@@ -140,3 +145,17 @@ def test_seeds_trained_on_two_gpus_are_one_configuration_and_a_cpu_run_is_not(tm
     got = [[v.run_id[-1] for v in members] for _, members in by_configuration(views)]
     # which GPU ran (and which card) is not a setting; the options are, and the device type is not compared
     assert got == [["0", "1", "2", "4"], ["3"]]
+
+
+def test_the_recorded_runtime_is_read_before_the_device_text_and_older_runs_still_parse(tmp_path):
+    """run_started's ``runtime`` field is what the run trained with; the device text is read only for runs of
+    engines that did not record it. A run whose device text would parse otherwise (it never does from an
+    engine: the two come from one Runtime) shows which one is read."""
+    options = "autocast bfloat16, channels-last"
+    recorded = run(tmp_path, "20260101-000000-aaaaa0", "p", 0, device="cpu", runtime=options)
+    older = run(tmp_path, "20260101-000001-aaaaa1", "p", 1, device=f"cpu; {options}")
+    plain = run(tmp_path, "20260101-000002-aaaaa2", "p", 2, device="cpu", runtime="fp32")
+    assert configuration(recorded)["runtime"] == configuration(older)["runtime"] == options
+    assert configuration(plain)["runtime"] == "fp32"
+    assert [[v.run_id[-1] for v in members] for _, members in by_configuration([recorded, older, plain])] == \
+        [["0", "1"], ["2"]]
