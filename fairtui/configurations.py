@@ -55,19 +55,29 @@ def profile_name(view: RunView) -> str:
 
 
 def runtime_ran(view: RunView) -> str:
-    """The runtime options the run trained with: its run_started's ``runtime`` ("autocast bfloat16,
-    channels-last"; "fp32" for plain fp32 eager). Runs of engines before that field are read from the device
+    """The runtime options the run trained with (:func:`session_runtime` of its run_started)."""
+    return session_runtime(view.started or {})
+
+
+def session_runtime(event: dict) -> str:
+    """The runtime options a run_started or run_resumed trained with: its ``runtime`` ("autocast bfloat16,
+    channels-last"; "fp32" for plain fp32 eager). Events of engines before that field are read from the device
     text ("cpu; autocast bfloat16, channels-last" -> "autocast bfloat16, channels-last"), where a CUDA device
     names its GPU and CUDA_VISIBLE_DEVICES in parentheses ("cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=1);
     autocast ..."): which GPU ran is not a setting, so the parenthesis is not part of the options."""
-    started = view.started or {}
-    if isinstance(started.get("runtime"), str) and started["runtime"]:
-        return started["runtime"]
-    device = str(started.get("device") or "")
+    if isinstance(event.get("runtime"), str) and event["runtime"]:
+        return event["runtime"]
+    device = str(event.get("device") or "")
     if device.startswith("cuda (") and ")" in device:
         device = "cuda" + device[device.index(")") + 1:]
     _, sep, options = device.partition("; ")
     return options if sep and options else "fp32"
+
+
+def device_kind(event: dict) -> str | None:
+    """"cpu" or "cuda": the kind of device a run_started or run_resumed ran on (None where it did not say)."""
+    device = str(event.get("device") or "")
+    return device.split(";")[0].split(" ")[0] or None
 
 
 def configuration(view: RunView) -> dict[str, Any]:

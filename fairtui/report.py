@@ -8,7 +8,7 @@ from rich.table import Table
 
 from engine.contract.results import describe
 from engine.contract.protocol import resumed_text
-from fairtui.configurations import by_configuration
+from fairtui.configurations import by_configuration, device_kind, session_runtime
 from fairtui.home import short_id
 from fairtui.runfolder import RunView
 from fairtui.usertext import inert
@@ -303,21 +303,35 @@ def resume_notes(view: RunView) -> list[str]:
     after that point came from there."""
     first = first_session(view)
     before = _setup(first.get("provenance") or {}, first.get("data_fingerprint"))
+    ran = _ran_with(first)
     notes = []
     for session in view.training_sessions:
         if session.get("type") != "run_resumed":
             continue
         where, record = resumed_text(session), session.get("provenance")
+        runs_with = _ran_with(session)
+        other_runtime = None not in (ran, runs_with) and runs_with != ran
+        ran = runs_with or ran
         if not record:
             notes.append(f"{where} by an engine that did not record its code or machine")
             continue
         now = _setup(record, session.get("data_fingerprint"))
         if now[0] is None or before[0] is None:  # a side from before data was fingerprinted: not a difference
             now = (before[0], *now[1:])
-        if now != before:
-            notes.append(f"{where} on another setup: {_setup_change(before, now, record, session)}")
+        if now != before or other_runtime:
+            change = [_setup_change(before, now, record, session)] if now != before else []
+            change += [f"{runs_with[0]}, {runs_with[1]}"] if other_runtime else []
+            notes.append(f"{where} on another setup: {', '.join(change)}")
             before = now
     return notes
+
+
+def _ran_with(session: dict) -> tuple[str, str] | None:
+    """A session's device kind and runtime options ("cuda", "autocast bfloat16, channels-last"): another precision
+    or device from a resume on trains the later epochs with other arithmetic. None where the session did not
+    name its device."""
+    kind = device_kind(session)
+    return None if kind is None else (kind, session_runtime(session))
 
 
 def evaluation_notes(view: RunView) -> list[str]:

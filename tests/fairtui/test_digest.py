@@ -227,3 +227,20 @@ def test_show_names_each_resume_that_ran_on_another_setup_or_did_not_say(tmp_pat
     shown = fairtui_cmd("show", "20260101-000000-sessns", "--json", home=tmp_path / "other")
     assert shown.returncode == 0, shown.stderr
     assert [s["epoch"] for s in json.loads(shown.stdout)["sessions"]] == [0, 1, 2, 3]
+
+
+def test_show_names_a_resume_that_trained_on_another_device_or_precision(tmp_path):
+    """A CPU run in fp32 resumed on a GPU (train.device = "auto" there: bf16, channels-last) trains its later
+    epochs with other arithmetic on the same commit and CPU record: the resume is named with the device and
+    options it ran with, read from its ``runtime`` or, for older engines, its device text; a resume back to the
+    CPU in fp32 is named again, and one that changes nothing is not."""
+    from fairtui.report import provenance_line
+
+    gpu = "cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=0); autocast bfloat16, channels-last"
+    run = _sessions_run(tmp_path, [{"epoch": 1, "provenance": _provenance("b"), "device": gpu},
+                                   {"epoch": 2, "provenance": _provenance("b"), "device": "cpu", "runtime": "fp32"},
+                                   {"epoch": 3, "provenance": _provenance("b"), "device": "cpu"}])
+    line = provenance_line(RunView.load(run))
+    assert line.endswith("; commit bbbbbbb"
+                         "; resumed after epoch 1 on another setup: cuda, autocast bfloat16, channels-last"
+                         "; resumed after epoch 2 on another setup: cpu, fp32"), line
