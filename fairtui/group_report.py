@@ -11,6 +11,7 @@ from fairtui.groups import GroupComparison, Pairing
 from fairtui.usertext import csv_cell, inert, latex, md_cell
 
 METRIC_WORDS = {"worst_robust": "worst", "avg_robust": "average"}
+LEFT_OUT_SHOWN = 5  # a group's left-out runs named in the text, the rest counted (--json lists them all)
 
 
 def pct(x: float | None, signed: bool = False, digits: int = 1) -> str:
@@ -85,11 +86,21 @@ def terminal(cmp: GroupComparison) -> list:
         per_class.add_row(inert(g.label, markup=True), *(pct(v, digits=0) for v in g.per_class_means()))
     out.append(per_class)
     for g in cmp.groups:
-        for line in g.left_out:
-            out.append(Text(inert(f"left out of {g.label}: {line}"), style="yellow"))
+        for line in left_out_lines(g.label, g.left_out):
+            out.append(Text(inert(line), style="yellow"))
     for p in cmp.pairings:
         out.append(Text("\n".join(inert(line) for line in pairing_lines(p))))
     return out
+
+
+def left_out_lines(label: str, left_out: list[str]) -> list[str]:
+    """A group's left-out runs, each named up to LEFT_OUT_SHOWN; past that, the first few and a count (a home
+    where one seed was run forty times would bury the comparison under forty lines)."""
+    lines = [f"left out of {label}: {line}" for line in left_out]
+    if len(lines) <= LEFT_OUT_SHOWN:
+        return lines
+    rest = len(lines) - (LEFT_OUT_SHOWN - 1)
+    return [*lines[:LEFT_OUT_SHOWN - 1], f"left out of {label}: {rest} more runs (--json lists them all)"]
 
 
 def pairing_lines(p: Pairing) -> list[str]:

@@ -157,6 +157,23 @@ def test_the_terminal_table_fits_80_columns(results, tmp_path):
     assert max(len(line) for line in out.stdout.splitlines()) <= 80
 
 
+def test_many_second_runs_of_a_seed_are_counted_in_the_text_and_listed_in_the_json(results, tmp_path):
+    """A seed run again and again (eight reruns of seed 0): the group keeps its first run of the seed, the text
+    names four of the eight left out and counts the other four, and --json lists all eight."""
+    reruns = [write_run(results, "cpu-base", f"20260103-00000{i}-again{i}", 0, [0.9, 0.9, 0.9, 0.9]).name
+              for i in range(8)]
+    args = ("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base")
+    out = fairtui_cmd(*args, home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # the report wraps at 80 columns
+    assert text.count("left out of cpu-base:") == 5 and text.count("a second run of seed 0") == 4
+    assert "left out of cpu-base: 4 more runs (--json lists them all)" in text
+    doc = json.loads(fairtui_cmd(*args, "--json", home=tmp_path / "home").stdout)
+    (base,) = [g for g in doc["groups"] if g["label"] == "cpu-base"]
+    assert sorted(r for r in reruns if any(r in line for line in base["left_out"])) == sorted(reruns)
+    assert base["runs"][0] == "20260101-000000-base00"  # the first run of seed 0 stays the group's
+
+
 def test_groups_whose_protocols_differ_are_not_paired(results, tmp_path):
     write_run(results, "digits-new", "20260103-000000-dig000", 0, [0.3] * 4, dataset="digits")
     write_run(results, "cpu-eps8", "20260103-000001-eps000", 0, [0.3] * 4, eps=8 / 255)
