@@ -47,18 +47,24 @@ def _strip(state: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """A file's tensors as a flat state_dict: the file itself, or its ``state_dict`` / ``model`` /
-    ``net`` entry (common checkpoint layouts), with DataParallel's ``module.`` prefix removed."""
+def read_weights_file(path: Path) -> dict:
+    """The file's contents as ``weights_only`` loading reads them (no code runs), refused when too large or
+    unreadable."""
     from engine.checkpoint import CheckpointError, load_checkpoint
 
     refusal = too_large(path)
     if refusal:
         raise ImportFailed(refusal)
     try:
-        state = load_checkpoint(path, need=())
+        return load_checkpoint(path, need=())
     except CheckpointError as err:
         raise ImportFailed(str(err)) from None
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """A file's tensors as a flat state_dict: the file itself, or its ``state_dict`` / ``model`` /
+    ``net`` entry (common checkpoint layouts), with DataParallel's ``module.`` prefix removed."""
+    state = read_weights_file(path)
     for key in ("state_dict", "model", "net", "model_state_dict"):
         if isinstance(state.get(key), dict):
             state = state[key]
@@ -173,15 +179,7 @@ def robustbench_entry(name: str, dataset: str, threat: str) -> dict:
 
 def robustbench_state(path: Path, name: str) -> dict[str, torch.Tensor]:
     """The zoo file's weights, read as RobustBench's load_model reads them (without unpickling code)."""
-    from engine.checkpoint import CheckpointError, load_checkpoint
-
-    refusal = too_large(path)
-    if refusal:
-        raise ImportFailed(refusal)
-    try:
-        state = load_checkpoint(path, need=())
-    except CheckpointError as err:
-        raise ImportFailed(str(err)) from None
+    state = read_weights_file(path)
     if "Kireev2021Effectiveness" in name or name == "Andriushchenko2020Understanding":
         state = state["last"]  # RobustBench takes the last of 'last' / 'best'
     if isinstance(state.get("state_dict"), dict):
