@@ -382,18 +382,22 @@ def _setup_change(before: tuple, now: tuple, record: dict, session: dict) -> str
     return ", ".join(said)
 
 
-def provenance_warnings(views: list[RunView]) -> list[str]:
+def provenance_warnings(views: list[RunView], configurations: list[tuple[str, list[RunView]]] | None = None
+                        ) -> list[str]:
     """One line for each two runs of the same configuration and seed whose data or CPU differ: their numbers are
     not expected to be equal (docs/results-and-guarantees.md). Runs are bucketed by configuration (a profile run
     with other settings is not expected to match it anyway: fairtui.configurations) and seed first, so a
-    comparison of thousands of runs compares only the runs that share both."""
+    comparison of thousands of runs compares only the runs that share both. ``configurations``: the views'
+    :func:`by_configuration`, where the caller has it already (`compare --by profile`)."""
     def identity(v: RunView) -> tuple:
         started = first_session(v)  # the session that trained, not a first start that trained nothing
         cpu = (started.get("provenance") or {}).get("cpu") or {}
         return started.get("data_fingerprint"), (cpu.get("model"), tuple(cpu.get("flags") or ()))
 
     buckets: dict[tuple, list[RunView]] = {}
-    for label, members in by_configuration(list({v.run_id: v for v in views}.values())):
+    if configurations is None:
+        configurations = by_configuration(list({v.run_id: v for v in views}.values()))
+    for label, members in configurations:
         for v in members:
             buckets.setdefault((label, v.config.get("seed")), []).append(v)
     out = []

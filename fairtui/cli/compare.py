@@ -102,7 +102,9 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
     named = named_groups(home, by, group, results, filters)
     from fairtui.report import provenance_warnings
 
-    for line in provenance_warnings([v for views in named.values() for v in views]):
+    # --by profile alone: the groups are the configurations (fairtui.configurations), not to be worked out again
+    configurations = list(named.items()) if by == "profile" and not group else None
+    for line in provenance_warnings([v for views in named.values() for v in views], configurations):
         typer.echo(f"warning: {line}", err=True)
     try:
         cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases))

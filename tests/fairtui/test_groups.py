@@ -278,6 +278,9 @@ def test_compare_warns_when_runs_of_one_profile_and_seed_ran_on_other_data_or_cp
     out = fairtui_cmd("compare", "--results", str(results), "--results", str(tmp_path / "other"), "--group",
                       "x=20260101-000000-base00,20260109-000000-again0", home=tmp_path / "home")
     assert "on different CPU" in out.stderr and "different data" not in out.stderr
+    out = fairtui_cmd("compare", "--results", str(results), "--results", str(tmp_path / "other"), "--by", "profile",
+                      "--baseline", "cpu-base", home=tmp_path / "home")  # its groups are the configurations
+    assert out.stderr.count("on different CPU") == 1 and "20260109-000000-again0" in out.stderr
     shown = fairtui_cmd("show", "20260109-000000-again0", "--results", str(tmp_path / "other"), home=tmp_path / "home")
     assert "provenance: data aaaa/v/t (train/val/test); cpu Xeon (avx2)" in shown.stdout.replace("\n", " ")
 
