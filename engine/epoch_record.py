@@ -52,7 +52,8 @@ def run_started_payload(profile: Any, splits: Any, rt: Any, group_payload: dict[
     for split, counts in sizes.items():
         log.info("%s split: %d images, per class %s", split, sum(counts), counts)
     return {"config": profile.to_table(), "num_classes": splits.num_classes, "class_names": splits.class_names,
-            "device": rt.describe(), "runtime": rt.options(), "seed": profile.seed, "split_sizes": sizes, "data_fingerprint": splits.fingerprint(),
+            "device": rt.describe(), "runtime": rt.options(), "seed": profile.seed, "split_sizes": sizes,
+            "data_fingerprint": splits.fingerprint(),
             "trades_kl": trades_kl_form(profile),
             "provenance": provenance(),
             **group_payload}

@@ -232,7 +232,8 @@ class Trainer(StopPoints):
             epoch = state["epoch"]
         self.resume_point = point
         self.events.emit("run_resumed", epoch=epoch, device=self.rt.describe(), runtime=self.rt.options(),
-                         class_names=self.splits.class_names, **where, **run_resumed_payload(self.splits), **self._group_payload())
+                         class_names=self.splits.class_names, **where, **run_resumed_payload(self.splits),
+                         **self._group_payload())
         if state is not None:
             self.events.emit_lost_epoch_end(state["epoch_event"])  # killed between the checkpoint and its event
         log.info("%s", resumed_text({"epoch": epoch, **where}))
@@ -297,7 +298,8 @@ class Trainer(StopPoints):
         self.last_val = val
         event = {
             "epoch": epoch, "epochs": self.profile.train.epochs, "lr": lr, "time_s": time.time() - started,
-            "train": train, "val": val_summary(val), "method_state": method_state, "best_epoch": self.best["epoch"], "is_best": is_best,
+            "train": train, "val": val_summary(val), "method_state": method_state, "best_epoch": self.best["epoch"],
+            "is_best": is_best,
         }
         if distributed is not None:
             event["distributed"] = distributed

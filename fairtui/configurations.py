@@ -75,7 +75,7 @@ def session_runtime(event: dict) -> str:
 
 
 def device_kind(event: dict) -> str | None:
-    """"cpu" or "cuda": the kind of device a run_started or run_resumed ran on (None where it did not say)."""
+    """The kind of device a run_started or run_resumed ran on, "cpu" or "cuda" (None where it did not say)."""
     device = str(event.get("device") or "")
     return device.split(";")[0].split(" ")[0] or None
 

@@ -299,8 +299,8 @@ def first_session(view: RunView) -> dict:
 
 def resume_notes(view: RunView) -> list[str]:
     """Each resume of the run that ran on another setup than the session before it (another commit, CPU, torch,
-    thread count or data), or that did not record its own (engines before resumes recorded it): its numbers
-    after that point came from there."""
+    thread count or data, or another device kind or runtime options), or that did not record its own (engines
+    before resumes recorded it): its numbers after that point came from there."""
     first = first_session(view)
     before = _setup(first.get("provenance") or {}, first.get("data_fingerprint"))
     ran = _ran_with(first)
