@@ -289,8 +289,10 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
                   *explore]
     paired = paired_table(results, rows)
     if paired:
+        bases_dir = results.with_name(results.name + "-bases")
+        bases = f" --bases {where}-bases" if bases_dir.is_dir() else ""
         parts += ["", "Each method against its base, paired by seed (PGD-20, points of %; `fairtui compare --results "
-                  f"{where} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same): the mean "
+                  f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same): the mean "
                   "difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the verdict "
                   "at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
                   "spread.", "", *paired]

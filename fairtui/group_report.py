@@ -111,6 +111,8 @@ def pairing_lines(p: Pairing) -> list[str]:
     seeds = seeds_text([a.seed for a, _ in p.pairs])
     lines = [head, f"  paired {how}: seeds {seeds}"
              + (f"; dropped: seeds {seeds_text(p.dropped_seeds)}" if p.dropped_seeds else "")]
+    if p.bases_missing:
+        lines.append(f"  the runs {_seeds_word(p.bases_missing)} started from are not at hand: give --bases DIR")
     for metric, word in METRIC_WORDS.items():
         r = p.results[metric]
         ci = f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]"
@@ -165,7 +167,18 @@ def _markdown(cmp: GroupComparison) -> str:
     for p in cmp.pairings:
         if p.reason is not None:
             lines.append(f"\n{md_cell(p.group)} is not paired with {md_cell(p.baseline)}: {md_cell(p.reason)}.")
+        elif p.bases_missing:
+            lines.append(f"\n{md_cell(p.group)} is paired by seed: {bases_missing_text(p)}.")
     return "\n".join(lines) + "\n"
+
+
+def bases_missing_text(p: Pairing) -> str:
+    return (f"the runs {_seeds_word(p.bases_missing)} started from are not at hand, so it is not paired with the "
+            "runs it started from (--bases DIR adds them)")
+
+
+def _seeds_word(seeds: list) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {seeds_text(seeds)}"
 
 
 def _latex(cmp: GroupComparison) -> str:
@@ -179,6 +192,8 @@ def _latex(cmp: GroupComparison) -> str:
     if paired:
         lines += ["", r"\begin{tabular}{lllrrlrrlrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
                   *(row(_pair_cells(p, m)) for p in paired for m in METRIC_WORDS), r"\bottomrule", r"\end{tabular}"]
+        lines += [f"% {inert(p.group)} is paired by seed: {inert(bases_missing_text(p))}" for p in paired
+                  if p.bases_missing]
     return "\n".join(lines) + "\n"
 
 

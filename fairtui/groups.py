@@ -173,6 +173,8 @@ class Pairing:
     pairs: list[tuple[Member, Member]] = field(default_factory=list)
     dropped_seeds: list[int | None] = field(default_factory=list)
     by_init: bool = False  # the fine-tune's runs are paired with the runs they started from
+    # seeds of a fine-tune of the baseline whose start is not at hand (others' are): paired by seed instead
+    bases_missing: list[int | None] = field(default_factory=list)
     reason: str | None = None  # not paired: why
     results: dict[str, stats.PairedResult] = field(default_factory=dict)
     rho: list[float | None] = field(default_factory=list)
@@ -191,7 +193,7 @@ class Pairing:
                         "p_permutation": _num(r.p_permutation), "verdict": r.verdict, "seeds_needed": r.seeds_needed,
                         "dropped_seeds": self.dropped_seeds, "seeds": [a.seed for a, _ in self.pairs],
                         "differences": [a.summary[metric] - b.summary[metric] for a, b in self.pairs],
-                        "pairing": "init_from" if self.by_init else "seed",
+                        "pairing": "init_from" if self.by_init else "seed", "bases_missing": self.bases_missing,
                         "rho_per_seed": self.rho, "rho_mean": _num(_mean_or_nan(self.rho))})
         return out
 
@@ -222,7 +224,7 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
         out.reason = difference
         return out
     base_by_seed = {m.seed: m for m in baseline.members}
-    partners = _init_partners(group, baseline, bases or {}, attack, checkpoint, n_per_class)
+    partners, out.bases_missing = _init_partners(group, baseline, bases or {}, attack, checkpoint, n_per_class)
     if partners is not None:
         out.by_init = True
         out.pairs = [(m, partners[m.view.run_id]) for m in group.members]
@@ -246,26 +248,33 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
 
 
 def _init_partners(group: Group, baseline: Group, bases: dict[str, RunView], attack, checkpoint,
-                   n_per_class) -> dict[str, Member] | None:
+                   n_per_class) -> tuple[dict[str, Member] | None, list[int | None]]:
     """run id -> the Member of the run it started from, when every run of ``group`` has one of the baseline's
-    profile; else None (pair by seed)."""
+    profile; else None (pair by seed). With None, the seeds whose start is not at hand where the group's other
+    runs started from the baseline's (a fine-tune of the baseline whose bases were retrained elsewhere, without
+    ``--bases``): pairing them by seed pairs them with runs they did not start from, which the report says."""
     known = {m.view.run_id: m for m in baseline.members}
     base_profile = profile_name(baseline.members[0].view)
-    out = {}
+    out, missing = {}, []
     for m in group.members:
         ref = init_run_id(m.view)
         if ref in known:
             out[m.view.run_id] = known[ref]
             continue
         view = bases.get(ref or "")
+        if view is None and ref:
+            missing.append(m.seed)  # a start not at hand: of this baseline's profile or not, unknown
+            continue
         if view is None or profile_name(view) != base_profile:
-            return None
+            return None, []  # not a fine-tune, or one of another profile's runs
         try:
             result = pick_result(view, attack, checkpoint, n_per_class=n_per_class)
         except CompareError:
-            return None
+            return None, []
         out[m.view.run_id] = Member(view, seed_of(view), result, summarise(result))
-    return out
+    if missing:
+        return None, sorted(missing, key=lambda s: (s is None, s or 0)) if out else []
+    return out, []
 
 
 def _num(x: float | None) -> float | None:

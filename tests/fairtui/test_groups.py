@@ -211,6 +211,33 @@ def test_explicit_groups_and_a_fine_tune_paired_with_the_runs_it_started_from(re
     assert mine["group"] == "mine" and mine["n"] == 2 and mine["differences"] == pytest.approx([0.05, 0.03])
 
 
+def test_a_fine_tune_whose_other_starts_are_not_at_hand_says_so_and_pairs_by_seed(results, tmp_path):
+    """CSR's committed seeds: seed 0 started from the baseline's own run, seed 1 from one retrained elsewhere. Without
+    --bases the fine-tune is paired by seed (seed 1 with a run it did not start from), and every output says which
+    seeds' starts are missing; with --bases it is paired with its starts and says nothing."""
+    bases = tmp_path / "bases"
+    own = write_run(bases, "cpu-base", "20260104-000000-retr00", 1, [0.30, 0.4, 0.5, 0.6])
+    write_run(results, "cpu-ft", "20260105-000000-ft0000", 0, [0.20, 0.4, 0.5, 0.6],
+              init_from="/somewhere/runs/20260101-000000-base00", method="csr")
+    write_run(results, "cpu-ft", "20260105-000001-ft0001", 1, [0.35, 0.4, 0.5, 0.6],
+              init_from=f"/elsewhere/runs/{own.name}", method="csr")
+    args = ("--results", str(results), "--by", "profile", "--baseline", "cpu-base")
+    doc = json.loads(fairtui_cmd("compare", *args, "--json", home=tmp_path / "home").stdout)
+    (ft,) = [e for e in doc["paired"] if e["group"] == "cpu-ft" and e["metric"] == "worst_robust"]
+    assert ft["pairing"] == "seed" and ft["bases_missing"] == [1]
+    assert ft["differences"] == pytest.approx([0.20 - 0.10, 0.35 - 0.14])  # seed 1 against the row's seed 1
+    (new,) = [e for e in doc["paired"] if e["group"] == "cpu-new" and e["metric"] == "worst_robust"]
+    assert new["bases_missing"] == []  # not a fine-tune: nothing to say
+    text = fairtui_cmd("compare", *args, home=tmp_path / "home").stdout
+    assert "the runs seed 1 started from are not at hand: give --bases DIR" in text
+    md = fairtui_cmd("export", *args, "--format", "md", home=tmp_path / "home").stdout
+    assert "cpu-ft is paired by seed: the runs seed 1 started from are not at hand" in md
+    doc = json.loads(fairtui_cmd("compare", *args, "--bases", str(bases), "--json", home=tmp_path / "home").stdout)
+    (ft,) = [e for e in doc["paired"] if e["group"] == "cpu-ft" and e["metric"] == "worst_robust"]
+    assert ft["pairing"] == "init_from" and ft["bases_missing"] == []
+    assert ft["differences"] == pytest.approx([0.20 - 0.10, 0.35 - 0.30])
+
+
 def test_bad_group_input_is_one_line(results, tmp_path):
     for args, says in ((["--group", "nolabel"], "LABEL=RUN"), (["--by", "colour"], "--by must be one of"),
                        (["--results", str(tmp_path / "missing"), "--by", "profile"], "no such folder"),
