@@ -15,6 +15,7 @@ import torch
 
 from engine.contract.atomic import atomic_write
 from engine.contract.config import TrainConfig
+from engine.contract.protocol import RUNTIME_FP32
 
 
 def seed_everything(seed: int) -> None:
@@ -42,9 +43,6 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-FP32_EAGER = "fp32"  # the options of a runtime without autocast, channels-last or compilation
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,8 @@ class Runtime:
     def describe(self) -> str:
         """The device and the options, for a person: "cpu; autocast bfloat16, channels-last", "cuda (NVIDIA
         H200; CUDA_VISIBLE_DEVICES=1); autocast bfloat16, channels-last, compiled (max-autotune)", "cpu"."""
-        options = "" if self.options() == FP32_EAGER else f"; {self.options()}"
+        options = self.options()
+        options = "" if options == RUNTIME_FP32 else f"; {options}"
         if self.device.type == "cuda":
             name = torch.cuda.get_device_name(self.device)
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
@@ -105,7 +104,7 @@ class Runtime:
         opts = [f"autocast {self.autocast_dtype}".replace("torch.", "")] if self.autocast_dtype else []
         opts += ["channels-last"] if self.channels_last else []
         opts += [f"compiled ({self.compile_mode})"] if self.compile_mode else []
-        return ", ".join(opts) if opts else FP32_EAGER
+        return ", ".join(opts) if opts else RUNTIME_FP32
 
 
 def apply_determinism(cfg: TrainConfig) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engine.contract.protocol import RUNTIME_FP32
 from fairtui.runfolder import RunView
 
 # Where a run's numbers are also sent (a dashboard): they do not change the numbers.
@@ -71,7 +72,7 @@ def session_runtime(event: dict) -> str:
     if device.startswith("cuda (") and ")" in device:
         device = "cuda" + device[device.index(")") + 1:]
     _, sep, options = device.partition("; ")
-    return options if sep and options else "fp32"
+    return options if sep and options else RUNTIME_FP32
 
 
 def device_kind(event: dict) -> str | None:
