@@ -13,6 +13,7 @@ machine) writes nothing: such a run resumes from ``last.pt``.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,13 @@ class CheckpointStore:
         if averaged is not None:
             return averaged, state["epoch"]
         raise CheckpointError(f"this run has no {name!r} checkpoint; it has: {', '.join(self.available())}")
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks (a checkpoint a fine-tune started from, an imported TorchScript
+    file)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

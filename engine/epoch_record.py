@@ -42,9 +42,11 @@ def val_summary(val: ValResult) -> dict[str, Any]:
             "avg_clean": metrics.average(val.clean_acc_per_class)}
 
 
-def run_started_payload(profile: Any, splits: Any, rt: Any, group_payload: dict[str, Any]) -> dict[str, Any]:
+def run_started_payload(profile: Any, splits: Any, rt: Any, group_payload: dict[str, Any],
+                        init: dict[str, Any] | None = None) -> dict[str, Any]:
     """The `run_started` event: the resolved profile, the data's classes and split sizes, the device, the
-    runtime options (``Runtime.options``) and the provenance (code version, environment)."""
+    runtime options (``Runtime.options``), the provenance (code version, environment) and, for a fine-tune,
+    ``init``: the checkpoint it starts from (``Method.start_record``)."""
     from engine.contract.config import trades_kl_form
     from engine.provenance import provenance
 
@@ -56,6 +58,7 @@ def run_started_payload(profile: Any, splits: Any, rt: Any, group_payload: dict[
             "data_fingerprint": splits.fingerprint(),
             "trades_kl": trades_kl_form(profile),
             "provenance": provenance(),
+            **({"init": init} if init else {}),
             **group_payload}
 
 

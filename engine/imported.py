@@ -18,7 +18,6 @@ mean 0 and std 1 for a model that takes [0, 1] pixels), so attacks work in [0, 1
 
 from __future__ import annotations
 
-import hashlib
 
 import logging
 import shutil
@@ -29,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from engine.checkpoint import sha256_of
 from engine.contract.config import Profile
 from engine.contract.imported import too_large
 
@@ -185,14 +185,6 @@ def robustbench_state(path: Path, name: str) -> dict[str, torch.Tensor]:
     if isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     return _strip(_strip({k: v for k, v in state.items() if isinstance(v, torch.Tensor)}, "module."), "model.")
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check_trusted_file(path: Path, recorded: str) -> None:

@@ -212,7 +212,7 @@ class Trainer(StopPoints):
         point = self._resume_point(state["epoch"] if state is not None else 0)
         if state is None and point is None:
             self.events.emit("run_started", **run_started_payload(self.profile, self.splits, self.rt,
-                                                                  self._group_payload()))
+                                                                  self._group_payload(), self.method.start_record()))
             self.method.initialize(self.model)
             return 1
         where = {} if point is None else {"batch": point["batches_done"], "batches": point["batches"],

@@ -214,7 +214,8 @@ def exploratory_table(rows: list[Row], attacks: tuple[str, ...] = ("aa", "aa-fas
 def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = ("last", "best")) -> list[str]:
     """Each fairness method against its base (BASES), paired by seed: `fairtui compare --by profile --baseline
     BASE` on the same files, one row per method and checkpoint. A fine-tune is paired with the runs it started
-    from (in RESULTS or RESULTS-bases)."""
+    from (in RESULTS or RESULTS-bases), and in a second row with the checkpoints it started from (`--against-start`:
+    the base's best, where the first row sets the base at the same checkpoint as the fine-tune)."""
     from fairtui.group_report import needed_text, p_text, pct, seeds_text
     from fairtui.groups import compare_groups, results_runs
 
@@ -227,19 +228,30 @@ def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = 
             base = by_method.get(BASES.get(row.method, ""))
             if base is None or not row.results(ckpt) or not base.results(ckpt):
                 continue
-            cmp = compare_groups({base.profile: base.views, row.profile: row.views}, base.profile, HEADLINE_ATTACK,
-                                 ckpt, bases=bases)
-            (p,) = cmp.pairings
-            if p.reason is not None:
-                lines.append(f"| {row.label} | {base.label} | {ckpt} | not paired: {p.reason} | | | | | | |")
-                continue
-            w, a = p.results["worst_robust"], p.results["avg_robust"]
-            seeds = seeds_text([m.seed for m, _ in p.pairs]) + (" (each with the run it started from)" if p.by_init else "")
-            lines.append(
-                f"| {row.label} | {base.label} | {ckpt} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
-                f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} | {w.verdict} | "
-                f"{needed_text(w.seeds_needed)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, {pct(a.ci95[1], True)}] "
-                f"| {a.verdict} |")
+            for against_start in (False, True):
+                cmp = compare_groups({base.profile: base.views, row.profile: row.views}, base.profile,
+                                     HEADLINE_ATTACK, ckpt, bases=bases, against_start=against_start)
+                (p,) = cmp.pairings
+                if p.reason is not None:
+                    lines.append(f"| {row.label} | {base.label} | {ckpt} | not paired: {p.reason} | | | | | | |")
+                    break
+                if against_start and (p.against != "start" or {st.checkpoint for st in p.starts} == {ckpt}):
+                    break  # no fine-tune of the base's runs, or one whose starts are at this checkpoint: said above
+                w, a = p.results["worst_robust"], p.results["avg_robust"]
+                seeds = seeds_text([m.seed for m, _ in p.pairs])
+                where = ckpt
+                if p.against == "start":
+                    seeds += " (each with the checkpoint it started from)"
+                    where += f" against the start ({' and '.join(dict.fromkeys(st.checkpoint for st in p.starts))})"
+                    if p.starts_left_out:
+                        seeds += "; left out: " + "; ".join(p.starts_left_out)
+                elif p.by_init:
+                    seeds += " (each with the run it started from)"
+                lines.append(
+                    f"| {row.label} | {base.label} | {where} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
+                    f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} | {w.verdict} | "
+                    f"{needed_text(w.seeds_needed)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, "
+                    f"{pct(a.ci95[1], True)}] | {a.verdict} |")
     if not lines:
         return []
     return ["| method | base | checkpoint | seeds paired | worst class, difference [95% CI] | p (t / exact) | "
@@ -295,7 +307,8 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
                   f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same): the mean "
                   "difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the verdict "
                   "at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
-                  "spread.", "", *paired]
+                  "spread. A fine-tune has a second row against the checkpoints its runs started from "
+                  "(`--against-start`): what the fine-tune itself added.", "", *paired]
     parts += ["", "Where each row ran:", "", *provenance_lines(rows)]
     return "\n".join(parts)
 

@@ -108,9 +108,14 @@ def pairing_lines(p: Pairing) -> list[str]:
     if p.reason is not None:
         return [f"{head}: not paired, {p.reason}"]
     how = "each run with the run it started from" if p.by_init else "by seed"
+    if p.against == "start":
+        how = "each run with the checkpoint it started from"
     seeds = seeds_text([a.seed for a, _ in p.pairs])
     lines = [head, f"  paired {how}: seeds {seeds}"
              + (f"; dropped: seeds {seeds_text(p.dropped_seeds)}" if p.dropped_seeds else "")]
+    if p.against == "start":
+        lines.append(f"  {p.baseline} at {starts_text(p)}")
+    lines += [f"  left out: {line}" for line in p.starts_left_out]
     if p.bases_missing:
         lines.append(f"  the runs {_seeds_word(p.bases_missing)} started from are not at hand: give --bases DIR")
     for metric, word in METRIC_WORDS.items():
@@ -169,7 +174,27 @@ def _markdown(cmp: GroupComparison) -> str:
             lines.append(f"\n{md_cell(p.group)} is not paired with {md_cell(p.baseline)}: {md_cell(p.reason)}.")
         elif p.bases_missing:
             lines.append(f"\n{md_cell(p.group)} is paired by seed: {bases_missing_text(p)}.")
+        elif p.against == "start":
+            lines.append(f"\n{md_cell(against_start_text(p, cmp.checkpoint))}.")
     return "\n".join(lines) + "\n"
+
+
+def starts_text(p: Pairing) -> str:
+    """Where the baseline side of a pairing against the starts stands: "best (epochs 7, 9; as the engine recorded
+    what it loaded)", or "best (as init_from names a run folder: no epoch recorded)"."""
+    if not p.starts:
+        return "no start with a result"
+    labels = " and ".join(dict.fromkeys(st.checkpoint or "?" for st in p.starts))
+    inferred = [a.seed for st, (a, _) in zip(p.starts, p.pairs) if not st.recorded]
+    if not inferred:
+        epochs = ", ".join("?" if st.epoch is None else str(st.epoch) for st in p.starts)
+        return f"{labels}, epochs {epochs} (recorded by the engine as loaded)"
+    return f"{labels} (inferred from method.init_from for {_seeds_word(inferred)}; no epoch recorded)"
+
+
+def against_start_text(p: Pairing, checkpoint: str) -> str:
+    return (f"{p.group} is paired with the checkpoints its runs started from ({p.baseline} at {starts_text(p)}), "
+            f"not with {p.baseline} at {checkpoint}" + "".join(f"; left out: {line}" for line in p.starts_left_out))
 
 
 def bases_missing_text(p: Pairing) -> str:
@@ -194,6 +219,7 @@ def _latex(cmp: GroupComparison) -> str:
                   *(row(_pair_cells(p, m)) for p in paired for m in METRIC_WORDS), r"\bottomrule", r"\end{tabular}"]
         lines += [f"% {inert(p.group)} is paired by seed: {inert(bases_missing_text(p))}" for p in paired
                   if p.bases_missing]
+        lines += [f"% {inert(against_start_text(p, cmp.checkpoint))}" for p in paired if p.against == "start"]
     return "\n".join(lines) + "\n"
 
 
@@ -218,5 +244,6 @@ def _csv(cmp: GroupComparison) -> str:
                         f"{r.mean:.6g}", f"{r.ci95[0]:.6g}", f"{r.ci95[1]:.6g}", f"{r.p:.6g}",
                         "" if math.isnan(r.p_permutation) else f"{r.p_permutation:.6g}", r.verdict,
                         r.seeds_needed if r.seeds_needed is not None else "", seeds_text(p.dropped_seeds), csv_cell(setting),
-                        cmp.checkpoint, "fractions"])
+                        cmp.checkpoint if p.against != "start" else f"{cmp.checkpoint} against the starts "
+                        f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions"])
     return buf.getvalue()

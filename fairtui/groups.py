@@ -173,6 +173,11 @@ class Pairing:
     pairs: list[tuple[Member, Member]] = field(default_factory=list)
     dropped_seeds: list[int | None] = field(default_factory=list)
     by_init: bool = False  # the fine-tune's runs are paired with the runs they started from
+    # "checkpoint": each side at the comparison's checkpoint; "start": each fine-tune run against the very
+    # checkpoint it started from (``against_start``), its label and epoch per pair in ``starts``
+    against: str = "checkpoint"
+    starts: list[Start] = field(default_factory=list)
+    starts_left_out: list[str] = field(default_factory=list)  # fine-tune runs whose start has no result to pair
     # seeds of a fine-tune of the baseline whose start is not at hand (others' are): paired by seed instead
     bases_missing: list[int | None] = field(default_factory=list)
     reason: str | None = None  # not paired: why
@@ -194,8 +199,59 @@ class Pairing:
                         "dropped_seeds": self.dropped_seeds, "seeds": [a.seed for a, _ in self.pairs],
                         "differences": [a.summary[metric] - b.summary[metric] for a, b in self.pairs],
                         "pairing": "init_from" if self.by_init else "seed", "bases_missing": self.bases_missing,
+                        "against": self.against, "starts": [st.to_json() for st in self.starts],
+                        "starts_left_out": self.starts_left_out,
                         "rho_per_seed": self.rho, "rho_mean": _num(_mean_or_nan(self.rho))})
         return out
+
+
+@dataclass(frozen=True)
+class Start:
+    """The checkpoint a fine-tune run started from: its run, which checkpoint ("best", "last"; None: a file that
+    is no run's checkpoint) and its epoch. ``recorded``: from `run_started`'s ``init`` (the engine wrote what it
+    loaded); else inferred from ``method.init_from`` by the engine's rule (a run folder gives its best checkpoint:
+    engine.contract.protocol.resolve_init_checkpoint), with no epoch to check."""
+
+    run_id: str | None
+    checkpoint: str | None
+    epoch: int | None
+    recorded: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "checkpoint": self.checkpoint, "epoch": self.epoch, "recorded": self.recorded}
+
+
+def start_of(view: RunView) -> Start | None:
+    """Where a fine-tune run started (:class:`Start`); None for a run that is no fine-tune."""
+    init = (view.started or {}).get("init")
+    if isinstance(init, dict) and init.get("file"):
+        epoch = init.get("epoch")
+        return Start(init.get("run_id"), init.get("checkpoint"), epoch if isinstance(epoch, int) else None, True)
+    ref = (view.config.get("method") or {}).get("init_from") or ""
+    if not ref:
+        return None
+    path = Path(ref)
+    if path.suffix == ".pt":
+        own = path.parent.name == "checkpoints" and path.stem in ("best", "last")
+        return Start(init_run_id(view), path.stem if own else None, None, False)
+    return Start(init_run_id(view), "best", None, False)
+
+
+def start_member(base: RunView, start: Start, attack: str | None, n_per_class: int) -> tuple[Member | None, str]:
+    """The base run's result at the checkpoint a fine-tune started from, or None and why not: a start that is no
+    run's checkpoint, a checkpoint without the result, or one that moved after the start (its result is of
+    another epoch than the one recorded as loaded)."""
+    if start.checkpoint is None:
+        return None, "started from a file that is no run's best or last checkpoint"
+    try:
+        result = pick_result(base, attack, start.checkpoint, n_per_class=n_per_class)
+    except CompareError:
+        return None, f"{base.name} [{base.run_id}] has no {attack or 'robust'} result at {start.checkpoint}"
+    got = result.get("epoch")
+    if start.epoch is not None and isinstance(got, int) and got != start.epoch:
+        return None, (f"started from epoch {start.epoch} of {base.name} [{base.run_id}], whose {start.checkpoint} "
+                      f"result is of epoch {got} (the checkpoint moved after the start)")
+    return Member(base, seed_of(base), result, summarise(result)), ""
 
 
 def init_run_id(view: RunView) -> str | None:
@@ -210,11 +266,12 @@ def init_run_id(view: RunView) -> str | None:
 
 
 def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None, attack: str | None = None,
-         checkpoint: str = "best", n_per_class: int = 0) -> Pairing:
+         checkpoint: str = "best", n_per_class: int = 0, against_start: bool = False) -> Pairing:
     """``group`` against ``baseline``, seed by seed. A fine-tune whose every run names the run it started from
     (``method.init_from``), each found among the baseline's runs or ``bases`` and of the baseline's profile, is
-    paired with those runs instead. Only seeds both sides have are paired; the rest are dropped and named. Groups
-    whose protocols differ are not paired (``reason``)."""
+    paired with those runs instead: at ``checkpoint``, or with ``against_start`` at the checkpoint each run started
+    from (:func:`start_of`: what the fine-tune itself added). Only seeds both sides have are paired; the rest are
+    dropped and named. Groups whose protocols differ are not paired (``reason``)."""
     out = Pairing(group.label, baseline.label)
     if not group.members or not baseline.members:
         out.reason = "a group has no run with the result"
@@ -228,6 +285,8 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
     if partners is not None:
         out.by_init = True
         out.pairs = [(m, partners[m.view.run_id]) for m in group.members]
+        if against_start:
+            _pair_with_starts(out, attack, n_per_class)
     else:
         out.pairs = [(m, base_by_seed[m.seed]) for m in group.members if m.seed in base_by_seed]
         paired_seeds = {m.seed for m, _ in out.pairs}
@@ -245,6 +304,22 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
                            b.summary["worst_robust"]) if b.summary["worst_robust"] > 0 and b.summary["avg_robust"] > 0
                else None for a, b in out.pairs]
     return out
+
+
+def _pair_with_starts(out: Pairing, attack: str | None, n_per_class: int) -> None:
+    """Each pair's baseline side moved to the checkpoint the fine-tune run started from; a run whose start has no
+    result to pair is left out and named (``starts_left_out``)."""
+    out.against = "start"
+    pairs = []
+    for m, base in out.pairs:
+        start = start_of(m.view)
+        member, why = start_member(base.view, start, attack, n_per_class) if start else (None, "no start recorded")
+        if member is None:
+            out.starts_left_out.append(f"{m.view.name} [{m.view.run_id}]: {why}")
+            continue
+        pairs.append((m, member))
+        out.starts.append(start)
+    out.pairs = pairs
 
 
 def _init_partners(group: Group, baseline: Group, bases: dict[str, RunView], attack, checkpoint,
@@ -309,11 +384,15 @@ class GroupComparison:
 
 
 def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None, attack: str | None = None,
-                   checkpoint: str = "best", n_per_class: int = 0,
-                   bases: dict[str, RunView] | None = None) -> GroupComparison:
-    """Groups (label -> runs) with their statistics, and each against ``baseline`` (a label) when given."""
+                   checkpoint: str = "best", n_per_class: int = 0, bases: dict[str, RunView] | None = None,
+                   against_start: bool = False) -> GroupComparison:
+    """Groups (label -> runs) with their statistics, and each against ``baseline`` (a label) when given; with
+    ``against_start``, a fine-tune of the baseline against the checkpoints its runs started from (:func:`pair`)."""
     if not named:
         raise CompareError("no group to compare: name runs with --group LABEL=RUN,RUN or select them with --by")
+    if against_start and baseline is None:
+        raise CompareError("--against-start pairs fine-tunes with the checkpoints they started from: give --baseline "
+                           "LABEL, the group of the runs they started from")
     if baseline is not None and baseline not in named:
         raise CompareError(f"--baseline {baseline!r} is not a group; the groups are: {', '.join(named)}")
     groups = [build_group(label, views, attack, checkpoint, n_per_class) for label, views in named.items()]
@@ -329,5 +408,6 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
         if base is None:
             raise CompareError(f"the baseline group {baseline!r} has no run with a {attack or 'robust'} result at "
                                f"{checkpoint}")
-        pairings = [pair(g, base, bases, attack, checkpoint, n_per_class) for g in groups if g is not base]
+        pairings = [pair(g, base, bases, attack, checkpoint, n_per_class, against_start) for g in groups
+                    if g is not base]
     return GroupComparison(attack, checkpoint, groups, baseline, pairings, names)

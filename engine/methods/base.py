@@ -130,6 +130,11 @@ class Method:
         return self.ctx.attack.step
 
     # -- between epochs -------------------------------------------------------------------------
+    def start_record(self) -> dict[str, Any]:
+        """What a fresh run starts from beyond its profile, recorded as `run_started`'s ``init`` (a fine-tune's
+        checkpoint); called just before :meth:`initialize`. Empty: nothing to record."""
+        return {}
+
     def initialize(self, model: torch.nn.Module) -> None:
         """Called once when a run starts fresh (not on resume): e.g. load a pre-trained model."""
 

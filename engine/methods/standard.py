@@ -121,13 +121,41 @@ class TRADES(Method):
         return {}
 
 
-def load_initial_weights(model: torch.nn.Module, ref: str, device: torch.device) -> None:
-    """The fine-tuned methods' (FRL, FAAL) starting weights: ``init_from``'s checkpoint into ``model``. A
-    checkpoint of another architecture is a ProfileError naming the key, not a traceback."""
+def initial_checkpoint(ref: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What a fine-tune starts from, for `run_started`'s ``init``, and the checkpoint's state (None when it cannot
+    be read: :func:`load_initial_weights` then says why, after `run_started`). The record names the file and its
+    SHA-256, and when the file is a run's checkpoint, the run, which checkpoint ("best" or "last": a run folder
+    gives its best) and the epoch it holds, so that a comparison can pair the fine-tune with the very checkpoint
+    it started from (fairtui.groups)."""
+    from engine.checkpoint import CheckpointError, load_checkpoint, sha256_of
+
+    try:
+        path = resolve_init_checkpoint(ref)
+    except ProfileError:
+        return {}, None
+    own = path.parent.name == "checkpoints" and path.stem in ("best", "last")
+    record: dict[str, Any] = {"from": ref, "file": str(path.resolve()), "sha256": sha256_of(path),
+                              "run_id": path.parent.parent.name if own else None,
+                              "checkpoint": path.stem if own else None, "epoch": None}
+    try:
+        state = load_checkpoint(path, "cpu")
+    except CheckpointError:
+        return record, None
+    epoch = state.get("epoch")
+    record["epoch"] = int(epoch) if isinstance(epoch, int) else None
+    return record, state
+
+
+def load_initial_weights(model: torch.nn.Module, ref: str, device: torch.device,
+                         state: dict[str, Any] | None = None) -> None:
+    """The fine-tuned methods' (FRL, FAAL) starting weights: ``init_from``'s checkpoint (or its ``state``, read
+    already by :func:`initial_checkpoint`) into ``model``. A checkpoint of another architecture is a ProfileError
+    naming the key, not a traceback."""
     from engine.checkpoint import CheckpointError, load_checkpoint
 
     try:
-        state = load_checkpoint(resolve_init_checkpoint(ref), device)
+        if state is None:
+            state = load_checkpoint(resolve_init_checkpoint(ref), device)
         model.load_state_dict(state["model"])
     except CheckpointError as err:
         raise ProfileError("profile", "method.init_from", str(err)) from None
@@ -160,9 +188,18 @@ class FineTunePhase:
         """Fine-tuning after in-run pre-training starts with a new optimiser (both authors' codes)."""
         return self.p.pretrain_epochs > 0 and epoch == self.p.pretrain_epochs + 1
 
+    def start_record(self) -> dict[str, Any]:
+        """``init_from``'s checkpoint: which run, checkpoint and epoch, and its SHA-256 (:func:`initial_checkpoint`);
+        the weights read here are the ones :meth:`initialize` loads."""
+        if not self.p.init_from:
+            return {}
+        record, self._initial_state = initial_checkpoint(self.p.init_from)
+        return record
+
     def initialize(self, model: torch.nn.Module) -> None:
         if self.p.init_from:
-            load_initial_weights(model, self.p.init_from, self.ctx.device)
+            state, self._initial_state = getattr(self, "_initial_state", None), None
+            load_initial_weights(model, self.p.init_from, self.ctx.device, state)
 
     def pretrain_state(self) -> dict[str, Any]:
         return {"phase": f"pretrain ({self.p.pretrain_method})"}

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import Bases, Baseline, By, GroupOpt, Results
+from fairtui.cli.groups import AgainstStart, Bases, Baseline, By, GroupOpt, Results
 from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail, resolve_run
 
 HELP = ("Export runs as a paper table (runs differing only in seed are grouped as mean ± std), or as "
@@ -31,6 +31,7 @@ def export(
     results: List[Path] = Results,
     bases: List[Path] = Bases,
     baseline: Optional[str] = Baseline,
+    against_start: bool = AgainstStart,
     home: HomeT = Home,
 ) -> None:
     from fairtui.compare import CompareError, export_rows
@@ -44,10 +45,13 @@ def export(
             raise fail(f"groups export as csv, md, latex or json, got {fmt!r}")
         if by is None and not group:
             raise fail("--results needs --by or --group: which runs form which group")
-        text = group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt)
+        text = group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt,
+                          against_start)
         write_or_print(text, output, force, home)
         return
 
+    if against_start:
+        raise fail("--against-start pairs groups: give --by or --group with --baseline")
     if fmt not in ("csv", "md", "latex", "json", "tensorboard"):
         raise fail(f"--format must be csv, md, latex, json or tensorboard, got {fmt!r}")
     if fmt == "tensorboard" and not output:
@@ -87,7 +91,8 @@ def write_or_print(text: str, output: "Path | None", force: bool, home: HomeT) -
         typer.echo(text, nl=False)
 
 
-def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt) -> str:
+def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt,
+               against_start=False) -> str:
     """Groups of seeds and their paired differences with the baseline group (fairtui.groups), as ``fmt``."""
     import json
 
@@ -98,7 +103,7 @@ def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_
 
     named = named_groups(home, by, group, results, {})
     try:
-        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases))
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start)
     except CompareError as err:
         raise fail(str(err)) from None
     return json.dumps(cmp.to_json(), indent=1) + "\n" if fmt == "json" else render_groups(cmp, fmt)

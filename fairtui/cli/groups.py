@@ -21,6 +21,9 @@ Results = typer.Option([], "--results", help="a folder of committed run files, <
 Bases = typer.Option([], "--bases", help="a folder of runs that fine-tunes started from (method.init_from), "
                      "used only as their pairs, never as a group (repeatable)")
 Baseline = typer.Option(None, "--baseline", help="with groups: the group every other is paired with, by seed")
+AgainstStart = typer.Option(False, "--against-start", help="with --baseline: a fine-tune of the baseline (FRL, FAAL, "
+                            "CSR) against the checkpoint each of its runs started from, which says what the fine-tune "
+                            "added, instead of against the baseline's runs at --checkpoint")
 
 
 def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=None, status=None, tag=None,

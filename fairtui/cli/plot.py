@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import Bases, Baseline, By, GroupOpt, Results
+from fairtui.cli.groups import AgainstStart, Bases, Baseline, By, GroupOpt, Results
 from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail
 
 HELP = ("Draw a paper figure from runs: classes (per-class bars), curves (per-class accuracy over epochs), "
@@ -39,6 +39,7 @@ def plot(
     results: List[Path] = Results,
     bases: List[Path] = Bases,
     baseline: Optional[str] = Baseline,
+    against_start: bool = AgainstStart,
     home: HomeT = Home,
 ) -> None:
     from fairtui.cli.export import collect_runs
@@ -55,7 +56,9 @@ def plot(
         raise fail(str(err)) from None
     if kind == "forest":  # groups of seeds against a baseline group, paired by seed
         raise typer.Exit(_plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class,
-                                      output, fmt, width, force, home))
+                                      output, fmt, width, force, home, against_start))
+    if against_start:
+        raise fail("--against-start belongs to plot forest (groups paired with a --baseline)")
     if kind == "study":  # a tuning study (fairtui tune): its objective over the trials, and one parameter's effect
         raise typer.Exit(_plot_study(runs, output, fmt, key, width, force, home))
     dirs = collect_runs(home, runs, tag, sweep)
@@ -93,7 +96,7 @@ def _plot_study(names: list[str] | None, output: Path, fmt: str, key: str | None
 
 
 def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class, output: Path, fmt: str,
-                 width, force: bool, home: HomeT) -> int:
+                 width, force: bool, home: HomeT, against_start: bool = False) -> int:
     from fairtui.cli.groups import bases_views, named_groups
     from fairtui.compare import CompareError
     from fairtui.export import OutputError, write_output
@@ -110,7 +113,7 @@ def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, 
         raise fail("plot forest needs --baseline LABEL: the group the differences are taken against")
     named = named_groups(home, by, group, results, {})
     try:
-        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases))
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start)
     except CompareError as err:
         raise fail(str(err)) from None
     rows = cmp.to_json()["paired"]
@@ -118,6 +121,9 @@ def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, 
         raise fail(f"no group could be paired with {baseline!r}: "
                    + "; ".join(f"{p.group}: {p.reason}" for p in cmp.pairings) if cmp.pairings else "no other group")
     caption = f"paired by seed against {baseline}, 95% t-intervals; {title(cmp)}"
+    started = [p.group for p in cmp.pairings if p.against == "start"]
+    if started:
+        caption += f"; {', '.join(started)} against the checkpoints {'its' if len(started) == 1 else 'their'} runs started from"
     try:
         fig = draw.forest(rows, caption, width or 6.9)
         written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)

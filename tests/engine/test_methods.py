@@ -1,5 +1,8 @@
 """Every update rule against numbers computed by hand from its paper's equation."""
 
+import hashlib
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -240,3 +243,18 @@ def test_frl_initialize_loads_the_named_checkpoint(tmp_path):
     target = nn.Linear(3, 2)
     FRL(params, ctx(2, params)).initialize(target)
     assert torch.equal(target.weight, source.weight) and torch.equal(target.bias, source.bias)
+    # as the trainer calls it: start_record reads the checkpoint once (for run_started's init), and initialize
+    # loads those weights; a file that is no run's best or last checkpoint is named by its path alone
+    run_ckpt = tmp_path / "runs" / "r1" / "checkpoints"
+    run_ckpt.mkdir(parents=True)
+    torch.save({"model": source.state_dict(), "epoch": 7}, run_ckpt / "last.pt")
+    for ref, expected in ((tmp_path / "best.pt", (None, None, None)), (run_ckpt / "last.pt", ("r1", "last", 7)),
+                          (run_ckpt.parent, ("r1", "last", 7))):  # a run folder without best.pt: its last
+        params = FRLParams(init_from=str(ref))
+        frl, target = FRL(params, ctx(2, params)), nn.Linear(3, 2)
+        record = frl.start_record()
+        assert (record["run_id"], record["checkpoint"], record["epoch"]) == expected, ref
+        assert record["sha256"] == hashlib.sha256(Path(record["file"]).read_bytes()).hexdigest()
+        frl.initialize(target)
+        assert torch.equal(target.weight, source.weight) and frl._initial_state is None
+    assert FRL(FRLParams(), ctx(2, FRLParams())).start_record() == {}  # no init_from: nothing to record

@@ -1,10 +1,12 @@
 """`fairtui run` / `resume` headless: run folder contract, --json, exit codes, --gpus."""
 
+import hashlib
 import json
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +113,16 @@ def test_frl_fine_tunes_an_earlier_run_named_in_init_from(tmp_path, tiny_profile
     run_dir = home / "runs" / json.loads(frl.stdout)["run_id"]
     saved = (run_dir / "profile.toml").read_text()
     assert f"{base_id}/checkpoints/best.pt" in saved  # the resolved profile names the exact weights
+    # run_started records what was loaded: the run, which checkpoint and its epoch, the file's SHA-256, so that
+    # `compare --against-start` pairs the fine-tune with that very checkpoint
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    init = next(e for e in events if e["type"] == "run_started")["init"]
+    best_pt = home / "runs" / base_id / "checkpoints" / "best.pt"
+    base_events = [json.loads(line) for line in (home / "runs" / base_id / "events.jsonl").read_text().splitlines()]
+    best_epoch = next(e["epoch"] for e in base_events if e["type"] == "eval_result" and e["checkpoint"] == "best")
+    assert init["run_id"] == base_id and init["checkpoint"] == "best" and init["epoch"] == best_epoch
+    assert init["sha256"] == hashlib.sha256(best_pt.read_bytes()).hexdigest()
+    assert Path(init["file"]) == best_pt.resolve()
     missing = fairtui_cmd("run", str(tiny_profile()), "--set", "method.name=frl", "--set", "method.init_from=nope",
                           home=home)
     assert missing.returncode == 2 and "method.init_from" in missing.stderr

@@ -74,9 +74,11 @@ def test_verdict_follows_the_interval():
 # -- run folders for the groups ---------------------------------------------------------------------------------
 
 def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[float], clean: float = 0.8,
-              dataset: str = "cifar10", eps: float = 4 / 255, init_from: str = "", method: str = "pgd_at") -> Path:
-    """A finished run's small files, as experiments/results holds them: run_started, one test result at the
-    best and the last checkpoint, run_finished."""
+              dataset: str = "cifar10", eps: float = 4 / 255, init_from: str = "", method: str = "pgd_at",
+              best: list[float] | None = None, epochs: tuple = (None, None), init: dict | None = None) -> Path:
+    """A finished run's small files, as experiments/results holds them: run_started (with ``init``, what a
+    fine-tune loaded, as the engine records it), one test result at the best checkpoint (``best``, else ``robust``)
+    and the last (``robust``), of ``epochs``, and run_finished."""
     run_dir = root / profile / run_id
     run_dir.mkdir(parents=True)
     config = {"name": profile, "seed": seed, "data": {"dataset": dataset, "train_per_class": 100},
@@ -86,11 +88,11 @@ def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[flo
     (run_dir / "meta.json").write_text(json.dumps({"run_id": run_id, "name": f"{profile}-s{seed}", "tags": ["t"]}))
     events = [{"v": 1, "seq": 0, "t": 0, "run_id": run_id, "type": "run_started", "config": config,
                "num_classes": 4, "class_names": CLASSES, "device": "cpu", "seed": seed,
-               "split_sizes": {"train": [100] * 4, "test": [50] * 4}}]
-    for i, ckpt in enumerate(("best", "last")):
+               "split_sizes": {"train": [100] * 4, "test": [50] * 4}, **({"init": init} if init else {})}]
+    for i, (ckpt, acc) in enumerate((("best", best or robust), ("last", robust))):
         events.append({"v": 1, "seq": 1 + i, "t": 0, "run_id": run_id, "type": "eval_result", "split": "test",
-                       "checkpoint": ckpt, "attack": "pgd20", "eps": eps,
-                       "clean_acc_per_class": [clean] * 4, "robust_acc_per_class": robust})
+                       "checkpoint": ckpt, "attack": "pgd20", "eps": eps, "clean_acc_per_class": [clean] * 4,
+                       "robust_acc_per_class": acc, **({"epoch": epochs[i]} if epochs[i] is not None else {})})
     events.append({"v": 1, "seq": 3, "t": 0, "run_id": run_id, "type": "run_finished", "status": "completed"})
     (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     return run_dir
@@ -236,6 +238,47 @@ def test_a_fine_tune_whose_other_starts_are_not_at_hand_says_so_and_pairs_by_see
     (ft,) = [e for e in doc["paired"] if e["group"] == "cpu-ft" and e["metric"] == "worst_robust"]
     assert ft["pairing"] == "init_from" and ft["bases_missing"] == []
     assert ft["differences"] == pytest.approx([0.20 - 0.10, 0.35 - 0.30])
+
+
+def test_against_start_pairs_each_fine_tune_run_with_the_checkpoint_it_loaded(tmp_path):
+    """FAAL's committed seeds start from PGD-AT's best checkpoint, whose worst class is above its last one: paired at
+    --checkpoint last, the fine-tune's gain holds the base's own best-to-last drop. --against-start pairs each run
+    with the checkpoint it started from: the one the engine recorded (its epoch checked against the base's result),
+    or, for runs made before the record, the best checkpoint init_from's run folder gives."""
+    root, home = tmp_path / "results", tmp_path / "home"
+    base_best = {0: 0.20, 1: 0.24, 2: 0.30}  # worst class at best (epoch 7); the last (epoch 10) is 0.10 lower
+    for seed, worst in base_best.items():
+        write_run(root, "cpu-base", f"20260101-00000{seed}-base{seed:02d}", seed, [worst - 0.10, 0.4, 0.5, 0.6],
+                  best=[worst, 0.4, 0.5, 0.6], epochs=(7, 10))
+    ft_last = {0: 0.25, 1: 0.26, 2: 0.36}
+    for seed, worst in ft_last.items():
+        base = f"20260101-00000{seed}-base{seed:02d}"
+        init = {"from": base, "file": f"/h/runs/{base}/checkpoints/best.pt", "sha256": "0" * 64, "run_id": base,
+                "checkpoint": "best", "epoch": 9 if seed == 2 else 7}  # seed 2's start moved: epoch 9, not 7
+        write_run(root, "cpu-ft", f"20260105-00000{seed}-ft{seed:04d}", seed, [worst, 0.4, 0.5, 0.6],
+                  init_from=f"/h/runs/{base}", method="faal", init=None if seed == 1 else init)
+    args = ("compare", "--results", str(root), "--by", "profile", "--baseline", "cpu-base", "--checkpoint", "last")
+    same = json.loads(fairtui_cmd(*args, "--json", home=home).stdout)
+    (ft,) = [e for e in same["paired"] if e["metric"] == "worst_robust"]
+    assert ft["against"] == "checkpoint" and ft["differences"] == pytest.approx([0.15, 0.12, 0.16])  # last - last
+    doc = json.loads(fairtui_cmd(*args, "--against-start", "--json", home=home).stdout)
+    (ft,) = [e for e in doc["paired"] if e["metric"] == "worst_robust"]
+    assert ft["against"] == "start" and ft["seeds"] == [0, 1]
+    assert ft["differences"] == pytest.approx([0.25 - 0.20, 0.26 - 0.24])  # the fine-tune's last - the base's best
+    assert [(st["checkpoint"], st["epoch"], st["recorded"]) for st in ft["starts"]] == [("best", 7, True),
+                                                                                      ("best", None, False)]
+    assert len(ft["starts_left_out"]) == 1 and "started from epoch 9" in ft["starts_left_out"][0]
+    assert "whose best result is of epoch 7" in ft["starts_left_out"][0]
+    text = " ".join(fairtui_cmd(*args, "--against-start", home=home).stdout.split())
+    assert "paired each run with the checkpoint it started from: seeds 0, 1" in text
+    assert "cpu-base at best (inferred from method.init_from for seed 1; no epoch recorded)" in text
+    md = fairtui_cmd("export", *args[1:], "--against-start", "--format", "md", home=home).stdout
+    assert "cpu-ft is paired with the checkpoints its runs started from (cpu-base at best" in md
+    assert "not with cpu-base at last; left out: cpu-ft-s2" in md
+    latex = fairtui_cmd("export", *args[1:], "--against-start", "--format", "latex", home=home).stdout
+    assert "% cpu-ft is paired with the checkpoints its runs started from" in latex
+    refused = fairtui_cmd("compare", "--results", str(root), "--by", "profile", "--against-start", home=home)
+    assert refused.returncode == 2 and "give --baseline" in refused.stderr
 
 
 def test_bad_group_input_is_one_line(results, tmp_path):
