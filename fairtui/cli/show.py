@@ -61,6 +61,9 @@ def show(
                        f"tags {inert(', '.join(view.meta.get('tags', []))) or '-'}"))
     if view.imported is not None:
         console.print(Text(import_source_line(view.imported)))
+    start = start_line(view)
+    if start:
+        console.print(Text(start))
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
     from fairtui.report import provenance_line
@@ -89,6 +92,25 @@ def show(
             console.print(table)
         for line in lines:
             console.print(Text(line))
+
+
+def start_line(view) -> str | None:
+    """Where a fine-tune started: the checkpoint the engine recorded as loaded (run, best or last, epoch, SHA-256),
+    or for a run from before that record, ``method.init_from`` and the checkpoint the engine's rule gives."""
+    from fairtui.groups import start_of
+    from fairtui.usertext import inert
+
+    start = start_of(view)
+    if start is None:
+        return None
+    init = (view.started or {}).get("init") or {}
+    if start.recorded:
+        where = (f"run {start.run_id}'s {start.checkpoint} checkpoint (epoch {start.epoch})" if start.checkpoint
+                 else inert(init.get("file")))
+        return f"fine-tuned from {where}; sha256 {str(init.get('sha256'))[:16]}..."
+    ref = (view.config.get("method") or {}).get("init_from")
+    what = f"its {start.checkpoint} checkpoint, by the engine's rule" if start.checkpoint else "that file"
+    return f"fine-tuned from {inert(ref)} ({what}; the run predates the engine's record of what it loaded)"
 
 
 def import_source_line(src: dict) -> str:

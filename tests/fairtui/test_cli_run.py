@@ -123,6 +123,9 @@ def test_frl_fine_tunes_an_earlier_run_named_in_init_from(tmp_path, tiny_profile
     assert init["run_id"] == base_id and init["checkpoint"] == "best" and init["epoch"] == best_epoch
     assert init["sha256"] == hashlib.sha256(best_pt.read_bytes()).hexdigest()
     assert Path(init["file"]) == best_pt.resolve()
+    shown = fairtui_cmd("show", run_dir.name, home=home)
+    assert f"fine-tuned from run {base_id}'s best checkpoint (epoch {best_epoch})" in " ".join(shown.stdout.split())
+    assert json.loads(fairtui_cmd("show", run_dir.name, "--json", home=home).stdout)["init"] == init
     missing = fairtui_cmd("run", str(tiny_profile()), "--set", "method.name=frl", "--set", "method.init_from=nope",
                           home=home)
     assert missing.returncode == 2 and "method.init_from" in missing.stderr
