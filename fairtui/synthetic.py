@@ -34,9 +34,10 @@ def _confusion(robust: list[float], n: int = 50) -> list[list[int]]:
 def make_run(home: Path, run_id: str, name: str = "synthetic", method: str = "cfa", epochs: int = 5, k: int = 10,
              seed: int = 0, status: str = "completed", profile: Profile | None = None, tags: tuple = (),
              robust_centre: float = 0.5, attacks: tuple[str, ...] = ("pgd20",), t0: float | None = None,
-             method_state: dict | None = None) -> Path:
+             method_state: dict | None = None, init_from: str = "") -> Path:
     """Write ``<home>/runs/<run_id>/`` with an event stream of ``epochs`` epochs and test results
-    (``method_state``: every epoch's, instead of synthetic margins and weights)."""
+    (``method_state``: every epoch's, instead of synthetic margins and weights; ``init_from``: a fine-tune of that
+    run folder, its ``method.init_from``)."""
     rng = random.Random(f"{run_id}-{seed}")
     run_dir = home / "runs" / run_id
     run_dir.mkdir(parents=True)
@@ -45,6 +46,8 @@ def make_run(home: Path, run_id: str, name: str = "synthetic", method: str = "cf
     (run_dir / "profile.toml").write_text(dumps_profile(profile))
     table = profile.to_table()
     table["method"]["name"] = method
+    if init_from:
+        table["method"]["init_from"] = init_from
     t0 = t0 or time.time()
     (run_dir / "meta.json").write_text(json.dumps({"run_id": run_id, "name": name, "tags": list(tags),
                                                    "created": t0}))

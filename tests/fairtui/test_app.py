@@ -380,3 +380,42 @@ async def test_compare_screen_groups_the_runs_by_profile_and_pairs_them_at_80x24
         await pilot.press("g")  # back to the runs
         await pilot.pause()
         assert app.screen.comparison is not None and not app.screen.grouped
+
+
+async def test_compare_screen_pairs_a_fine_tune_with_its_starts_on_s(tmp_path):
+    """In the grouped view, s pairs a fine-tune of the baseline with the checkpoints its runs started from (the base
+    run's best, by init_from), as `compare --against-start` does, and s again with the base at the same checkpoint."""
+    from engine.contract.config import Profile
+    from fairtui.runfolder import RunView
+
+    home = tmp_path / "home"
+    bases = {seed: f"20260101-00000{seed}-base0{seed}" for seed in (0, 1)}
+    for seed, run_id in bases.items():
+        make_run(home, run_id, name=f"base-s{seed}", seed=seed, robust_centre=0.4, profile=Profile(name="base", seed=seed))
+    ids = list(bases.values())
+    for seed, base in bases.items():
+        ids.append(f"20260102-00000{seed}-ftft0{seed}")
+        make_run(home, ids[-1], name=f"ft-s{seed}", seed=seed, method="faal", robust_centre=0.45,
+                 profile=Profile(name="ft", seed=seed), init_from=str(home / "runs" / base))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, compare=ids,
+                   queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.screen.checkpoint = "last"  # the fine-tunes' last checkpoints
+        await pilot.press("g")
+        await pilot.pause()
+        base = {ckpt: [RunView.load(home / "runs" / b).results()[("test", ckpt, "pgd20")]["worst_robust"]
+                       for b in bases.values()] for ckpt in ("best", "last")}
+        assert base["best"] != base["last"]
+        (pairing,) = app.screen.group_comparison.pairings
+        assert pairing.by_init and pairing.against == "checkpoint"  # the default: the bases at last too
+        assert [b.summary["worst_robust"] for _, b in pairing.pairs] == pytest.approx(base["last"])
+        await pilot.press("s")
+        await pilot.pause()
+        (pairing,) = app.screen.group_comparison.pairings
+        assert pairing.against == "start" and [st.checkpoint for st in pairing.starts] == ["best", "best"]
+        assert [b.summary["worst_robust"] for _, b in pairing.pairs] == pytest.approx(base["best"])
+        assert "s: fine-tunes against the baseline" in str(app.screen.query_one("#compare-title").render())
+        await pilot.press("s")
+        await pilot.pause()
+        assert app.screen.group_comparison.pairings[0].against == "checkpoint"

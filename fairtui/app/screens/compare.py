@@ -1,5 +1,6 @@
 """The compare screen: per-class robust bars grouped by class, summary with deltas and rho, config diff; with g, the
-runs grouped by profile (a method's seeds), each group paired by seed with the baseline group (fairtui.groups)."""
+runs grouped by profile (a method's seeds), each group paired by seed with the baseline group (fairtui.groups), and
+with s a fine-tune of the baseline against the checkpoints its runs started from."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from fairtui.app.widgets.bars import GroupedBars
 
 class CompareScreen(Screen):
     BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("b", "next_baseline", "baseline"),
-                Binding("g", "toggle_groups", "groups")]
+                Binding("g", "toggle_groups", "groups"), Binding("s", "toggle_starts", "vs starts")]
 
     def __init__(self, run_ids: list[str], attack: str | None = None, checkpoint: str = "best"):
         super().__init__()
@@ -26,6 +27,7 @@ class CompareScreen(Screen):
         self.comparison = None
         self.grouped = False
         self.group_comparison = None
+        self.against_start = False  # groups: a fine-tune against the checkpoints it started from (compare --against-start)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -53,13 +55,14 @@ class CompareScreen(Screen):
         labels = list(named)
         baseline = labels[self.baseline % len(labels)]
         try:
-            self.group_comparison = compare_groups(named, baseline, self.attack, self.checkpoint)
+            self.group_comparison = compare_groups(named, baseline, self.attack, self.checkpoint,
+                                                   against_start=self.against_start)
         except CompareError as err:
             self.query_one("#compare-title", Static).update(f"cannot compare groups: {inert(err, markup=True)}")
             return
         self.query_one("#compare-title", Static).update(
             f"{len(labels)} groups of {len(self.run_ids)} runs by profile; baseline {inert(baseline, markup=True)} "
-            "(b: next baseline, g: runs)")
+            f"(b: next baseline, g: runs, s: fine-tunes against {'the baseline' if self.against_start else 'their starts'})")
         self.query_one("#compare-summary", Static).update(Group(*terminal(self.group_comparison)))
         self.query_one(GroupedBars).display = False
         self.query_one("#compare-diff", Static).update("")
@@ -94,6 +97,12 @@ class CompareScreen(Screen):
     def action_next_baseline(self) -> None:
         self.baseline = (self.baseline + 1) % len(self.run_ids)
         self.render_comparison()
+
+    def action_toggle_starts(self) -> None:
+        """Groups only: a fine-tune of the baseline against the checkpoints its runs started from, or back."""
+        if self.grouped:
+            self.against_start = not self.against_start
+            self.render_comparison()
 
     def action_toggle_groups(self) -> None:
         self.grouped = not self.grouped
