@@ -123,7 +123,8 @@ def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, 
     caption = f"paired by seed against {baseline}, 95% t-intervals; {title(cmp)}"
     started = [p.group for p in cmp.pairings if p.against == "start"]
     if started:
-        caption += f"; {', '.join(started)} against the checkpoints {'its' if len(started) == 1 else 'their'} runs started from"
+        caption += (f"; {', '.join(started)} against the checkpoints {'its' if len(started) == 1 else 'their'} "
+                    "runs started from")
     try:
         fig = draw.forest(rows, caption, width or 6.9)
         written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)

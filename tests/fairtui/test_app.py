@@ -391,7 +391,8 @@ async def test_compare_screen_pairs_a_fine_tune_with_its_starts_on_s(tmp_path):
     home = tmp_path / "home"
     bases = {seed: f"20260101-00000{seed}-base0{seed}" for seed in (0, 1)}
     for seed, run_id in bases.items():
-        make_run(home, run_id, name=f"base-s{seed}", seed=seed, robust_centre=0.4, profile=Profile(name="base", seed=seed))
+        make_run(home, run_id, name=f"base-s{seed}", seed=seed, robust_centre=0.4,
+                 profile=Profile(name="base", seed=seed))
     ids = list(bases.values())
     for seed, base in bases.items():
         ids.append(f"20260102-00000{seed}-ftft0{seed}")

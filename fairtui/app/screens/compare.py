@@ -27,7 +27,7 @@ class CompareScreen(Screen):
         self.comparison = None
         self.grouped = False
         self.group_comparison = None
-        self.against_start = False  # groups: a fine-tune against the checkpoints it started from (compare --against-start)
+        self.against_start = False  # groups: a fine-tune against its starts (compare --against-start)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -62,7 +62,8 @@ class CompareScreen(Screen):
             return
         self.query_one("#compare-title", Static).update(
             f"{len(labels)} groups of {len(self.run_ids)} runs by profile; baseline {inert(baseline, markup=True)} "
-            f"(b: next baseline, g: runs, s: fine-tunes against {'the baseline' if self.against_start else 'their starts'})")
+            f"(b: next baseline, g: runs, s: fine-tunes against "
+            f"{'the baseline' if self.against_start else 'their starts'})")
         self.query_one("#compare-summary", Static).update(Group(*terminal(self.group_comparison)))
         self.query_one(GroupedBars).display = False
         self.query_one("#compare-diff", Static).update("")
