@@ -281,6 +281,10 @@ def test_against_start_pairs_each_fine_tune_run_with_the_checkpoint_it_loaded(tm
     assert "fine-tuned from /h/runs/20260101-000001-base01 (its best checkpoint, by the engine's rule" in shown
     shown = " ".join(fairtui_cmd("show", "--results", str(root), "cpu-ft-s0", home=home).stdout.split())
     assert "fine-tuned from run 20260101-000000-base00's best checkpoint (epoch 7); sha256 0000000000000000" in shown
+    pytest.importorskip("matplotlib")
+    forest = fairtui_cmd("plot", "forest", *args[1:], "--against-start", "-o", str(tmp_path / "f.svg"), home=home)
+    assert forest.returncode == 0, forest.stderr
+    assert "cpu-ft against the" in (tmp_path / "f.svg").read_text()  # the caption, wrapped
     refused = fairtui_cmd("compare", "--results", str(root), "--by", "profile", "--against-start", home=home)
     assert refused.returncode == 2 and "give --baseline" in refused.stderr
 
