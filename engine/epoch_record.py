@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +61,30 @@ def run_started_payload(profile: Any, splits: Any, rt: Any, group_payload: dict[
             "provenance": provenance(),
             **({"init": init} if init else {}),
             **group_payload}
+
+
+def check_same_start(method: Any, run_dir: Path) -> None:
+    """A fine-tune stopped inside its first epoch starts that epoch again from ``init_from``'s checkpoint: it must
+    be the file it loaded the first time (`run_started`'s ``init``, by SHA-256), or the run would continue from
+    other weights than it began with. A ProfileError (exit 2, nothing lost) when the file has changed."""
+    import json
+
+    from engine.contract.profile_schema import ProfileError
+
+    recorded: dict[str, Any] = {}
+    with open(run_dir / "events.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            if '"run_started"' in line:
+                recorded = json.loads(line).get("init") or {}
+                break
+    if not recorded.get("sha256"):
+        return  # no fine-tune, or one started by an engine that did not record its start
+    now = method.start_record().get("sha256")
+    if now != recorded["sha256"]:
+        what = "is gone" if now is None else (f"has changed since this run started from it (sha256 "
+                                               f"{recorded['sha256'][:12]}... then, {now[:12]}... now)")
+        raise ProfileError("profile", "method.init_from", f"{recorded.get('file')} {what}: the run's first epoch "
+                           "cannot start again from the weights it began with; put the file back, or start a new run")
 
 
 def run_resumed_payload(splits: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from engine.contract.config import Profile
 from engine.data import Splits, TensorData, load_splits
 from engine.data.augment import plan_epoch
 from engine.distributed import Group
-from engine.epoch_record import EpochStats, run_resumed_payload, run_started_payload, val_summary
+from engine.epoch_record import EpochStats, check_same_start, run_resumed_payload, run_started_payload, val_summary
 from engine.evaluate import predict
 from engine.contract.events import EventWriter
 from engine.contract.protocol import resumed_text
@@ -218,6 +218,7 @@ class Trainer(StopPoints):
         where = {} if point is None else {"batch": point["batches_done"], "batches": point["batches"],
                                           "phase": point["phase"]}
         if state is None:  # stopped inside the first epoch: the run starts as it started, then continues
+            check_same_start(self.method, self.run_dir)
             self.method.initialize(self.model)
             epoch = 0
         else:

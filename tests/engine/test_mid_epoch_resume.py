@@ -163,3 +163,34 @@ def test_the_log_says_where_a_resumed_run_continues():
         "resumed in epoch 5, after batch 37 of 390"
     assert resumed_text({"epoch": 0, "phase": "val", "batch": 6, "batches": 6}) == \
         "resumed in epoch 1, at its validation (its training was kept)"
+
+
+def test_a_fine_tune_stopped_in_its_first_epoch_restarts_only_from_the_weights_it_began_with(tmp_path, tiny_profile):
+    """Stopped inside its first epoch, a fine-tune starts that epoch again from init_from's checkpoint. If the file
+    changed in between (its base resumed and found a new best), the resume is refused with exit 2 and nothing lost;
+    with the file put back it continues to the numbers of a run never stopped."""
+    profile = tiny_profile()
+    base = make_run_dir(tmp_path, profile, "base", ("train.epochs=1",))
+    assert run_engine(base).returncode == 0
+    overrides = ("train.epochs=1", "method.name=frl", f"method.init_from={base}", "method.finetune_lr=0.01")
+    straight = make_run_dir(tmp_path, profile, "straight", overrides)
+    assert run_engine(straight).returncode == 0
+    stopped = make_run_dir(tmp_path, profile, "stopped", overrides)
+    assert stop_inside(stopped, 1, "train", 2).returncode == 130
+    best = base / "checkpoints" / "best.pt"
+    original = best.read_bytes()
+    state = torch.load(best, weights_only=True)
+    state["model"] = {k: v + 0.01 if v.is_floating_point() else v for k, v in state["model"].items()}
+    torch.save(state, best)  # the base's best moved on
+
+    refused = run_engine(stopped)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "has changed since this run started from it" in refused.stderr
+    assert (stopped / "checkpoints" / "partial.pt").exists()  # the stopped epoch's work is kept
+
+    best.write_bytes(original)
+    resumed = run_engine(stopped)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    finals = lambda run: [(e["checkpoint"], e["robust_acc_per_class"])  # noqa: E731
+                          for e in events_of(run) if e["type"] == "eval_result"]
+    assert finals(stopped) == finals(straight)
