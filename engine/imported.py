@@ -18,7 +18,6 @@ mean 0 and std 1 for a model that takes [0, 1] pixels), so attacks work in [0, 1
 
 from __future__ import annotations
 
-
 import logging
 import shutil
 import sys

@@ -180,8 +180,8 @@ def _markdown(cmp: GroupComparison) -> str:
 
 
 def starts_text(p: Pairing) -> str:
-    """Where the baseline side of a pairing against the starts stands: "best (epochs 7, 9; as the engine recorded
-    what it loaded)", or "best (as init_from names a run folder: no epoch recorded)"."""
+    """Where the baseline side of a pairing against the starts stands: "best, epochs 7, 9 (recorded by the engine
+    as loaded)", or "best (inferred from method.init_from for seeds 0, 1; no epoch recorded)"."""
     if not p.starts:
         return "no start with a result"
     labels = " and ".join(dict.fromkeys(st.checkpoint or "?" for st in p.starts))
