@@ -403,8 +403,12 @@ async def test_compare_screen_pairs_a_fine_tune_with_its_starts_on_s(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         app.screen.checkpoint = "last"  # the fine-tunes' last checkpoints
+        await pilot.press("s")  # the runs view has no such pairing: s is hidden and does nothing
+        await pilot.pause()
+        assert not app.screen.against_start and "vs starts" not in app.export_screenshot().replace("&#160;", " ")
         await pilot.press("g")
         await pilot.pause()
+        assert "vs starts" in app.export_screenshot().replace("&#160;", " ")
         base = {ckpt: [RunView.load(home / "runs" / b).results()[("test", ckpt, "pgd20")]["worst_robust"]
                        for b in bases.values()] for ckpt in ("best", "last")}
         assert base["best"] != base["last"]

@@ -99,13 +99,17 @@ class CompareScreen(Screen):
         self.baseline = (self.baseline + 1) % len(self.run_ids)
         self.render_comparison()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """s belongs to the grouped view: hidden from the footer while the runs are shown."""
+        return self.grouped if action == "toggle_starts" else True
+
     def action_toggle_starts(self) -> None:
         """Groups only: a fine-tune of the baseline against the checkpoints its runs started from, or back."""
-        if self.grouped:
-            self.against_start = not self.against_start
-            self.render_comparison()
+        self.against_start = not self.against_start
+        self.render_comparison()
 
     def action_toggle_groups(self) -> None:
         self.grouped = not self.grouped
         self.baseline = 0
+        self.refresh_bindings()
         self.render_comparison()
