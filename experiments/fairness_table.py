@@ -215,8 +215,8 @@ def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = 
     """Each fairness method against its base (BASES), paired by seed: `fairtui compare --by profile --baseline
     BASE` on the same files, one row per method and checkpoint. A fine-tune is paired with the runs it started
     from (in RESULTS or RESULTS-bases), and in a second row with the checkpoints it started from (`--against-start`:
-    the base's best, where the first row sets the base at the same checkpoint as the fine-tune)."""
-    from fairtui.group_report import needed_text, p_text, pct, seeds_text
+    the base's best, where the first row sets the base at the same checkpoint as the fine-tune). The worst class's
+    t-test p is also given after Holm's adjustment over the methods at that checkpoint (:func:`holm_in_family`)."""
     from fairtui.groups import compare_groups, results_runs
 
     bases_dir = results.with_name(results.name + "-bases")
@@ -224,6 +224,7 @@ def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = 
     by_method = {r.method: r for r in rows}
     lines = []
     for ckpt in checkpoints:
+        made = []  # (row, base, pairing or None, a row against the starts)
         for row in rows:
             base = by_method.get(BASES.get(row.method, ""))
             if base is None or not row.results(ckpt) or not base.results(ckpt):
@@ -237,26 +238,45 @@ def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = 
                     break
                 if against_start and (p.against != "start" or {st.checkpoint for st in p.starts} == {ckpt}):
                     break  # no fine-tune of the base's runs, or one whose starts are at this checkpoint: said above
-                w, a = p.results["worst_robust"], p.results["avg_robust"]
-                seeds = seeds_text([m.seed for m, _ in p.pairs])
-                where = ckpt
-                if p.against == "start":
-                    seeds += " (each with the checkpoint it started from)"
-                    where += f" against the start ({' and '.join(dict.fromkeys(st.checkpoint for st in p.starts))})"
-                    if p.starts_left_out:
-                        seeds += "; left out: " + "; ".join(p.starts_left_out)
-                elif p.by_init:
-                    seeds += " (each with the run it started from)"
-                lines.append(
-                    f"| {row.label} | {base.label} | {where} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
-                    f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} | {w.verdict} | "
-                    f"{needed_text(w.seeds_needed)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, "
-                    f"{pct(a.ci95[1], True)}] | {a.verdict} |")
+                made.append((row, base, p, against_start))
+        family = {row.method: p.results["worst_robust"].p for row, _, p, start in made if not start}
+        for row, base, p, start in made:
+            lines.append(paired_line(row, base, p, ckpt, holm_in_family(family, row.method,
+                                                                        p.results["worst_robust"].p)))
     if not lines:
         return []
-    return ["| method | base | checkpoint | seeds paired | worst class, difference [95% CI] | p (t / exact) | "
+    return ["| method | base | checkpoint | seeds paired | worst class, difference [95% CI] | p (t / exact / Holm) | "
             "verdict | seeds for 80% power | average, difference [95% CI] | verdict |",
             "|---|---|---|---|---|---|---|---|---|---|", *lines]
+
+
+def holm_in_family(family: dict[str, float], method: str, p: float) -> float:
+    """``p`` after Holm's adjustment over the methods' comparisons at one checkpoint (``family``: method -> p),
+    ``p`` standing in its method's place: a row against the starts is adjusted as if it were its method's test."""
+    from fairtui import stats
+
+    ps = {**family, method: p}
+    return stats.holm(list(ps.values()))[list(ps).index(method)]
+
+
+def paired_line(row: Row, base: Row, p, ckpt: str, p_holm: float) -> str:
+    """One row of the paired block: the worst class's and the average's difference with their verdicts."""
+    from fairtui.group_report import needed_text, p_text, pct, seeds_text
+
+    w, a = p.results["worst_robust"], p.results["avg_robust"]
+    seeds = seeds_text([m.seed for m, _ in p.pairs])
+    where = ckpt
+    if p.against == "start":
+        seeds += " (each with the checkpoint it started from)"
+        where += f" against the start ({' and '.join(dict.fromkeys(st.checkpoint for st in p.starts))})"
+        if p.starts_left_out:
+            seeds += "; left out: " + "; ".join(p.starts_left_out)
+    elif p.by_init:
+        seeds += " (each with the run it started from)"
+    return (f"| {row.label} | {base.label} | {where} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
+            f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} / {p_text(p_holm)} | {w.verdict} | "
+            f"{needed_text(w.seeds_needed)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, {pct(a.ci95[1], True)}] "
+            f"| {a.verdict} |")
 
 
 def provenance_lines(rows: list[Row]) -> list[str]:
@@ -307,8 +327,10 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
                   f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same): the mean "
                   "difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the verdict "
                   "at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
-                  "spread. A fine-tune has a second row against the checkpoints its runs started from "
-                  "(`--against-start`): what the fine-tune itself added.", "", *paired]
+                  "spread. Holm is the t-test's p adjusted over the methods at that checkpoint (a row against "
+                  "the starts in its method's place): the verdicts are each method's own, and Holm says which "
+                  "survive being one of many. A fine-tune has a second row against the checkpoints its runs "
+                  "started from (`--against-start`): what the fine-tune itself added.", "", *paired]
     parts += ["", "Where each row ran:", "", *provenance_lines(rows)]
     return "\n".join(parts)
 

@@ -88,8 +88,9 @@ def terminal(cmp: GroupComparison) -> list:
     for g in cmp.groups:
         for line in left_out_lines(g.label, g.left_out):
             out.append(Text(inert(line), style="yellow"))
+    family = sum(p.reason is None for p in cmp.pairings)
     for p in cmp.pairings:
-        out.append(Text("\n".join(inert(line) for line in pairing_lines(p))))
+        out.append(Text("\n".join(inert(line) for line in pairing_lines(p, family))))
     return out
 
 
@@ -103,7 +104,9 @@ def left_out_lines(label: str, left_out: list[str]) -> list[str]:
     return [*lines[:LEFT_OUT_SHOWN - 1], f"left out of {label}: {rest} more runs (--json lists them all)"]
 
 
-def pairing_lines(p: Pairing) -> list[str]:
+def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
+    """A pairing's lines; with ``family`` groups paired with the same baseline, each verdict line adds the t-test's
+    p after Holm's adjustment for the others."""
     head = f"{p.group} against {p.baseline}"
     if p.reason is not None:
         return [f"{head}: not paired, {p.reason}"]
@@ -124,7 +127,8 @@ def pairing_lines(p: Pairing) -> list[str]:
         lines.append(f"  {word:<7} {pct(r.mean, True)} points {ci}  p {p_text(r.p)} (t), "
                      f"{p_text(r.p_permutation)} (exact)")
         need = needed_text(r.seeds_needed)
-        lines.append(f"          {r.verdict}; 80% power at {need} seeds")
+        holm = f"; Holm p {p_text(r.p_holm)}" if family > 1 else ""
+        lines.append(f"          {r.verdict}; 80% power at {need} seeds{holm}")
     rho = [f"{x:+.2f}" if x is not None else "-" for x in p.rho]
     mean = [x for x in p.rho if x is not None]
     if rho:
@@ -151,13 +155,13 @@ def _group_cells(g) -> list[str]:
 def _pair_cells(p: Pairing, metric: str) -> list[str]:
     r = p.results[metric]
     return [p.group, p.baseline, METRIC_WORDS[metric], str(r.n), pct(r.mean, True),
-            f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]", p_text(r.p), p_text(r.p_permutation), r.verdict,
-            needed_text(r.seeds_needed), seeds_text(p.dropped_seeds) or "-"]
+            f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]", p_text(r.p), p_text(r.p_permutation),
+            p_text(r.p_holm), r.verdict, needed_text(r.seeds_needed), seeds_text(p.dropped_seeds) or "-"]
 
 
 GROUP_HEAD = ["group", "n", "seeds", "clean", "robust avg", "robust worst", "CV"]
-PAIR_HEAD = ["group", "baseline", "metric", "n", "difference (points)", "95% CI", "p (t)", "p (exact)", "verdict",
-             "seeds for 80% power", "dropped seeds"]
+PAIR_HEAD = ["group", "baseline", "metric", "n", "difference (points)", "95% CI", "p (t)", "p (exact)", "p (t, Holm)",
+             "verdict", "seeds for 80% power", "dropped seeds"]
 
 
 def _markdown(cmp: GroupComparison) -> str:
@@ -215,7 +219,7 @@ def _latex(cmp: GroupComparison) -> str:
              r"\end{tabular}"]
     paired = [p for p in cmp.pairings if p.reason is None]
     if paired:
-        lines += ["", r"\begin{tabular}{lllrrlrrlrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
+        lines += ["", r"\begin{tabular}{lllrrlrrrlrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
                   *(row(_pair_cells(p, m)) for p in paired for m in METRIC_WORDS), r"\bottomrule", r"\end{tabular}"]
         lines += [f"% {inert(p.group)} is paired by seed: {inert(bases_missing_text(p))}" for p in paired
                   if p.bases_missing]
@@ -227,14 +231,14 @@ def _csv(cmp: GroupComparison) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["table", "group", "baseline", "metric", "n", "seeds", "mean", "ci95_lo", "ci95_hi", "p_t",
-                "p_exact", "verdict", "seeds_needed", "dropped_seeds", "setting", "checkpoint", "units"])
+                "p_exact", "p_holm", "verdict", "seeds_needed", "dropped_seeds", "setting", "checkpoint", "units"])
     setting = title(cmp)
     for g in cmp.groups:
         for key in ("avg_clean", "avg_robust", "worst_robust", "cv"):
             mean, lo, hi = g.interval(key)
             w.writerow(["group", csv_cell(g.label), "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
                         "" if math.isnan(lo) else f"{lo:.6g}", "" if math.isnan(hi) else f"{hi:.6g}", "", "", "", "",
-                        "", csv_cell(setting), cmp.checkpoint, "fractions"])
+                        "", "", csv_cell(setting), cmp.checkpoint, "fractions"])
     for p in cmp.pairings:
         if p.reason is not None:
             continue
@@ -242,7 +246,8 @@ def _csv(cmp: GroupComparison) -> str:
             r = p.results[metric]
             w.writerow(["paired", csv_cell(p.group), csv_cell(p.baseline), metric, r.n, seeds_text([a.seed for a, _ in p.pairs]),
                         f"{r.mean:.6g}", f"{r.ci95[0]:.6g}", f"{r.ci95[1]:.6g}", f"{r.p:.6g}",
-                        "" if math.isnan(r.p_permutation) else f"{r.p_permutation:.6g}", r.verdict,
+                        "" if math.isnan(r.p_permutation) else f"{r.p_permutation:.6g}",
+                        "" if math.isnan(r.p_holm) else f"{r.p_holm:.6g}", r.verdict,
                         r.seeds_needed if r.seeds_needed is not None else "", seeds_text(p.dropped_seeds), csv_cell(setting),
                         cmp.checkpoint if p.against != "start" else f"{cmp.checkpoint} against the starts "
                         f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions"])

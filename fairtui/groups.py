@@ -195,6 +195,7 @@ class Pairing:
             r = self.results[metric]
             out.append({"group": self.group, "baseline": self.baseline, "metric": metric, "n": r.n,
                         "mean": _num(r.mean), "ci95": [_num(r.ci95[0]), _num(r.ci95[1])], "p": _num(r.p),
+                        "p_holm": _num(r.p_holm),
                         "p_permutation": _num(r.p_permutation), "verdict": r.verdict, "seeds_needed": r.seeds_needed,
                         "dropped_seeds": self.dropped_seeds, "seeds": [a.seed for a, _ in self.pairs],
                         "differences": [a.summary[metric] - b.summary[metric] for a, b in self.pairs],
@@ -410,4 +411,8 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
                                f"{checkpoint}")
         pairings = [pair(g, base, bases, attack, checkpoint, n_per_class, against_start) for g in groups
                     if g is not base]
+        paired = [p for p in pairings if p.reason is None]
+        for metric in PAIRED_METRICS:  # the family: every group paired with this baseline, on this metric
+            for p, adjusted in zip(paired, stats.holm([p.results[metric].p for p in paired])):
+                p.results[metric].p_holm = adjusted
     return GroupComparison(attack, checkpoint, groups, baseline, pairings, names)

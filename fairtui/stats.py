@@ -103,6 +103,9 @@ class PairedResult:
     p_permutation: float  # exact sign flips (n <= 10), else nan
     seeds_needed: int | None
     verdict: str
+    # the t-test's p adjusted for the other groups paired with the same baseline on this metric (Holm); nan
+    # until a comparison of several groups sets it (fairtui.groups.compare_groups)
+    p_holm: float = math.nan
 
 
 def verdict(mean: float, lo: float, hi: float, n: int) -> str:
@@ -121,6 +124,19 @@ def paired(diffs: list[float]) -> PairedResult:
     n = len(diffs)
     return PairedResult(n, mean, (lo, hi), paired_t_p(diffs), sign_flip_p(diffs), seeds_needed(diffs),
                         verdict(mean, lo, hi, n))
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjustment of m p-values (Holm 1979), in their own order: the k-th smallest becomes
+    max over j <= k of min(1, (m - j + 1) p_(j)). It keeps the family-wise error at the level of one test: with
+    nine methods each against the same baseline, a p of 0.01 is not alone. NaN stays NaN and is not counted."""
+    known = sorted((p, i) for i, p in enumerate(ps) if not math.isnan(p))
+    out = [math.nan] * len(ps)
+    m, running = len(known), 0.0
+    for k, (p, i) in enumerate(known):
+        running = max(running, min(1.0, (m - k) * p))
+        out[i] = running
+    return out
 
 
 def kendall_tau(a: list, b: list) -> float:

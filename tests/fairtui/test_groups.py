@@ -63,6 +63,15 @@ def test_seeds_needed_is_the_paired_t_tests_sample_size():
     assert stats.seeds_needed([0.01]) is None
 
 
+def test_holm_adjusts_each_p_by_its_rank_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): 4 x 0.005 = 0.02, 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, 1 x 0.04 = 0.04,
+    # which the running maximum lifts to 0.06; returned in the order given
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adjusted = stats.holm([math.nan, 0.02, 0.5])  # NaN is neither counted nor changed: m = 2
+    assert math.isnan(adjusted[0]) and adjusted[1:] == pytest.approx([0.04, 0.5])
+    assert stats.holm([0.6, 0.7]) == [1.0, 1.0] and stats.holm([0.01]) == [0.01] and stats.holm([]) == []
+
+
 def test_verdict_follows_the_interval():
     assert stats.paired([0.02, 0.04, 0.06]).verdict == "not distinguishable at 3 seeds"  # p 0.074
     better = stats.paired([0.05, 0.06, 0.055, 0.052])
@@ -149,6 +158,28 @@ def test_compare_by_profile_pairs_by_seed_names_the_dropped_seeds_and_writes_not
     groups = {g["label"]: g for g in doc["groups"]}
     assert groups["cpu-new"]["seeds"] == [0, 1, 2, 3]
     assert groups["cpu-base"]["worst_robust"]["mean"] == pytest.approx(sum(BASE_WORST.values()) / 4)
+
+
+def test_groups_paired_with_one_baseline_carry_holm_adjusted_p(results, tmp_path):
+    """Two methods against the same baseline: each metric's t-test p is also given after Holm's adjustment over the
+    two (JSON, the terminal's verdict lines, Markdown's column); a single pairing's stays its own p."""
+    for seed, worst in {0: 0.12, 1: 0.13, 2: 0.16}.items():
+        write_run(results, "cpu-other", f"20260106-00000{seed}-oth{seed:03d}", seed, [worst, 0.4, 0.5, 0.6])
+    args = ("--results", str(results), "--by", "profile", "--baseline", "cpu-base", "--checkpoint", "last")
+    doc = json.loads(fairtui_cmd("compare", *args, "--json", home=tmp_path / "home").stdout)
+    worst = {e["group"]: e for e in doc["paired"] if e["metric"] == "worst_robust"}
+    ps = [worst["cpu-new"]["p"], worst["cpu-other"]["p"]]
+    assert [worst["cpu-new"]["p_holm"], worst["cpu-other"]["p_holm"]] == pytest.approx(stats.holm(ps))
+    text = " ".join(fairtui_cmd("compare", *args, home=tmp_path / "home").stdout.split())
+    assert f"Holm p {worst['cpu-other']['p_holm']:.3f}" in text
+    md = fairtui_cmd("export", *args, "--format", "md", home=tmp_path / "home").stdout
+    assert "| p (t, Holm) |" in md
+    alone = ("compare", "--results", str(results), "--group", "a=cpu-new-s0,cpu-new-s1,cpu-new-s2",
+             "--group", "b=cpu-base-s0,cpu-base-s1,cpu-base-s2", "--baseline", "b")
+    (single,) = [e for e in json.loads(fairtui_cmd(*alone, "--json", home=tmp_path / "home").stdout)["paired"]
+                 if e["metric"] == "worst_robust"]
+    assert single["p_holm"] == pytest.approx(single["p"])
+    assert "Holm" not in fairtui_cmd(*alone, home=tmp_path / "home").stdout  # one pairing: nothing to adjust
 
 
 def test_the_terminal_table_fits_80_columns(results, tmp_path):
@@ -389,7 +420,7 @@ def test_a_hostile_profile_name_is_text_in_every_format(tmp_path):
     import re
 
     cells_of = lambda line: len(re.findall(r"(?<!\\)\|", line)) - 1  # noqa: E731 (unescaped pipes)
-    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 11}  # the group and the paired tables
+    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 12}  # the group and the paired tables
     cells = list(csv.reader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv", home=tmp_path / "home").stdout)))
     assert all(not c.startswith(("=", "+", "@")) for row in cells for c in row)
     shown = fairtui_cmd("compare", *common, home=tmp_path / "home", env_extra={"COLUMNS": "200"})
