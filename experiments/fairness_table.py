@@ -327,10 +327,11 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
                   f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same): the mean "
                   "difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the verdict "
                   "at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
-                  "spread. Holm is the t-test's p adjusted over the methods at that checkpoint (a row against "
-                  "the starts in its method's place): the verdicts are each method's own, and Holm says which "
-                  "survive being one of many. A fine-tune has a second row against the checkpoints its runs "
-                  "started from (`--against-start`): what the fine-tune itself added.", "", *paired]
+                  "spread. Holm is the t-test's p adjusted over the table's methods at that checkpoint (a row "
+                  "against the starts in its method's place; `compare` adjusts over the groups it is given "
+                  "instead): the verdicts are each method's own, and Holm says which survive being one of many. "
+                  "A fine-tune has a second row against the checkpoints its runs started from (`--against-start`): "
+                  "what the fine-tune itself added.", "", *paired]
     parts += ["", "Where each row ran:", "", *provenance_lines(rows)]
     return "\n".join(parts)
 
