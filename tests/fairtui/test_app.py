@@ -407,8 +407,7 @@ async def test_compare_screen_pairs_a_fine_tune_with_its_starts_on_s(tmp_path):
         await pilot.pause()
         assert not app.screen.against_start and "vs starts" not in app.export_screenshot().replace("&#160;", " ")
         await pilot.press("g")
-        await pilot.pause()
-        assert "vs starts" in app.export_screenshot().replace("&#160;", " ")
+        await wait_until(pilot, lambda: "vs starts" in app.export_screenshot().replace("&#160;", " "))
         base = {ckpt: [RunView.load(home / "runs" / b).results()[("test", ckpt, "pgd20")]["worst_robust"]
                        for b in bases.values()] for ckpt in ("best", "last")}
         assert base["best"] != base["last"]
