@@ -67,16 +67,12 @@ def check_same_start(method: Any, run_dir: Path) -> None:
     """A fine-tune stopped inside its first epoch starts that epoch again from ``init_from``'s checkpoint: it must
     be the file it loaded the first time (`run_started`'s ``init``, by SHA-256), or the run would continue from
     other weights than it began with. A ProfileError (exit 2, nothing lost) when the file has changed."""
-    import json
-
+    from engine.contract.events import read_events
     from engine.contract.profile_schema import ProfileError
 
-    recorded: dict[str, Any] = {}
-    with open(run_dir / "events.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            if '"run_started"' in line:
-                recorded = json.loads(line).get("init") or {}
-                break
+    events, _ = read_events(run_dir / "events.jsonl")  # a run stopped in its first epoch: a few events
+    started = next((e for e in events if e["type"] == "run_started"), {})
+    recorded = started.get("init") or {}
     if not recorded.get("sha256"):
         return  # no fine-tune, or one started by an engine that did not record its start
     now = method.start_record().get("sha256")

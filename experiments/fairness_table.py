@@ -224,7 +224,7 @@ def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = 
     by_method = {r.method: r for r in rows}
     lines = []
     for ckpt in checkpoints:
-        made = []  # (row, base, pairing or None, a row against the starts)
+        made = []  # (row, base, pairing, whether it is the row against the starts)
         for row in rows:
             base = by_method.get(BASES.get(row.method, ""))
             if base is None or not row.results(ckpt) or not base.results(ckpt):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.contract import metrics
+from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui import stats
 from fairtui.compare import CompareError, pick_result, setting_label, summarise
 from fairtui.configurations import by_configuration, profile_name
@@ -217,6 +218,8 @@ class Start:
     checkpoint: str | None
     epoch: int | None
     recorded: bool
+    file: str | None = None  # recorded: the file loaded and its SHA-256
+    sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "checkpoint": self.checkpoint, "epoch": self.epoch, "recorded": self.recorded}
@@ -227,15 +230,15 @@ def start_of(view: RunView) -> Start | None:
     init = (view.started or {}).get("init")
     if isinstance(init, dict) and init.get("file"):
         epoch = init.get("epoch")
-        return Start(init.get("run_id"), init.get("checkpoint"), epoch if isinstance(epoch, int) else None, True)
+        return Start(init.get("run_id"), init.get("checkpoint"), epoch if isinstance(epoch, int) else None, True,
+                     init["file"], init.get("sha256"))
     ref = (view.config.get("method") or {}).get("init_from") or ""
     if not ref:
         return None
-    path = Path(ref)
-    if path.suffix == ".pt":
-        own = path.parent.name == "checkpoints" and path.stem in ("best", "last")
-        return Start(init_run_id(view), path.stem if own else None, None, False)
-    return Start(init_run_id(view), "best", None, False)
+    if Path(ref).suffix == ".pt":
+        own = run_checkpoint(ref)
+        return Start(init_run_id(view), own[1] if own else None, None, False)
+    return Start(init_run_id(view), INIT_CHECKPOINTS[0], None, False)  # a run folder: the engine's first choice
 
 
 def start_member(base: RunView, start: Start, attack: str | None, n_per_class: int) -> tuple[Member | None, str]:

@@ -189,17 +189,30 @@ def peer_failure(run_dir: Path, world: int, members: list[dict[str, Any]] | None
             f"launcher output says how); rank 0 saw: {seen}")
 
 
+# the checkpoints a run folder named in ``init_from`` gives, in the order tried: its best, else its last
+INIT_CHECKPOINTS = ("best", "last")
+
+
 def resolve_init_checkpoint(ref: str) -> Path:
     """``init_from`` as a checkpoint file: a .pt file, or a run folder (its best checkpoint)."""
     path = Path(ref).expanduser()
     if path.is_dir():
-        for name in ("best.pt", "last.pt"):
-            if (path / "checkpoints" / name).exists():
-                return path / "checkpoints" / name
+        for name in INIT_CHECKPOINTS:
+            if (path / "checkpoints" / f"{name}.pt").exists():
+                return path / "checkpoints" / f"{name}.pt"
     if path.is_file():
         return path
     raise ProfileError("profile", "method.init_from", f"no checkpoint at {ref!r}: give a run (id or name, "
                        "resolved by `fairtui run`), a run folder or a .pt file")
+
+
+def run_checkpoint(path: Path | str) -> tuple[str, str] | None:
+    """(run id, "best" or "last") when ``path`` is a run's own checkpoint (``<run>/checkpoints/best.pt``), else None:
+    what a fine-tune's start records (engine.methods.standard) and what a comparison reads back (fairtui.groups)."""
+    path = Path(path)
+    if path.parent.name == "checkpoints" and path.suffix == ".pt" and path.stem in INIT_CHECKPOINTS:
+        return path.parent.parent.name, path.stem
+    return None
 
 
 def engine_args(command: str, target: Path | str, *options: str) -> list[str]:

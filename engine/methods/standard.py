@@ -17,7 +17,7 @@ from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample
     weighted_mean
 from engine.contract.method_params import MethodParams, PGDATParams, TRADESParams
 from engine.contract.profile_schema import ProfileError
-from engine.contract.protocol import resolve_init_checkpoint
+from engine.contract.protocol import resolve_init_checkpoint, run_checkpoint
 
 Tensor = torch.Tensor
 
@@ -133,16 +133,15 @@ def initial_checkpoint(ref: str) -> tuple[dict[str, Any], dict[str, Any] | None]
         path = resolve_init_checkpoint(ref)
     except ProfileError:
         return {}, None
-    own = path.parent.name == "checkpoints" and path.stem in ("best", "last")
+    run_id, checkpoint = run_checkpoint(path) or (None, None)
     record: dict[str, Any] = {"from": ref, "file": str(path.resolve()), "sha256": sha256_of(path),
-                              "run_id": path.parent.parent.name if own else None,
-                              "checkpoint": path.stem if own else None, "epoch": None}
+                              "run_id": run_id, "checkpoint": checkpoint, "epoch": None}
     try:
         state = load_checkpoint(path, "cpu")
     except CheckpointError:
         return record, None
     epoch = state.get("epoch")
-    record["epoch"] = int(epoch) if isinstance(epoch, int) else None
+    record["epoch"] = epoch if isinstance(epoch, int) else None
     return record, state
 
 

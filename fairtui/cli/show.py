@@ -103,11 +103,10 @@ def start_line(view) -> str | None:
     start = start_of(view)
     if start is None:
         return None
-    init = (view.started or {}).get("init") or {}
     if start.recorded:
         where = (f"run {start.run_id}'s {start.checkpoint} checkpoint (epoch {start.epoch})" if start.checkpoint
-                 else inert(init.get("file")))
-        return f"fine-tuned from {where}; sha256 {str(init.get('sha256'))[:16]}..."
+                 else inert(start.file))
+        return f"fine-tuned from {where}; sha256 {str(start.sha256)[:16]}..."
     ref = (view.config.get("method") or {}).get("init_from")
     what = f"its {start.checkpoint} checkpoint, by the engine's rule" if start.checkpoint else "that file"
     return f"fine-tuned from {inert(ref)} ({what}; the run predates the engine's record of what it loaded)"
