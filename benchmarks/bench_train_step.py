@@ -3,8 +3,8 @@
     python benchmarks/bench_train_step.py [--batches N] [--repeats R] [--threads T] [--json] [--only PREFIX]
 
 For each configuration (PreAct-ResNet18 on 32x32 inputs at base width 8, the CPU-scale CIFAR-10 model, and at
-full width 64, each in fp32 and in bf16 autocast, each contiguous and channels-last; the small CNN on 8x8 digits
-in fp32) it times `Trainer.train_epoch` over N batches and a bare loop with the same operations (PGD-10 in eval
+full width 64, and the small CNN on 8x8 digits, each in fp32 and in bf16 autocast, each contiguous and
+channels-last) it times `Trainer.train_epoch` over N batches and a bare loop with the same operations (PGD-10 in eval
 mode, a clean eval-mode forward, the training forward / backward / SGD step, under the same autocast and memory
 format), alternating them R times, and prints images/s, their ratio, the speed against the same model's fp32
 contiguous row, the engine's per-epoch bookkeeping (checkpoint + event) amortised over a CIFAR-10 epoch, and peak
@@ -39,7 +39,8 @@ CASES = {
 }
 # (model, base width or None, precision, channels-last): the rows, in order
 CONFIGS = [("preact_resnet18", width, precision, cl) for width in (8, 64) for precision in ("fp32", "bf16")
-           for cl in (False, True)] + [("small_cnn", None, "fp32", False)]
+           for cl in (False, True)] + [("small_cnn", None, precision, cl) for precision in ("fp32", "bf16")
+                                       for cl in (False, True)]
 
 
 def config_name(arch: str, width: int | None, precision: str, channels_last: bool) -> str:

@@ -1,6 +1,7 @@
 """The digits fairness table: every method's digits profile over several seeds, PGD-20 on the test split.
 
     python experiments/digits_fairness.py [--seeds 0 1 2 3 4] [--home DIR] [--profiles NAME ...] [--results DIR]
+                                          [--set KEY=VALUE ...]
 
 Each (profile, seed) is a normal `fairtui run` in DIR (default ./.fairtui-digits), so every number
 can be traced to its run folder; a (profile, seed) already completed there is reused, not trained again. With
@@ -43,7 +44,7 @@ def finished(name: str, home: Path) -> str | None:
     return max(runs, key=lambda r: r.get("created", 0))["run_id"] if runs else None
 
 
-def run(profile: str, seed: int, home: Path) -> dict:
+def run(profile: str, seed: int, home: Path, sets: list[str] = ()) -> dict:
     done = finished(f"{profile}-s{seed}", home)
     if done:  # already trained and evaluated here: reuse it (the script can be called again)
         out = subprocess.run([sys.executable, "-m", "fairtui.cli", "show", done, "--json", "--home", str(home)],
@@ -53,6 +54,8 @@ def run(profile: str, seed: int, home: Path) -> dict:
            f"seed={seed}", "--name", f"{profile}-s{seed}", "--tag", "digits-table", "--json", "--home", str(home)]
     if profile in FINE_TUNES:  # the run of this seed it fine-tunes, by name (the latest of that name)
         cmd += ["--set", f"method.init_from={FINE_TUNES[profile]}-s{seed}"]
+    for override in sets:  # the caller's, last: they win
+        cmd += ["--set", override]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"{profile} seed {seed} failed:\n{out.stderr[-2000:]}")
@@ -72,13 +75,15 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=Path(".fairtui-digits"))
     parser.add_argument("--profiles", nargs="+", default=PROFILES)
     parser.add_argument("--results", type=Path, help="copy each run's small files to RESULTS/<profile>/<run-id>/")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for every run, e.g. train.amp=bf16 (a home holds one setting's runs)")
     args = parser.parse_args()
     rows = []
     test_per_class: list[int] = []
     for profile in args.profiles:
         cells: dict[str, list[float]] = {}
         for seed in args.seeds:
-            doc = run(profile, seed, args.home)
+            doc = run(profile, seed, args.home, args.set)
             if args.results:
                 copy_small_files(Path(doc["run_dir"]), args.results / profile / doc["run_id"])
             test_per_class = test_per_class or test_counts(args.home, doc)

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from engine.contract.results import describe
-from engine.contract.protocol import resumed_text
+from engine.contract.protocol import RUNTIME_FP32, resumed_text
 from fairtui.configurations import by_configuration, device_kind, session_runtime
 from fairtui.home import short_id
 from fairtui.runfolder import RunView
@@ -354,7 +354,8 @@ def evaluation_notes(view: RunView) -> list[str]:
 
 def provenance_line(view: RunView) -> str | None:
     """Where the run's numbers came from: the data it used (fingerprints of its splits), the CPU that ran it (model
-    and kernel-selecting instruction sets), torch's kernel level and threads, the code's commit; then each resume
+    and kernel-selecting instruction sets), torch's kernel level and threads, the training's runtime where it was not
+    plain fp32 ("trained with autocast bfloat16, channels-last"), the code's commit; then each resume
     that ran on another setup or did not record its own (:func:`resume_notes`)."""
     first = first_session(view)
     record = first.get("provenance") or {}
@@ -363,6 +364,9 @@ def provenance_line(view: RunView) -> str | None:
     fp = first.get("data_fingerprint")
     parts = [_data_text(fp) + " (train/val/test)" if fp else "data not fingerprinted (before the fifth fidelity round)",
              _cpu_text(record) if record.get("cpu") else "cpu model not recorded", _torch_text(record)]
+    ran = _ran_with(first)
+    if ran is not None and ran[1] != RUNTIME_FP32:  # bf16, channels-last, compiled: another arithmetic than fp32
+        parts.append(f"trained with {ran[1]}")
     if (record.get("code") or {}).get("git_commit"):
         parts.append(_commit_text(record))
     return "provenance: " + "; ".join(parts + resume_notes(view) + evaluation_notes(view))

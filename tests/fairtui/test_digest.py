@@ -244,3 +244,25 @@ def test_show_names_a_resume_that_trained_on_another_device_or_precision(tmp_pat
     assert line.endswith("; commit bbbbbbb"
                          "; resumed after epoch 1 on another setup: cuda, autocast bfloat16, channels-last"
                          "; resumed after epoch 2 on another setup: cpu, fp32"), line
+
+
+def test_show_says_a_run_trained_in_bf16_and_not_one_in_fp32(tmp_path):
+    """The provenance line names the training's runtime where it was not plain fp32 (a CPU run with
+    train.amp = "bf16", or "auto" where it picks bf16): its numbers come from other arithmetic than an fp32 run's of
+    the same profile and seed. An fp32 run's line does not mention it; an engine that did not name its device is
+    not guessed at."""
+    from fairtui.report import provenance_line
+
+    runs = {}
+    for label, device in (("bf16", "cpu; autocast bfloat16, channels-last"), ("fp32", "cpu"), ("unsaid", None)):
+        run = make_run(tmp_path / label, f"20260101-000000-{label:>6}".replace(" ", "x"), name=label, epochs=2)
+        lines = (run / "events.jsonl").read_text().splitlines()
+        started = {**json.loads(lines[0]), "provenance": _provenance("b")}
+        started.pop("device", None)
+        started.pop("runtime", None)
+        if device is not None:
+            started["device"] = device
+        (run / "events.jsonl").write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+        runs[label] = provenance_line(RunView.load(run))
+    assert ", 1 thread(s); trained with autocast bfloat16, channels-last; commit bbbbbbb" in runs["bf16"], runs["bf16"]
+    assert "trained with" not in runs["fp32"] and "trained with" not in runs["unsaid"]
