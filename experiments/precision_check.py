@@ -94,16 +94,28 @@ def rows(check: Path) -> list[str]:
                 (pair,) = [p for p in doc["paired"] if p["metric"] == metric]
                 if pair["n"] < 2:
                     continue  # no spread yet: a check still under way
-                # the seed spread: the standard deviation of one run's number over seeds, pooled over both settings
-                spread = statistics.fmean([statistics.variance(base[metric]["values"]),
-                                           statistics.variance(fast[metric]["values"])]) ** 0.5
                 lo, hi = pair["ci95"]
-                within = lo <= 0 <= hi and abs(pair["mean"]) <= spread
-                out.append(f"| {profile} | {checkpoint} | {words} | {pct(base[metric]['mean'])} | "
-                           f"{pct(fast[metric]['mean'])} | {signed(pair['mean'])} [{signed(lo)}, {signed(hi)}] | "
+                slow, quick = (paired_values(g, metric, pair["seeds"]) for g in (base, fast))
+                spread, within = within_spread(slow, quick, pair["mean"], (lo, hi))
+                out.append(f"| {profile} | {checkpoint} | {words} | {pct(statistics.fmean(slow))} | "
+                           f"{pct(statistics.fmean(quick))} | {signed(pair['mean'])} [{signed(lo)}, {signed(hi)}] | "
                            f"{pair['p']:.2f} / {pair['p_permutation']:.2f} | {pair['n']} | {pct(spread)} | "
                            f"{'yes' if within else '**no**'} |")
     return out
+
+
+def paired_values(group: dict, metric: str, seeds: list[int]) -> list[float]:
+    """A group's values of ``metric`` for the paired seeds only (a seed trained in one setting alone is left out)."""
+    by_seed = dict(zip(group["seeds"], group[metric]["values"], strict=True))
+    return [by_seed[s] for s in seeds]
+
+
+def within_spread(slow: list[float], fast: list[float], mean: float, ci95: tuple[float, float]) -> tuple[float, bool]:
+    """The seed spread (one run's standard deviation over seeds, pooled over the two settings: each setting's
+    sample variance, averaged) and whether the paired difference is within it: its 95% interval holds 0 and its
+    mean is no larger than the spread."""
+    spread = statistics.fmean([statistics.variance(slow), statistics.variance(fast)]) ** 0.5
+    return spread, ci95[0] <= 0 <= ci95[1] and abs(mean) <= spread
 
 
 def pct(x: float) -> str:

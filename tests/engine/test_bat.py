@@ -276,10 +276,10 @@ def test_two_ranks_train_bat_as_one_process(tmp_path, tiny_profile):
     after it here, TRADES's 9e-5), and BAT's early stops turn such a difference into another stopping step
     for a sample, so by the second epoch one validation image of the tiny split had flipped."""
     from tests.conftest import make_run_dir
-    from tests.engine.test_distributed import events_of, max_weight_difference, train
+    from tests.engine.test_distributed import FP32, events_of, max_weight_difference, train
 
     profile = tiny_profile()
-    one, two = (make_run_dir(tmp_path, profile, name, ('method.name="bat"', "train.epochs=1"))
+    one, two = (make_run_dir(tmp_path, profile, name, ('method.name="bat"', "train.epochs=1", *FP32))
                 for name in ("one", "two"))
     assert train(one, 1).returncode == 0
     res = train(two, 2)

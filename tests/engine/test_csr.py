@@ -236,10 +236,10 @@ def _signal_inside_the_confusion_pass(run_dir, sig) -> int:
 
 def test_two_ranks_build_one_c_and_train_csr_as_one_process(tmp_path, tiny_profile):
     from tests.conftest import make_run_dir
-    from tests.engine.test_distributed import events_of, max_weight_difference, train
+    from tests.engine.test_distributed import FP32, events_of, max_weight_difference, train
 
     profile = tiny_profile()
-    run = ('method.name="csr"', "method.pretrain_epochs=1", "train.epochs=2")
+    run = ('method.name="csr"', "method.pretrain_epochs=1", "train.epochs=2", *FP32)
     one, two = (make_run_dir(tmp_path, profile, name, run) for name in ("one", "two"))
     assert train(one, 1).returncode == 0
     res = train(two, 2)
