@@ -138,9 +138,9 @@ def make_runtime(cfg: TrainConfig, local_rank: int = 0, world: int = 1) -> Runti
     if want_cuda and world > 1:
         torch.cuda.set_device(index)
     device = torch.device("cuda", index) if want_cuda else torch.device("cpu")
-    # CUDA: bf16 autocast and channels-last are the default ("auto", measured in #36). The CPU: fp32 and
-    # contiguous unless the profile asks for bf16 (train.amp = "bf16": autocast on the CPU, with channels-last
-    # when train.channels_last, the oneDNN fast path of #57); "auto" stays fp32 there (cpu_precision).
+    # CUDA: bf16 autocast and channels-last are the default ("auto", measured in #36). The CPU: bf16 autocast with
+    # channels-last (when train.channels_last; the oneDNN fast path of #57) for "bf16", and for "auto" on a CPU
+    # with bf16 units; else fp32 and contiguous (cpu_precision).
     dtype = torch.bfloat16 if (cfg.amp in ("bf16", "auto") and want_cuda) else None
     if not want_cuda:
         dtype = cpu_precision(cfg.amp)
@@ -156,10 +156,11 @@ def make_runtime(cfg: TrainConfig, local_rank: int = 0, world: int = 1) -> Runti
 # The CPU's bf16 units: oneDNN runs bf16 convolutions and matrix products on them under autocast. Without them
 # bf16 is emulated, and slower than fp32.
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-# Whether "auto" picks bf16 on a CPU that has the units. False until the accuracy check of #57 (cifar10-cpu-at,
-# two seeds, fp32 against bf16 + channels-last on one such CPU) has run: no machine of this project with bf16
-# units has been available for it (docs/profiles-and-methods.md, "Precision on the CPU").
-CPU_AUTO_BF16 = False
+# Whether "auto" picks bf16 (with channels-last) on a CPU that has the units. Decided by #57's accuracy check on an
+# AMD EPYC with AVX512-BF16: cifar10-cpu-at and digits-at/-trades, five seeds each, trained in fp32 and in bf16 +
+# channels-last, gave test PGD-20 numbers within the seed spread of each other (docs/results.md, "Precision on
+# the CPU"). False turns the CPU's "auto" back to fp32 everywhere.
+CPU_AUTO_BF16 = True
 
 
 def cpu_has_bf16(flags: list[str] | None = None) -> bool:
@@ -172,8 +173,8 @@ def cpu_has_bf16(flags: list[str] | None = None) -> bool:
 
 
 def cpu_precision(amp: str, flags: list[str] | None = None) -> torch.dtype | None:
-    """The autocast dtype of a CPU run: bf16 when the profile asks for it ("bf16"); for "auto", bf16 only on a
-    CPU with bf16 units and once CPU_AUTO_BF16 is decided; else None (fp32)."""
+    """The autocast dtype of a CPU run: bf16 when the profile asks for it ("bf16"); for "auto", bf16 on a CPU with
+    bf16 units (while CPU_AUTO_BF16); else None (fp32)."""
     if amp == "bf16":
         if not cpu_has_bf16(flags):
             import logging
