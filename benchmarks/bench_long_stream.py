@@ -94,7 +94,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = (args.dir or Path(tmp)) / "home"
         shapes = [("20261127-000000-long01", args.epochs, args.classes), ("20261127-000000-wide01", 300, 100)]
-        print(f"| stream | MB | what | seconds | peak MiB |\n|---|---|---|---|---|")
+        print("| stream | MB | what | seconds | peak MiB |\n|---|---|---|---|---|")
         for run_id, epochs, k in shapes:
             run = write_run(home, run_id, epochs, k)
             for stored in (run / "digest.json", home / ".cache" / "digests" / f"{run_id}.json"):
