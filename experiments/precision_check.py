@@ -7,7 +7,7 @@ Reads the committed small files of each check under experiments/results/ (``<che
 beside ``<check>/bf16-cl/<profile>/<run-id>/``), groups and pairs them with `fairtui compare --by profile --json`
 (the runs' recorded runtime tells the two apart), and prints one Markdown table: for each profile, checkpoint
 and metric, both settings' means, the paired difference bf16 - fp32 with its 95% t-interval, the paired t-test's
-and the exact sign-flip p, and whether the difference is **within the seed spread**: the interval holds 0 and
+and the exact sign-flip p, the t-test's p adjusted by Holm over every row of the block, and whether the difference is **within the seed spread**: the interval holds 0 and
 the mean difference is no larger than the seed-to-seed standard deviation of one run (pooled over both settings). Then each setting's mean seconds per
 training epoch (training and validation; the runs' own ``time_s``) and the CPU they ran on.
 
@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.fairness_table import replace_block  # noqa: E402
+from fairtui.stats import holm  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 CHECKS = ("cifar10-cpu-precision", "digits-precision")  # each: fp32/ and bf16-cl/, a folder per profile
@@ -82,7 +83,9 @@ def epoch_seconds(folder: Path) -> tuple[float, int, str]:
     return sum(times) / len(times), len(list(folder.glob("*/events.jsonl"))), "; ".join(sorted(cpus))
 
 
-def rows(check: Path) -> list[str]:
+def rows(check: Path) -> list[list]:
+    """Each comparison's table row, in three parts around its paired t-test's p (Holm's adjustment is over the
+    whole block, so it is filled in once every row is known)."""
     out = []
     for profile in sorted(p.name for p in (check / "fp32").iterdir() if p.is_dir()):
         for checkpoint in CHECKPOINTS:
@@ -97,10 +100,10 @@ def rows(check: Path) -> list[str]:
                 lo, hi = pair["ci95"]
                 slow, quick = (paired_values(g, metric, pair["seeds"]) for g in (base, fast))
                 spread, within = within_spread(slow, quick, pair["mean"], (lo, hi))
-                out.append(f"| {profile} | {checkpoint} | {words} | {pct(statistics.fmean(slow))} | "
-                           f"{pct(statistics.fmean(quick))} | {signed(pair['mean'])} [{signed(lo)}, {signed(hi)}] | "
-                           f"{pair['p']:.2f} / {pair['p_permutation']:.2f} | {pair['n']} | {pct(spread)} | "
-                           f"{'yes' if within else '**no**'} |")
+                out.append([f"| {profile} | {checkpoint} | {words} | {pct(statistics.fmean(slow))} | "
+                            f"{pct(statistics.fmean(quick))} | {signed(pair['mean'])} [{signed(lo)}, {signed(hi)}] | "
+                            f"{pair['p']:.2f} / {pair['p_permutation']:.2f} / ", pair["p"],
+                            f" | {pair['n']} | {pct(spread)} | {'yes' if within else '**no**'} |"])
     return out
 
 
@@ -128,18 +131,21 @@ def signed(x: float) -> str:
 
 def markdown() -> str:
     lines = ["PGD-20 test accuracy in %; bf16 - fp32 paired by seed, in points, with its 95% t-interval; p of the "
-             "paired t-test / exact sign-flip test; the seed spread is one run's standard deviation over seeds, "
+             "paired t-test / exact sign-flip test / the t-test's p by Holm's adjustment over every row of this table; "
+             "the seed spread is one run's standard deviation over seeds, "
              "pooled over both settings. Within the spread: the interval holds 0 and the difference is no larger than the spread.", "",
-             "| profile | checkpoint | metric | fp32 | bf16 + channels-last | bf16 - fp32 [95% CI] | p (t / exact) "
+             "| profile | checkpoint | metric | fp32 | bf16 + channels-last | bf16 - fp32 [95% CI] | p (t / exact / Holm) "
              "| seeds | seed spread | within the spread |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    speed = []
+    speed, table = [], []
     for name in CHECKS:
         check = RESULTS / name
-        lines += rows(check)
+        table += rows(check)
         for profile in sorted(p.name for p in (check / "fp32").iterdir() if p.is_dir()):
             (slow, n, cpu), (fast, _, _) = (epoch_seconds(check / f / profile) for f in SETTINGS)
             speed.append(f"| {profile} | {n} | {slow:.1f} | {fast:.1f} | {slow / fast:.2f} | {cpu} |")
+    for (head, _, tail), adjusted in zip(table, holm([p for _, p, _ in table])):
+        lines.append(f"{head}{adjusted:.2f}{tail}")
     lines += ["", "Seconds per training epoch (training and validation), as the runs recorded them: one thread each, with "
               "one or two other runs on the 2-core machine (benchmarks/bench_train_step.py has quiet numbers):", "",
               "| profile | runs each | fp32 | bf16 + channels-last | speed-up | CPU |", "|---|---|---|---|---|---|",
