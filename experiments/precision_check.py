@@ -7,8 +7,9 @@ Reads the committed small files of each check under experiments/results/ (``<che
 beside ``<check>/bf16-cl/<profile>/<run-id>/``), groups and pairs them with `fairtui compare --by profile --json`
 (the runs' recorded runtime tells the two apart), and prints one Markdown table: for each profile, checkpoint
 and metric, both settings' means, the paired difference bf16 - fp32 with its 95% t-interval, the paired t-test's
-and the exact sign-flip p, the t-test's p adjusted by Holm over every row of the block, and whether the difference is **within the seed spread**: the interval holds 0 and
-the mean difference is no larger than the seed-to-seed standard deviation of one run (pooled over both settings). Then each setting's mean seconds per
+and the exact sign-flip p, the t-test's p adjusted by Holm over every row of the block, and whether the
+difference is **within the seed spread**: the interval holds 0 and the mean difference is no larger than the
+seed-to-seed standard deviation of one run (pooled over both settings). Then each setting's mean seconds per
 training epoch (training and validation; the runs' own ``time_s``) and the CPU they ran on.
 
 How the runs were made (one thread each, the two settings side by side on the 2-core machine):
@@ -134,8 +135,8 @@ def signed(x: float) -> str:
 def markdown() -> str:
     lines = ["PGD-20 test accuracy in %; bf16 - fp32 paired by seed, in points, with its 95% t-interval; p of the "
              "paired t-test / exact sign-flip test / the t-test's p by Holm's adjustment over every row of this table; "
-             "the seed spread is one run's standard deviation over seeds, "
-             "pooled over both settings. Within the spread: the interval holds 0 and the difference is no larger than the spread.", "",
+             "the seed spread is one run's standard deviation over seeds, pooled over both settings. Within the "
+             "spread: the interval holds 0 and the difference is no larger than the spread.", "",
              "| profile | checkpoint | metric | fp32 | bf16 + channels-last | bf16 - fp32 [95% CI] | p (t / exact / Holm) "
              "| seeds | seed spread | within the spread |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -148,8 +149,9 @@ def markdown() -> str:
             speed.append(f"| {profile} | {n} | {slow:.1f} | {fast:.1f} | {slow / fast:.2f} | {cpu} |")
     for (head, _, tail), adjusted in zip(table, holm([p for _, p, _ in table])):
         lines.append(f"{head}{adjusted:.2f}{tail}")
-    lines += ["", "Seconds per training epoch (training and validation), as the runs recorded them: one thread each, with "
-              "one or two other runs on the 2-core machine (benchmarks/bench_train_step.py has quiet numbers):", "",
+    lines += ["", "Seconds per training epoch (training and validation), as the runs recorded them: one thread each, "
+              "with one or two other runs on the 2-core machine (benchmarks/bench_train_step.py has quiet "
+              "numbers):", "",
               "| profile | runs each | fp32 | bf16 + channels-last | speed-up | CPU |", "|---|---|---|---|---|---|",
               *speed]
     return "\n".join(lines) + "\n"
