@@ -121,6 +121,10 @@ def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
     lines += [f"  left out: {line}" for line in p.starts_left_out]
     if p.bases_missing:
         lines.append(f"  the runs {_seeds_word(p.bases_missing)} started from are not at hand: give --bases DIR")
+    if p.runtime_differs():
+        mine, theirs = ("; ".join(r) for r in p.runtimes())
+        lines += [f"  trained in another runtime: {mine} against {theirs}",
+                  "  (the differences include its effect: docs/results.md, Precision on the CPU)"]
     for metric, word in METRIC_WORDS.items():
         r = p.results[metric]
         ci = f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]"
@@ -180,7 +184,16 @@ def _markdown(cmp: GroupComparison) -> str:
             lines.append(f"\n{md_cell(p.group)} is paired by seed: {bases_missing_text(p)}.")
         elif p.against == "start":
             lines.append(f"\n{md_cell(against_start_text(p, cmp.checkpoint))}.")
+        if p.reason is None and p.runtime_differs():
+            lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(runtime_text(p))}.")
     return "\n".join(lines) + "\n"
+
+
+def runtime_text(p: Pairing) -> str:
+    """The line of a pairing whose two sides trained in other runtimes (:meth:`Pairing.runtime_differs`)."""
+    mine, theirs = ("; ".join(r) for r in p.runtimes())
+    return (f"trained in another runtime: {mine} against {theirs}; the differences include its effect "
+            "(docs/results.md: Precision on the CPU)")
 
 
 def starts_text(p: Pairing) -> str:
@@ -224,6 +237,8 @@ def _latex(cmp: GroupComparison) -> str:
         lines += [f"% {inert(p.group)} is paired by seed: {inert(bases_missing_text(p))}" for p in paired
                   if p.bases_missing]
         lines += [f"% {inert(against_start_text(p, cmp.checkpoint))}" for p in paired if p.against == "start"]
+        lines += [f"% {inert(p.group)} against {inert(p.baseline)}: {inert(runtime_text(p))}" for p in paired
+                  if p.runtime_differs()]
     return "\n".join(lines) + "\n"
 
 
@@ -231,14 +246,16 @@ def _csv(cmp: GroupComparison) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["table", "group", "baseline", "metric", "n", "seeds", "mean", "ci95_lo", "ci95_hi", "p_t",
-                "p_exact", "p_holm", "verdict", "seeds_needed", "dropped_seeds", "setting", "checkpoint", "units"])
+                "p_exact", "p_holm", "verdict", "seeds_needed", "dropped_seeds", "setting", "checkpoint", "units",
+                "runtime"])
     setting = title(cmp)
     for g in cmp.groups:
         for key in ("avg_clean", "avg_robust", "worst_robust", "cv"):
             mean, lo, hi = g.interval(key)
             w.writerow(["group", csv_cell(g.label), "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
                         "" if math.isnan(lo) else f"{lo:.6g}", "" if math.isnan(hi) else f"{hi:.6g}", "", "", "", "",
-                        "", "", csv_cell(setting), cmp.checkpoint, "fractions"])
+                        "", "", csv_cell(setting), cmp.checkpoint, "fractions",
+                        csv_cell("; ".join(g.runtimes()))])
     for p in cmp.pairings:
         if p.reason is not None:
             continue
@@ -250,5 +267,6 @@ def _csv(cmp: GroupComparison) -> str:
                         "" if math.isnan(r.p_holm) else f"{r.p_holm:.6g}", r.verdict,
                         r.seeds_needed if r.seeds_needed is not None else "", seeds_text(p.dropped_seeds), csv_cell(setting),
                         cmp.checkpoint if p.against != "start" else f"{cmp.checkpoint} against the starts "
-                        f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions"])
+                        f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions",
+                        csv_cell(" against ".join("; ".join(side) for side in p.runtimes()))])
     return buf.getvalue()

@@ -19,7 +19,7 @@ from engine.contract import metrics
 from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui import stats
 from fairtui.compare import CompareError, pick_result, setting_label, summarise
-from fairtui.configurations import by_configuration, profile_name
+from fairtui.configurations import by_configuration, profile_name, runtime_ran
 from fairtui.runfolder import RunView
 
 BY = ("profile", "name", "tag", "sweep")
@@ -108,10 +108,15 @@ class Group:
     def setting(self) -> str:
         return "; ".join(dict.fromkeys(setting_label(m.result) for m in self.members))
 
+    def runtimes(self) -> list[str]:
+        """The runtimes its runs trained with ("fp32", "autocast bfloat16, channels-last"), each once."""
+        return runtimes_of(self.members)
+
     def to_json(self) -> dict:
         out: dict[str, Any] = {"label": self.label, "n": len(self.members), "seeds": self.seeds,
                                "runs": [m.view.run_id for m in self.members], "setting": self.setting(),
-                               "left_out": self.left_out, "protocol": protocol(self.members[0])}
+                               "left_out": self.left_out, "protocol": protocol(self.members[0]),
+                               "runtime": self.runtimes()}
         for key in GROUP_METRICS:
             mean, lo, hi = self.interval(key)
             out[key] = {"mean": mean, "ci95": [_num(lo), _num(hi)], "values": self.values(key)}
@@ -136,6 +141,11 @@ def build_group(label: str, views: list[RunView], attack: str | None, checkpoint
             continue
         group.members.append(Member(view, seed, result, summarise(result)))
     return group
+
+
+def runtimes_of(members) -> list[str]:
+    """The runtimes ``members`` trained with (fairtui.configurations.runtime_ran), each once, in their order."""
+    return list(dict.fromkeys(runtime_ran(m.view) for m in members))
 
 
 def protocol(member: Member) -> dict[str, Any]:
@@ -189,6 +199,17 @@ class Pairing:
     def n(self) -> int:
         return len(self.pairs)
 
+    def runtimes(self) -> tuple[list[str], list[str]]:
+        """The runtimes the paired runs trained with: the group's side, the baseline's side."""
+        return runtimes_of(a for a, _ in self.pairs), runtimes_of(b for _, b in self.pairs)
+
+    def runtime_differs(self) -> bool:
+        """Whether the two sides trained in other precisions or runtimes (bf16 against fp32, compiled against
+        eager): a paired difference then holds the runtime's effect with the method's (a comparison the user may
+        mean, as the CPU's precision check does, so it is said, not refused)."""
+        mine, theirs = self.runtimes()
+        return bool(self.pairs) and mine != theirs
+
     def entries(self) -> list[dict]:
         """The JSON entries of `compare --json`'s ``paired`` list, one per metric."""
         out = []
@@ -203,6 +224,7 @@ class Pairing:
                         "pairing": "init_from" if self.by_init else "seed", "bases_missing": self.bases_missing,
                         "against": self.against, "starts": [st.to_json() for st in self.starts],
                         "starts_left_out": self.starts_left_out,
+                        "runtime": dict(zip(("group", "baseline"), self.runtimes())),
                         "rho_per_seed": self.rho, "rho_mean": _num(_mean_or_nan(self.rho))})
         return out
 

@@ -84,9 +84,10 @@ def test_verdict_follows_the_interval():
 
 def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[float], clean: float = 0.8,
               dataset: str = "cifar10", eps: float = 4 / 255, init_from: str = "", method: str = "pgd_at",
-              best: list[float] | None = None, epochs: tuple = (None, None), init: dict | None = None) -> Path:
+              best: list[float] | None = None, epochs: tuple = (None, None), init: dict | None = None,
+              runtime: str | None = None) -> Path:
     """A finished run's small files, as experiments/results holds them: run_started (with ``init``, what a
-    fine-tune loaded, as the engine records it), one test result at the best checkpoint (``best``, else ``robust``)
+    fine-tune loaded, as the engine records it, and ``runtime``, what it trained with; none: fp32), one test result at the best checkpoint (``best``, else ``robust``)
     and the last (``robust``), of ``epochs``, and run_finished."""
     run_dir = root / profile / run_id
     run_dir.mkdir(parents=True)
@@ -97,7 +98,8 @@ def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[flo
     (run_dir / "meta.json").write_text(json.dumps({"run_id": run_id, "name": f"{profile}-s{seed}", "tags": ["t"]}))
     events = [{"v": 1, "seq": 0, "t": 0, "run_id": run_id, "type": "run_started", "config": config,
                "num_classes": 4, "class_names": CLASSES, "device": "cpu", "seed": seed,
-               "split_sizes": {"train": [100] * 4, "test": [50] * 4}, **({"init": init} if init else {})}]
+               "split_sizes": {"train": [100] * 4, "test": [50] * 4}, **({"init": init} if init else {}),
+               **({"runtime": runtime} if runtime else {})}]
     for i, (ckpt, acc) in enumerate((("best", best or robust), ("last", robust))):
         events.append({"v": 1, "seq": 1 + i, "t": 0, "run_id": run_id, "type": "eval_result", "split": "test",
                        "checkpoint": ckpt, "attack": "pgd20", "eps": eps, "clean_acc_per_class": [clean] * 4,
@@ -158,6 +160,45 @@ def test_compare_by_profile_pairs_by_seed_names_the_dropped_seeds_and_writes_not
     groups = {g["label"]: g for g in doc["groups"]}
     assert groups["cpu-new"]["seeds"] == [0, 1, 2, 3]
     assert groups["cpu-base"]["worst_robust"]["mean"] == pytest.approx(sum(BASE_WORST.values()) / 4)
+
+
+def test_a_pairing_across_runtimes_says_so_in_every_format_and_one_runtime_says_nothing(results, tmp_path):
+    """A method trained in bf16 paired with fp32 baselines (a new method on a CPU with bf16 units against the
+    committed fp32 rows): the numbers are the same pairing, and every format says that the two sides trained in
+    other runtimes; where both sides trained alike, nothing is said."""
+    import csv
+    import io
+
+    common = ["--results", str(results), "--by", "profile", "--baseline", "cpu-base", "--checkpoint", "last"]
+    plain = fairtui_cmd("compare", *common, home=tmp_path / "home")
+    assert plain.returncode == 0 and "another runtime" not in plain.stdout
+    assert "another runtime" not in fairtui_cmd("export", *common, "--format", "md", home=tmp_path / "home").stdout
+    before = json.loads(fairtui_cmd("compare", *common, "--json", home=tmp_path / "home").stdout)
+    assert {e["runtime"]["group"][0] for e in before["paired"]} == {"fp32"}
+
+    bf16 = "autocast bfloat16, channels-last"
+    for seed, worst in NEW_WORST.items():  # the same numbers, trained in bf16
+        events = results / "cpu-new" / f"20260102-00000{seed}-new{seed:03d}" / "events.jsonl"
+        lines = events.read_text().splitlines()
+        started = json.loads(lines[0])
+        started["runtime"] = bf16
+        events.write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+    doc = json.loads(fairtui_cmd("compare", *common, "--json", home=tmp_path / "home").stdout)
+    (worst,) = [e for e in doc["paired"] if e["metric"] == "worst_robust"]
+    (was,) = [e for e in before["paired"] if e["metric"] == "worst_robust"]
+    assert worst["runtime"] == {"group": [bf16], "baseline": ["fp32"]}
+    assert worst["mean"] == was["mean"] and worst["seeds"] == [0, 1, 2]  # said, not refused
+    assert {g["label"]: g["runtime"] for g in doc["groups"]} == {"cpu-base": ["fp32"], "cpu-new": [bf16]}
+    text = fairtui_cmd("compare", *common, home=tmp_path / "home").stdout
+    assert f"trained in another runtime: {bf16} against fp32" in text
+    md = fairtui_cmd("export", *common, "--format", "md", home=tmp_path / "home").stdout
+    assert f"cpu-new against cpu-base: trained in another runtime: {bf16} against fp32" in md
+    latex = fairtui_cmd("export", *common, "--format", "latex", home=tmp_path / "home").stdout
+    assert f"% cpu-new against cpu-base: trained in another runtime: {bf16} against fp32" in latex
+    rows = list(csv.DictReader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv",
+                                                       home=tmp_path / "home").stdout)))
+    assert {r["runtime"] for r in rows if r["table"] == "paired"} == {f"{bf16} against fp32"}
+    assert {r["group"]: r["runtime"] for r in rows if r["table"] == "group"} == {"cpu-base": "fp32", "cpu-new": bf16}
 
 
 def test_groups_paired_with_one_baseline_carry_holm_adjusted_p(results, tmp_path):
