@@ -85,7 +85,7 @@ def find_run(home: Path, ref: str, names: dict[str, str] | None = None, unique_n
                           + ", ".join(p.name for p in prefixed[:10]))
     dirs = [p for p in dirs if (p / "profile.toml").exists()]
     names = names if names is not None else {p.name: read_name(p) for p in dirs}
-    named = [ids[i] for i, n in names.items() if n == ref and i in ids]
+    named = named_runs(home, ref, names)
     if len(named) > 1 and unique_name:
         raise RunNotFound(f"{ref!r} names {len(named)} runs ({', '.join(p.name for p in named[:10])}): give one "
                           "by its id")
@@ -101,6 +101,17 @@ def find_run(home: Path, ref: str, names: dict[str, str] | None = None, unique_n
     close = difflib.get_close_matches(ref, list(ids) + sorted(set(names.values())), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise RunNotFound(f"no run {ref!r} in {runs_dir(home)}{hint}")
+
+
+def named_runs(home: Path, name: str, names: dict[str, str] | None = None) -> list[Path]:
+    """The run folders named ``name``, oldest first (ids sort by time). ``names``: id -> name, where the caller has
+    read them already (the index)."""
+    folder = runs_dir(home)
+    if not folder.is_dir():
+        return []
+    if names is None:
+        names = {p.name: read_name(p) for p in folder.iterdir() if (p / "profile.toml").exists()}
+    return [folder / i for i in sorted(names) if names[i] == name and (folder / i / "profile.toml").exists()]
 
 
 def short_id(run_id: str) -> str:

@@ -52,7 +52,7 @@ def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Opti
     from fairtui.control import ControlError, check_deletable, delete_run
     from fairtui.runfolder import RunView
 
-    run_dir = resolve_run(home, run_ref)
+    run_dir = resolve_run(home, run_ref, unique_name=True)  # a deletion is not undone: never guess between runs
     view = RunView.load(run_dir)
     try:
         check_deletable(run_dir)  # before asking: a refusal after a yes would waste it

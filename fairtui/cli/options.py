@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from fairtui.usertext import inert
+
 Home = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)")
 Json = typer.Option(False, "--json", help="print exactly one JSON document on stdout")
 Gpus = typer.Option(None, "--gpus", help="'cpu' or CUDA device indices like 0,1 (sets CUDA_VISIBLE_DEVICES)")
@@ -37,9 +39,11 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     return typer.Exit(code)
 
 
-def resolve_run(home: "str | None", ref: str):
-    """RUN -> its folder, or exit 2 with close matches / the ambiguous candidates."""
-    from fairtui.home import RunNotFound, find_run, resolve_home
+def resolve_run(home: "str | None", ref: str, unique_name: bool = False):
+    """RUN -> its folder, or exit 2 with close matches / the ambiguous candidates. A name several runs share means
+    the newest, and a line on stderr says so and names the others; with ``unique_name`` (a command that cannot be
+    undone: rm) it is refused instead, listing them."""
+    from fairtui.home import RunNotFound, find_run, named_runs, resolve_home
     from fairtui.store import RunIndex
 
     home_dir = resolve_home(home)
@@ -48,6 +52,12 @@ def resolve_run(home: "str | None", ref: str):
         return direct
     try:
         names = RunIndex(home_dir).names() if (home_dir / "runs.json").exists() else None
-        return find_run(home_dir, ref, names or None)
+        run_dir = find_run(home_dir, ref, names or None, unique_name=unique_name)
     except RunNotFound as err:
         raise fail(str(err)) from None
+    shared = named_runs(home_dir, ref, names or None)
+    if len(shared) > 1 and run_dir == shared[-1]:
+        others = ", ".join(p.name for p in shared[-2::-1][:5]) + (", ..." if len(shared) > 6 else "")
+        typer.echo(f"fairtui: {len(shared)} runs are named {inert(ref)}: this is the newest, {run_dir.name} "
+                   f"(the others: {others}; give an id for one of them)", err=True)
+    return run_dir

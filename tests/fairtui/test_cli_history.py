@@ -139,6 +139,25 @@ def test_tag_note_and_rm(home):
     assert "fair" not in [d["name"] for d in json.loads(cli("ls", "--json", home=home).stdout)]
 
 
+def test_a_name_several_runs_share_means_the_newest_with_a_word_and_rm_refuses_it(home):
+    """`show fair` with three runs named fair shows the newest and says so on stderr, naming the others; `rm fair`
+    cannot be undone, so it refuses to guess: exit 2 listing the runs, none deleted. An id still works."""
+    make_run(home, "20260102-000000-dddddd", name="fair", method="cfa", robust_centre=0.5, seed=1)
+    make_run(home, "20260103-000000-eeeeee", name="fair", method="cfa", robust_centre=0.5, seed=2)
+    shown = cli("show", "fair", "--json", home=home)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == "20260103-000000-eeeeee"
+    assert ("3 runs are named fair: this is the newest, 20260103-000000-eeeeee (the others: "
+            "20260102-000000-dddddd, 20260101-000001-bbbbbb; give an id for one of them)") in shown.stderr
+    assert "runs are named" not in cli("show", "base", home=home).stderr  # a name of one run: nothing said
+    refused = cli("rm", "fair", "--yes", home=home)
+    assert refused.returncode == 2 and "'fair' names 3 runs" in refused.stderr and "give one by its id" in refused.stderr
+    assert all((home / "runs" / i).is_dir() for i in ("20260101-000001-bbbbbb", "20260102-000000-dddddd",
+                                                        "20260103-000000-eeeeee"))
+    assert cli("rm", "20260102-000000-dddddd", "--yes", home=home).returncode == 0
+    assert not (home / "runs" / "20260102-000000-dddddd").exists()
+    assert "2 runs are named fair" in cli("tag", "fair", "x", home=home).stderr
+
+
 def test_stop_a_real_run(tmp_path, tiny_profile):
     import time
 
