@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from engine.contract.attacks import known
-from fairtui.cli.options import Gpus, Home, HomeT, Json, fail
+from fairtui.cli.options import Gpus, Home, HomeT, Json, fail, resolve_run
 
 HELP = (f"Evaluate a checkpoint under named attacks ({known()}); "
         "results are appended to the run and reused unless --force.")
@@ -38,12 +38,12 @@ def evaluate(
 
     from engine.contract import EvalRequest, RequestError
     from engine.contract.profile_schema import ProfileError, parse_fraction
-    from fairtui.home import RunNotFound, find_run, resolve_home
+    from fairtui.home import RunNotFound, resolve_home
     from fairtui.launcher import GpuChoice
 
     try:
         home_dir = resolve_home(home)
-        run_dirs = [find_run(home_dir, ref) for ref in run_refs or []]
+        run_dirs = [resolve_run(home, ref) for ref in run_refs or []]  # a shared name: the newest, said
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None

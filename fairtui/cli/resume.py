@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from fairtui.cli.options import (Cluster, Cpus, Detach, Gpus, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
-                                  Partition, Sbatch, TimeMin, fail)
+                                  Partition, Sbatch, TimeMin, fail, resolve_run)
 
 HELP = "Continue a run from its last checkpoint (same folder, same event stream)."
 
@@ -33,7 +33,7 @@ def resume(
 ) -> None:
     from engine.contract.profile_schema import ProfileError
     from fairtui.follow import follow
-    from fairtui.home import RunNotFound, find_run, resolve_home
+    from fairtui.home import RunNotFound
     from fairtui.launcher import GpuChoice, engine_command, start_engine
 
     from fairtui.cli.launching import slurm_settings, submit
@@ -41,7 +41,7 @@ def resume(
     try:
         settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
                                   time_min=time_min, cpus=cpus, mem_gb=mem_gb, sbatch=sbatch, cluster=cluster)
-        run_dir = find_run(resolve_home(home), run_ref)
+        run_dir = resolve_run(home, run_ref)  # a shared name: the newest, and a line says so
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
