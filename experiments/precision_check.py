@@ -85,7 +85,9 @@ def epoch_seconds(folder: Path) -> tuple[float, int, str]:
 
 
 def profiles(check: Path) -> list[str]:
-    return sorted(p.name for p in (check / "fp32").iterdir() if p.is_dir())
+    """The profiles with runs in both settings (a check under way may have one side's first runs only)."""
+    return sorted(p.name for p in (check / "fp32").iterdir()
+                  if all(any((check / folder / p.name).glob("*/events.jsonl")) for folder in SETTINGS))
 
 
 def rows(check: Path) -> list[list]:
