@@ -28,6 +28,32 @@ def test_small_cnn_takes_any_image_size():
         assert model(torch.rand(2, *shape)).shape == (2, 10)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_small_cnns_pool_is_adaptive_max_pooling_to_the_index_ties_included(dtype):
+    """The small CNN pools from a channels-last copy on the CPU (a sixth of the time): its values, the pixels its
+    gradient goes to and the gradient itself are nn.AdaptiveMaxPool2d's exactly, on ReLU outputs with many ties
+    (a tie routed to another pixel would change every later step), for windows that divide the image and windows
+    that overlap. The pool has no weights, so checkpoints keep their keys."""
+    from engine.models.small import AdaptiveMaxPool2dCL, SmallCNN
+
+    ours, reference = AdaptiveMaxPool2dCL(4), torch.nn.AdaptiveMaxPool2d(4)
+    g = torch.Generator().manual_seed(0)
+    for shape in ((28, 28), (7, 9), (8, 8)):
+        for _ in range(20):
+            x = torch.relu(torch.randint(-3, 4, (4, 16, *shape), generator=g).to(dtype) * 0.5)
+            a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+            out, expected = ours(a), reference(b)
+            w = torch.randn(out.shape, generator=g).to(dtype)
+            (out * w).sum().backward()
+            (expected * w).sum().backward()
+            assert torch.equal(out, expected) and torch.equal(a.grad, b.grad)
+    windows = x.reshape(4, 16, 4, 2, 4, 2).transpose(3, 4).flatten(-2)  # the last input's 2x2 windows
+    top = windows.max(-1, keepdim=True).values
+    assert ((windows == top).sum(-1)[top.squeeze(-1) > 0] > 1).any()  # ties of a positive maximum were there
+    assert list(SmallCNN(1, 10).state_dict()) == [f"{part}.{i}.{kind}" for part, i in (
+        ("features", 0), ("features", 2), ("classifier", 1), ("classifier", 3)) for kind in ("weight", "bias")]
+
+
 def test_wide_resnet_rejects_a_bad_depth():
     with pytest.raises(ValueError, match="6n \\+ 4"):
         build_model(ModelConfig(arch="wide_resnet", depth=30, width=1), (3, 32, 32), 10, (0.5,) * 3, (0.5,) * 3)
