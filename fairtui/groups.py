@@ -204,11 +204,10 @@ class Pairing:
         return runtimes_of(a for a, _ in self.pairs), runtimes_of(b for _, b in self.pairs)
 
     def runtime_differs(self) -> bool:
-        """Whether the two sides trained in other precisions or runtimes (bf16 against fp32, compiled against
+        """Whether a pair's two runs trained in other precisions or runtimes (bf16 against fp32, compiled against
         eager): a paired difference then holds the runtime's effect with the method's (a comparison the user may
         mean, as the CPU's precision check does, so it is said, not refused)."""
-        mine, theirs = self.runtimes()
-        return bool(self.pairs) and mine != theirs
+        return any(runtime_ran(a.view) != runtime_ran(b.view) for a, b in self.pairs)
 
     def entries(self) -> list[dict]:
         """The JSON entries of `compare --json`'s ``paired`` list, one per metric."""
