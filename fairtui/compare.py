@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.contract import metrics
-from fairtui.configurations import by_configuration, flatten
+from engine.contract.protocol import RUNTIME_FP32
+from fairtui.configurations import by_configuration, flatten, runtime_ran
 from fairtui.runfolder import RunView
 
 
@@ -168,7 +169,9 @@ class ExportRow:
     label: str
     runs: list[str]
     values: dict[str, list[float]]
-    setting: str = ""  # the attack and settings of the row's results ("pgd20, eps 0.2, whole split")
+    # the attack and settings of the row's results ("pgd20, eps 0.2, whole split"), and the training's runtime
+    # where it was not fp32 ("...; trained with autocast bfloat16, channels-last")
+    setting: str = ""
 
     def mean_std(self, key: str) -> tuple[float, float]:
         vals = [v for v in self.values.get(key, []) if v is not None and not math.isnan(v)]
@@ -215,7 +218,9 @@ def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per
                 except CompareError:
                     raise missing from None
                 where = " @ last (no best-checkpoint result)"
-            settings.append(setting_label(result) + where)
+            runtime = runtime_ran(v)  # bf16 or compiled training is a setting of the number too; fp32 is not said
+            trained = "" if runtime == RUNTIME_FP32 else f"; trained with {runtime}"
+            settings.append(setting_label(result) + where + trained)
             s = summarise(result)
             for k in EXPORT_METRICS:
                 values[k].append(s[k])

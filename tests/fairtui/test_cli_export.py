@@ -132,6 +132,37 @@ def test_export_rows_are_in_the_order_given_and_two_configurations_of_one_profil
     assert labels[0] != labels[1]
 
 
+def test_a_row_trained_in_bf16_says_so_and_a_table_that_mixes_runtimes_labels_each_row(tmp_path):
+    """The training's runtime is a setting of the numbers: a table of bf16 rows says so in its title, one that
+    mixes bf16 and fp32 rows names each row's, and fp32 alone (the default) adds nothing."""
+    bf16 = "autocast bfloat16, channels-last"
+
+    def trained_in(run_dir, runtime):
+        lines = (run_dir / "events.jsonl").read_text().splitlines()
+        started = json.loads(lines[0])
+        started["runtime"] = runtime
+        (run_dir / "events.jsonl").write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+
+    home = tmp_path / "home"
+    for seed in (0, 1):
+        trained_in(make_run(home, f"2026010{seed}-000000-new{seed}", name="new", seed=seed,
+                            profile=Profile(name="new", seed=seed)), bf16)
+        make_run(home, f"2026010{seed}-000001-base{seed}", name="base", seed=seed,
+                 profile=Profile(name="base", seed=seed))
+    new, base = ["20260100-000000-new0", "20260101-000000-new1"], ["20260100-000001-base0", "20260101-000001-base1"]
+    alone = cli("export", *base, "--format", "md", home=home).stdout
+    assert alone.startswith("pgd20, eps 0.03137, whole split @ best;") and "trained with" not in alone
+    ours = cli("export", *new, "--format", "md", home=home).stdout
+    assert ours.startswith(f"pgd20, eps 0.03137, whole split; trained with {bf16} @ best;")
+    mixed = cli("export", *new, *base, "--format", "md", home=home).stdout
+    assert mixed.startswith("settings differ between rows (each row names its own)")
+    assert f"| new (seeds 0, 1) [pgd20, eps 0.03137, whole split; trained with {bf16}] |" in mixed
+    assert "| base (seeds 0, 1) [pgd20, eps 0.03137, whole split] |" in mixed
+    doc = json.loads(cli("export", *new, *base, "--format", "json", home=home).stdout)
+    assert [r["setting"] for r in doc["rows"]] == [f"pgd20, eps 0.03137, whole split; trained with {bf16}",
+                                                   "pgd20, eps 0.03137, whole split"]
+
+
 def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp_path):
     """FRL, FAAL and CSR fine-tune the same seed's base run: `method.init_from` differs with the seed, as the
     seed does, so their seeds are one group; fine-tunes of bases of two profiles are two; two runs of one seed
