@@ -199,6 +199,14 @@ def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
     return out
 
 
+def result_setting(view: RunView, result: dict, where: str = "") -> str:
+    """A result's setting as a table or figure names it: the attack's (:func:`setting_label`), then ``where``, then
+    the training's runtime when it was not fp32 ("; trained with autocast bfloat16, channels-last"): bf16 or
+    compiled training is a setting of the numbers too."""
+    runtime = runtime_ran(view)
+    return setting_label(result) + where + ("" if runtime == RUNTIME_FP32 else f"; trained with {runtime}")
+
+
 def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0) -> list[ExportRow]:
     rows = []
     for label, members in seed_groups(views):
@@ -218,9 +226,7 @@ def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per
                 except CompareError:
                     raise missing from None
                 where = " @ last (no best-checkpoint result)"
-            runtime = runtime_ran(v)  # bf16 or compiled training is a setting of the number too; fp32 is not said
-            trained = "" if runtime == RUNTIME_FP32 else f"; trained with {runtime}"
-            settings.append(setting_label(result) + where + trained)
+            settings.append(result_setting(v, result, where))
             s = summarise(result)
             for k in EXPORT_METRICS:
                 values[k].append(s[k])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from fairtui.compare import CompareError, pick_result, seed_groups, setting_label, summarise
+from fairtui.compare import CompareError, pick_result, result_setting, seed_groups, summarise
 from fairtui.figures import PlotError
 from fairtui.runfolder import RunView
 from fairtui.runstate import ACCURACY_KEYS, RunState
@@ -99,7 +99,7 @@ def results(views: list[RunView], attack: str | None, checkpoint: str, n_per_cla
             if same_classes and v.class_names() != names:
                 raise PlotError(f"run {v.name} [{v.run_id}] has the classes {v.class_names()}, run {views[0].name} "
                                 f"[{views[0].run_id}] {names}: one figure cannot put them side by side")
-            settings.append(setting_label(result))
+            settings.append(result_setting(v, result))
             series.robust.append(result["robust_acc_per_class"])
             series.clean.append(result["clean_acc_per_class"])
             series.summaries.append(summarise(result))
@@ -226,5 +226,5 @@ def confusion(view: RunView, attack: str | None, checkpoint: str, n_per_class: i
     for row in counts:
         total = sum(row)
         rows.append([100.0 * c / total if total else 0.0 for c in row])
-    return Heatmap(f"{view.name}: {setting_label(result)} @ {checkpoint}", rows, names, "true class",
+    return Heatmap(f"{view.name}: {result_setting(view, result)} @ {checkpoint}", rows, names, "true class",
                    "predicted under attack")
