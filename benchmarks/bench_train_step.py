@@ -86,7 +86,10 @@ def make_trainer(arch: str, batches: int, run_dir: Path, width: int | None = Non
 
 
 def bare_epoch(trainer, arch: str) -> None:
-    """The same arithmetic as PGD-AT's loss and the loop, with no bookkeeping."""
+    """The same arithmetic as PGD-AT's loss and the loop, with no bookkeeping. As in the engine, one autocast
+    context holds the attack and the training forward: autocast keeps the weights' bf16 copies for the context's
+    life, so a context per attack step would cast them again each step (12 times a batch instead of once: the
+    digits CNN's bf16 bare loop did twice the engine's casts before 2026-11-28, and the ratio compared unlike loops)."""
     import torch
     import torch.nn.functional as F
 
@@ -97,23 +100,22 @@ def bare_epoch(trainer, arch: str) -> None:
     for b in range(len(data) // bs):
         idx = order[b * bs:(b + 1) * bs]
         x, y = rt.input_format(data.images(idx)), data.y[idx]
-        model.eval()
-        delta = (torch.rand_like(x) * 2 - 1) * case["eps"]
-        delta = (x + delta).clamp(0, 1) - x
-        for _ in range(10):
-            delta.requires_grad_(True)
-            with rt.autocast():
-                logits = model(x + delta)
-            loss = F.cross_entropy(logits.float(), y, reduction="none").sum()
-            (grad,) = torch.autograd.grad(loss, delta)
-            delta = (delta.detach() + case["step"] * grad.sign()).clamp(-case["eps"], case["eps"])
-            delta = (x + delta).clamp(0, 1) - x
-        with torch.no_grad(), rt.autocast():
-            model(x)
-        model.train()
         with rt.autocast():
+            model.eval()
+            delta = (torch.rand_like(x) * 2 - 1) * case["eps"]
+            delta = (x + delta).clamp(0, 1) - x
+            for _ in range(10):
+                delta.requires_grad_(True)
+                logits = model(x + delta)
+                loss = F.cross_entropy(logits.float(), y, reduction="none").sum()
+                (grad,) = torch.autograd.grad(loss, delta)
+                delta = (delta.detach() + case["step"] * grad.sign()).clamp(-case["eps"], case["eps"])
+                delta = (x + delta).clamp(0, 1) - x
+            with torch.no_grad():
+                model(x)
+            model.train()
             logits = model(x + delta)
-        loss = F.cross_entropy(logits.float(), y)
+            loss = F.cross_entropy(logits.float(), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
