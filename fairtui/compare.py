@@ -155,7 +155,8 @@ def compare(views: list[RunView], attack: str | None = None, checkpoint: str = "
         if base["worst_robust"] > 0 and base["avg_robust"] > 0:
             c.rho = metrics.rho(c.summary["avg_robust"], c.summary["worst_robust"], base["avg_robust"],
                                 base["worst_robust"])
-    diff = config_diff([v.config for v in views], ignore=("description",))
+    # what ran, beside what was asked: two runs of "auto" on different CPUs may have trained in fp32 and bf16
+    diff = config_diff([{**v.config, "runtime": runtime_ran(v)} for v in views], ignore=("description",))
     return Comparison(names, attack or columns[0].result["attack"], checkpoint, columns, baseline, diff)
 
 

@@ -61,6 +61,20 @@ def test_compare_deltas_and_rho_by_hand(home):
     assert "rho" in human.stdout and "(base)" in human.stdout
 
 
+def test_compare_of_runs_shows_the_runtime_they_trained_with_when_it_differs(home):
+    """Two runs that asked for the same runtime ("auto") may have trained in fp32 on one CPU and in bf16 on
+    another: `compare RUN RUN` lists what ran among the keys that differ, and says nothing where it agrees."""
+    assert "runtime" not in json.loads(cli("compare", "base", "fair", "--json", home=home).stdout)["config_diff"]
+    events = home / "runs" / "20260101-000001-bbbbbb" / "events.jsonl"
+    lines = events.read_text().splitlines()
+    started = json.loads(lines[0])
+    started["runtime"] = "autocast bfloat16, channels-last"
+    events.write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+    doc = json.loads(cli("compare", "base", "fair", "--json", home=home).stdout)
+    assert doc["config_diff"]["runtime"] == ["fp32", "autocast bfloat16, channels-last"]
+    assert "autocast bfloat16, channels-last" in cli("compare", "base", "fair", home=home).stdout
+
+
 def test_compare_errors_say_what_exists(home):
     missing = cli("compare", "base", "fair", "--attack", "aa", home=home)
     assert missing.returncode == 2 and "has no aa result" in missing.stderr and "best/pgd20" in missing.stderr
