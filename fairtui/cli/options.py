@@ -43,7 +43,7 @@ def resolve_run(home: "str | None", ref: str, unique_name: bool = False):
     """RUN -> its folder, or exit 2 with close matches / the ambiguous candidates. A name several runs share means
     the newest, and a line on stderr says so and names the others; with ``unique_name`` (a command that cannot be
     undone: rm) it is refused instead, listing them."""
-    from fairtui.home import RunNotFound, find_run, named_runs, resolve_home
+    from fairtui.home import RunNotFound, find_run, named_runs, read_name, resolve_home
     from fairtui.store import RunIndex
 
     home_dir = resolve_home(home)
@@ -55,6 +55,8 @@ def resolve_run(home: "str | None", ref: str, unique_name: bool = False):
         run_dir = find_run(home_dir, ref, names or None, unique_name=unique_name)
     except RunNotFound as err:
         raise fail(str(err)) from None
+    if read_name(run_dir) != ref:  # an id, a prefix or a short id: no other run is meant
+        return run_dir
     shared = named_runs(home_dir, ref, names or None)
     if len(shared) > 1 and run_dir == shared[-1]:
         others = ", ".join(p.name for p in shared[-2::-1][:5]) + (", ..." if len(shared) > 6 else "")
