@@ -35,6 +35,52 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, parsed
 
 
+def split_overrides(text: str) -> list[str]:
+    """Split a line of ``KEY=VALUE`` overrides, as typed in the app, at the spaces between them.
+
+    Unlike a shell's split, the quotes stay: ``eval.attacks=["clean"] name="a b"`` gives
+    ``['eval.attacks=["clean"]', 'name="a b"']``, each VALUE as TOML reads it. Spaces inside quotes or brackets
+    do not split; an override wholly wrapped in quotes as a shell would need (``'eval.attacks=["clean"]'``) is
+    unwrapped. An unclosed quote or bracket raises ValueError."""
+    out: list[str] = []
+    token: list[str] = []
+    quote = ""
+    depth = 0
+    for ch in text:
+        if quote:
+            token.append(ch)
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch.isspace() and depth <= 0:
+            if token:
+                out.append("".join(token))
+                token = []
+            continue
+        token.append(ch)
+    if quote:
+        raise ValueError(f"no closing quotation ({quote})")
+    if depth > 0:
+        raise ValueError("no closing bracket")
+    if token:
+        out.append("".join(token))
+    return [_unwrap(t) for t in out]
+
+
+def _unwrap(token: str) -> str:
+    if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'" and "=" in token:
+        inner = token[1:-1]
+        if token[0] not in inner:  # 'a="x"' is unwrapped; "a"="b" is not one wrapped override
+            return inner
+    return token
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Return a copy of ``raw`` with every ``KEY=VALUE`` set at its dotted path."""
     import copy

@@ -57,6 +57,21 @@ def test_overrides_apply_and_are_checked(tiny_profile):
     assert parse_override("data.dataset=digits") == ("data.dataset", "digits")
 
 
+def test_a_typed_line_of_overrides_keeps_its_toml_quotes():
+    from engine.contract.profile_io import split_overrides
+
+    line = 'train.epochs=3  eval.attacks=["clean"] eval.checkpoints=["last", "best"] name="a b" data.root=/d'
+    assert split_overrides(line) == ["train.epochs=3", 'eval.attacks=["clean"]', 'eval.checkpoints=["last", "best"]',
+                                     'name="a b"', "data.root=/d"]
+    assert [parse_override(t)[1] for t in split_overrides(line)][1:4] == [["clean"], ["last", "best"], "a b"]
+    # the shell's quoting of a whole override still works, and what is inside is left as typed
+    assert split_overrides("'eval.attacks=[\"clean\"]' \"name='x y'\"") == ['eval.attacks=["clean"]', "name='x y'"]
+    assert split_overrides("") == []
+    for bad in ('name="open', "eval.attacks=[\"clean\""):
+        with pytest.raises(ValueError):
+            split_overrides(bad)
+
+
 def test_resolved_profile_round_trips(tiny_profile, tmp_path):
     p = load_profile(tiny_profile(), ["method.name=trades", "method.beta=2.5"])
     out = tmp_path / "resolved.toml"

@@ -222,6 +222,26 @@ async def test_the_launch_dialog_filters_as_one_types_selects_the_new_run_and_re
         assert str(options.get_option_at_index(options.highlighted).prompt) == "digits-dafa.toml"
 
 
+async def test_the_launch_dialog_keeps_the_quotes_of_typed_toml_values(tmp_path, monkeypatch):
+    """Found on a lent GPU: `eval.attacks=["clean"]`, typed as the docs write it, was split the shell's way, lost
+    its quotes and was refused ("expected a list, got '[clean]'"), so the run never started."""
+    import fairtui.launcher
+
+    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: None)
+    home = tmp_path / "home"
+    folder = _profile_folder(tmp_path)
+    app = make_app(home=home, profiles_dir=folder, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("enter", *'eval.attacks=["clean"] eval.checkpoints=["last", "best"]', "ctrl+l")
+        await wait_until(pilot, lambda: (home / "runs").is_dir() and any((home / "runs").iterdir()))
+        run = next((home / "runs").iterdir())
+        text = (run / "profile.toml").read_text()
+        assert 'attacks = [\n    "clean",\n]' in text or 'attacks = ["clean"]' in text, text
+        assert '"last"' in text and '"best"' in text
+
+
 async def test_launch_dialog_says_cpu_only_in_full_at_80x24(tmp_path, profiles):
     """Found driving the app in tmux at 80x24: the note beside the profiles, when no GPU is found, was cut off."""
     app = make_app(home=tmp_path / "home", profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2,

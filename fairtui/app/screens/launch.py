@@ -7,7 +7,6 @@ quickstart, then the digits profiles and CIFAR-10 subsets; whole-CIFAR-10 profil
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,7 +107,7 @@ class LaunchDialog(ModalScreen[str | None]):
         self.dismiss(None)
 
     def action_launch(self) -> None:
-        from engine.contract.profile_io import check_data_root, load_profile
+        from engine.contract.profile_io import check_data_root, load_profile, split_overrides
         from engine.contract.profile_schema import ProfileError
         from fairtui.launcher import GpuChoice, create_run
 
@@ -119,7 +118,7 @@ class LaunchDialog(ModalScreen[str | None]):
             return
         path = self.profiles[index]
         try:
-            overrides = shlex.split(self.query_one("#overrides", Input).value)
+            overrides = split_overrides(self.query_one("#overrides", Input).value)
         except ValueError as err:
             error.update(f"overrides: {err}")
             return
