@@ -145,7 +145,8 @@ def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, 
 
     where = provenance()  # this evaluation's code and machine, which need not be the training's
     for attack_name in req.attacks:
-        setting = settings.result_setting(attack_name, req.n_per_class, req.batch_size)
+        setting = settings.result_setting(attack_name, req.n_per_class, req.batch_size,
+                                          profile.data.test_per_class if req.split == "test" else 0)
         if not req.force and any(_same(ev, req, attack_name, epoch, setting) for ev in existing):
             log.info("%s @ %s on %s: reusing the stored result (--force to recompute)", attack_name,
                      req.checkpoint, req.split)

@@ -67,7 +67,8 @@ def final_evaluation(trainer: "Trainer") -> None:
             clean, adv, conf_var = predict(model, test, attack, runtime, trainer.profile.data.eval_batch_size,
                                            progress, seed=trainer.attack_settings().seed)
             result = per_class_result(test.y, clean, adv, trainer.k, conf_var)
-            setting = trainer.attack_settings().result_setting(attack_name, 0, trainer.profile.data.eval_batch_size)
+            setting = trainer.attack_settings().result_setting(attack_name, 0, trainer.profile.data.eval_batch_size,
+                                                               trainer.profile.data.test_per_class)
             fields = dict(split="test", attack=attack_name, eps=trainer.profile.eval.eps, n_per_class=0,
                           setting=setting, **result)
             done[-1][2][attack_name] = fields

@@ -1,13 +1,15 @@
 """The CIFAR-10 fairness tables: every method through fairtui itself, each finished run's small files
 collected into the repository, the table generated from those files.
 
-    python experiments/cifar10_fairness.py --scale cpu|short --data-root DIR [--download] [--home DIR] [--seeds 0 1 2]
+    python experiments/cifar10_fairness.py --scale cpu|quick|short --data-root DIR [--download] [--home DIR] [--seeds 0 1 2]
                                            [--methods at trades ...] [--workers N] [--threads T]
                                            [--aa-per-class N] [--gpus 0] [--set KEY=VALUE ...]
     python experiments/cifar10_fairness.py --scale cpu --table-only [--results DIR]
 
 Scales: ``cpu`` trains `profiles/cifar10-cpu-<method>.toml` (the CPU-scale protocol: PreAct-ResNet18 at
-1/8 width on 10,000 images, docs/results.md) and collects into experiments/results/cifar10-cpu; ``short``
+1/8 width on 10,000 images, docs/results.md) and collects into experiments/results/cifar10-cpu; ``quick``
+trains `profiles/cifar10-cpu-quick-<method>.toml` (the first-look protocol: 5,000 images, 6 epochs, a fixed
+test part of 200 images a class) into experiments/results/cifar10-cpu-quick; ``short``
 trains `profiles/cifar10-short-<method>.toml` (the GPU short schedule) into experiments/results/cifar10.
 
 Jobs run row by row (all seeds of PGD-AT, then TRADES, ...: METHODS' order), so that an interrupted
@@ -44,7 +46,11 @@ from experiments.fairness_table import METHODS as ALL_METHODS  # noqa: E402
 from experiments.fairness_table import at_least, markdown  # noqa: E402
 
 SCALES = {"cpu": ("cifar10-cpu", ROOT / "experiments" / "results" / "cifar10-cpu"),
+          "quick": ("cifar10-cpu-quick", ROOT / "experiments" / "results" / "cifar10-cpu-quick"),
           "short": ("cifar10-short", ROOT / "experiments" / "results" / "cifar10")}
+# The checkpoint of the base a fine-tune starts from, by scale: a run folder gives its best; the quick protocol
+# evaluates only the last checkpoint (its headline), so its fine-tunes start from that one.
+INIT_CHECKPOINT = {"quick": "last"}
 # Fine-tunes of the same seed's PGD-AT run; the fine-tune's own epochs come from its profile.
 FINE_TUNES = {"frl": "at", "faal": "at", "csr": "trades"}
 RESUMABLE = {"stopped", "failed", "lost"}
@@ -182,7 +188,10 @@ class Table:
                 base = self.name(FINE_TUNES[method], seed)
                 self.done[base].wait()
                 shown = fairtui(["show", base], self.home)
-                sets.append(f"method.init_from={shown['run_dir']}")
+                init = shown["run_dir"]
+                if self.args.scale in INIT_CHECKPOINT:
+                    init = str(Path(init) / "checkpoints" / f"{INIT_CHECKPOINT[self.args.scale]}.pt")
+                sets.append(f"method.init_from={init}")
                 if self.prefix == "cifar10-short" and method == "frl":  # the short profile pre-trains in-run
                     sets += ["method.pretrain_epochs=0", "train.epochs=10"]
             sets += args.set  # the caller's overrides win

@@ -26,13 +26,14 @@ class AttackSettings:
     restarts: int = 1
     seed: int = 0
 
-    def result_setting(self, attack: str, n_per_class: int, batch_size: int) -> dict:
+    def result_setting(self, attack: str, n_per_class: int, batch_size: int, split_per_class: int = 0) -> dict:
         """The `setting` an `eval_result` of ``attack`` under these settings records (engine.contract.results)."""
         from engine.contract.results import attack_setting
 
         return attack_setting(attack, eps=self.eps, norm=self.norm, step=self.step, restarts=self.restarts,
                               cw_kappa=self.cw_kappa, tpgd_inv_temperature=self.tpgd_inv_temperature,
-                              seed=self.seed, n_per_class=n_per_class, batch_size=batch_size)
+                              seed=self.seed, n_per_class=n_per_class, batch_size=batch_size,
+                              split_per_class=split_per_class)
 
 
 class Clean:

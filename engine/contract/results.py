@@ -9,7 +9,8 @@ own settings (step, restarts, CW's kappa, Temperature-PGD's 1/T); the subset (im
 and the seed that picked them); the batch size wherever batching changes the random draws (PGD's
 random start, and AutoAttack, which reseeds per internal batch); and the attack seed.
 
-A *headline* result is one at the profile's own settings on the whole split. Only headline
+A *headline* result is one at the profile's own settings on the whole split (or on the fixed class-balanced part
+of it that the profile's ``data.test_per_class`` names, recorded in the setting as ``split_per_class``). Only headline
 results are the run's numbers; any other result is exploratory and is shown labelled with what
 differs from the profile.
 """
@@ -30,14 +31,20 @@ def attack_family(attack: str) -> str:
 
 
 def attack_setting(attack: str, *, eps: float, norm: str, step: float, restarts: int, cw_kappa: float,
-                   tpgd_inv_temperature: float, seed: int, n_per_class: int, batch_size: int) -> dict[str, Any]:
-    """The settings that change ``attack``'s numbers (and only those: its row of the attack table)."""
+                   tpgd_inv_temperature: float, seed: int, n_per_class: int, batch_size: int,
+                   split_per_class: int = 0) -> dict[str, Any]:
+    """The settings that change ``attack``'s numbers (and only those: its row of the attack table).
+
+    ``split_per_class``: the profile's ``data.test_per_class``, when its test split is a fixed class-balanced part
+    of the data set's (recorded only then, so that results on the whole split keep the setting they had)."""
     values = {"eps": float(eps), "norm": norm, "step": float(step), "restarts": int(restarts),
               "batch_size": int(batch_size), "seed": int(seed), "cw_kappa": float(cw_kappa),
               "tpgd_inv_temperature": float(tpgd_inv_temperature)}
     out: dict[str, Any] = {"n_per_class": int(n_per_class)}
     if n_per_class:
         out["subset_seed"] = SUBSET_SEED
+    if split_per_class:
+        out["split_per_class"] = int(split_per_class)
     row = attacks.row(attack)
     out.update((key, values[key]) for key in (row.setting if row else ("eps", "norm")))
     return out
@@ -59,7 +66,8 @@ def requested_setting(config: dict, attack: str, eps: float | None = None, n_per
         attack, eps=eps, norm=atk.get("norm", "linf"), step=scaled_step(own_step, own_eps, eps),
         restarts=ev.get("restarts", 1), cw_kappa=ev.get("cw_kappa", 50.0),
         tpgd_inv_temperature=ev.get("tpgd_inv_temperature", 5.0),
-        seed=config.get("seed", 0) if seed is None else seed, n_per_class=n_per_class, batch_size=batch_size or data.get("eval_batch_size", 256))
+        seed=config.get("seed", 0) if seed is None else seed, n_per_class=n_per_class,
+        batch_size=batch_size or data.get("eval_batch_size", 256), split_per_class=data.get("test_per_class", 0) or 0)
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -109,7 +117,9 @@ def describe(event: dict) -> str:
     if "eps" in setting or event.get("eps") is not None:
         parts.append(f"eps {_fmt(setting.get('eps', event.get('eps')))}")
     n = setting.get("n_per_class", event.get("n_per_class", 0))
-    parts.append(f"{n} per class" if n else "whole split")
+    part = setting.get("split_per_class", 0)
+    split = f"test part of {part} a class" if part else "whole split"
+    parts.append(f"{n} per class of the {split}" if n and part else f"{n} per class" if n else split)
     return ", ".join(parts)
 
 

@@ -35,6 +35,24 @@ def test_identity_includes_everything_that_changes_the_number():
                            {**CONFIG, "eval": {**CONFIG["eval"], "cw_kappa": 10.0}})
 
 
+def test_a_profile_whose_test_split_is_a_fixed_part_names_that_part_in_its_headline():
+    """A protocol whose headline is a class-balanced part of the test split (``data.test_per_class``, the quick
+    CIFAR-10 protocol) records that part in every result's setting: its headline is never taken for, or paired
+    with, a result on the whole split, and every title says which part it is."""
+    from engine.contract.results import describe
+
+    part = {**CONFIG, "data": {**CONFIG["data"], "test_per_class": 200}}
+    own = profile_setting(part, "pgd20")
+    assert own["split_per_class"] == 200 and "split_per_class" not in profile_setting(CONFIG, "pgd20")
+    assert is_headline(result("pgd20", own), part)
+    assert not is_headline(result("pgd20", own), CONFIG) and not is_headline(result("pgd20", profile_setting(
+        CONFIG, "pgd20")), part)
+    assert describe(result("pgd20", own)) == "eps 0.2, test part of 200 a class"
+    assert describe(result("pgd20", profile_setting(CONFIG, "pgd20"))) == "eps 0.2, whole split"
+    assert describe(result("aa", requested_setting(part, "aa", n_per_class=5))) == \
+        "eps 0.2, 5 per class of the test part of 200 a class"
+
+
 def test_results_written_before_settings_were_recorded_are_judged_by_eps_and_subset():
     assert is_headline({"attack": "pgd20"}, CONFIG)  # the end of training never wrote eps
     assert is_headline({"attack": "pgd20", "eps": 0.2, "n_per_class": 0}, CONFIG)
@@ -78,7 +96,8 @@ def test_show_labels_the_other_evaluation(evaluated):
     home, _, _ = evaluated
     human = fairtui_cmd("show", "run", home=home, env_extra={"COLUMNS": "200"}).stdout
     assert "other evaluations" in human and "eps 0.05 (profile 0.2)" in human
-    assert "whole split" in human  # every table says the setting that produced it
+    # every table says the setting that produced it: the tiny profile's test split is a fixed part of 10 a class
+    assert "test part of 10 a class" in human and "whole split" not in human
 
 
 def test_a_refusal_names_the_latest_results_and_counts_the_rest(tmp_path):
