@@ -67,7 +67,7 @@ def writer(path: Path, rate: float, seconds: float, k: int, done: dict) -> None:
 
 async def streaming(home: Path, rate: float, seconds: float) -> dict:
     from fairtui.app import make_app
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     run_dir = make_run(home, "20270101-000000-stream", name="stream", status="running", epochs=3)
     app = make_app(home=home, profiles_dir=home, gpu_inventory=lambda: [], poll_interval=0.2,
@@ -94,8 +94,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50)
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
-    from fairtui.store import RunIndex
-    from fairtui.synthetic import make_run
+    from fairtui.runs.store import RunIndex
+    from fairtui.runs.synthetic import make_run
 
     home = Path(tempfile.mkdtemp(prefix="fairtui-app-bench-"))
     for i in range(args.runs):

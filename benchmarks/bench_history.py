@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def build(home: Path, runs: int, epochs: int) -> None:
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     t0 = time.time()
     for i in range(runs):
@@ -50,7 +50,7 @@ def first_ls(runs: int, epochs: int) -> float:
     """The median over 3 fresh homes of the first `ls` (the index is built by it, not by `reindex`)."""
     import shutil
 
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     times = []
     for _ in range(3):

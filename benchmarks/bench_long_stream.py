@@ -65,8 +65,8 @@ def measure(what: str, home: Path, run_id: str) -> dict:
     code = {
         "show": f"from fairtui.cli import main; import sys; sys.argv = ['fairtui', 'show', {run_id!r}, '--home', "
                 f"{str(home)!r}]\ntry:\n    main()\nexcept SystemExit:\n    pass",
-        "app": "from fairtui.digest import replay; from fairtui.runfolder import RunView; "
-               "from fairtui.runstate import RunState\n"
+        "app": "from fairtui.runs.digest import replay; from fairtui.runs.runfolder import RunView; "
+               "from fairtui.runs.runstate import RunState\n"
                f"from pathlib import Path; view = RunView.load(Path({str(home / 'runs' / run_id)!r})); state = RunState(run_id={run_id!r})\n"
                "for event in replay(view.digest):\n    state.ingest(event)\n"
                "print('epochs held', len(state.epochs), file=sys.stderr)",

@@ -40,7 +40,7 @@ RUN_ID = "20270101-000000-longstream"
 def build(home: Path, mb: float) -> Path:
     from engine.contract.events import EventWriter
     from engine.contract.results import requested_setting
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     k, epochs = 100, 300
     run_dir = make_run(home, RUN_ID, name="long", method="cfa", epochs=epochs, k=k)
@@ -73,7 +73,7 @@ def build_distinct(home: Path, mb: float) -> Path:
     half evaluations."""
     from engine.contract.events import EventWriter
     from engine.contract.results import requested_setting
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     k = 100
     run_dir = make_run(home, RUN_ID, name="long-distinct", method="tian", epochs=1, k=k, status="running")

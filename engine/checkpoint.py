@@ -106,7 +106,7 @@ class CheckpointStore:
 
     def write_names(self, state: dict[str, Any]) -> None:
         """``names.json`` beside the checkpoints: the names :meth:`available` gives, for readers that must
-        not load torch or a checkpoint to list them (the app's evaluate dialog, fairtui.runfolder)."""
+        not load torch or a checkpoint to list them (the app's evaluate dialog, fairtui.runs.runfolder)."""
         from engine.contract.atomic import atomic_write_json
 
         atomic_write_json(self.folder / NAMES_FILE, {"names": self._names(state), "epoch": state.get("epoch")})

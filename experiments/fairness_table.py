@@ -5,7 +5,7 @@
 RESULTS is a folder of ``<profile>/<run-id>/`` folders, each holding a finished run's small files
 (``events.jsonl``, ``profile.toml``, ``meta.json``: `experiments/cifar10_fairness.py --collect` copies
 them there). A row is a profile, its seeds are its runs. Every number is read back from the runs' own
-``eval_result`` events by the rule every fairtui reader uses (`fairtui.runfolder.headline_results`):
+``eval_result`` events by the rule every fairtui reader uses (`fairtui.runs.runfolder.headline_results`):
 the headline result at the profile's own settings on the whole test split. Exploratory results (AutoAttack
 on a class-balanced subset) are shown apart, labelled with their subset.
 
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from fairtui.compare import summarise  # noqa: E402
-from fairtui.report import commit_label, first_session, resume_notes  # noqa: E402
-from fairtui.runfolder import RunView  # noqa: E402
+from fairtui.judge.compare import summarise  # noqa: E402
+from fairtui.runs.report import commit_label, first_session, resume_notes  # noqa: E402
+from fairtui.runs.runfolder import RunView  # noqa: E402
 
 # The table's rows, in the issue's priority order, by the suffix of the profile's name.
 METHODS = ["at", "trades", "wat", "cfa-trades", "dafa", "frl", "cfa-at", "tian", "faal", "bat", "csr"]
@@ -50,8 +50,8 @@ BASES = {"frl": "at", "cfa-at": "at", "faal": "at", "wat": "trades", "cfa-trades
 
 def interval(values: list[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95% confidence interval (Student's t, n - 1 degrees of freedom:
-    fairtui.stats, the statistics `fairtui compare` gives)."""
-    from fairtui.stats import t_interval
+    fairtui.judge.stats, the statistics `fairtui compare` gives)."""
+    from fairtui.judge.stats import t_interval
 
     mean, lo, hi = t_interval(values)
     return mean, (hi - lo) / 2
@@ -217,7 +217,7 @@ def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = 
     from (in RESULTS or RESULTS-bases), and in a second row with the checkpoints it started from (`--against-start`:
     the base's best, where the first row sets the base at the same checkpoint as the fine-tune). The worst class's
     t-test p is also given after Holm's adjustment over the methods at that checkpoint (:func:`holm_in_family`)."""
-    from fairtui.groups import compare_groups, results_runs
+    from fairtui.judge.groups import compare_groups, results_runs
 
     bases_dir = results.with_name(results.name + "-bases")
     bases = {d.name: RunView.load(d) for d in results_runs(bases_dir)} if bases_dir.is_dir() else {}
@@ -253,7 +253,7 @@ def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = 
 def holm_in_family(family: dict[str, float], method: str, p: float) -> float:
     """``p`` after Holm's adjustment over the methods' comparisons at one checkpoint (``family``: method -> p),
     ``p`` standing in its method's place: a row against the starts is adjusted as if it were its method's test."""
-    from fairtui import stats
+    from fairtui.judge import stats
 
     ps = {**family, method: p}
     return stats.holm(list(ps.values()))[list(ps).index(method)]
@@ -261,7 +261,7 @@ def holm_in_family(family: dict[str, float], method: str, p: float) -> float:
 
 def paired_line(row: Row, base: Row, p, ckpt: str, p_holm: float) -> str:
     """One row of the paired block: the worst class's and the average's difference with their verdicts."""
-    from fairtui.group_report import needed_text, p_text, pct, seeds_text
+    from fairtui.judge.group_report import needed_text, p_text, pct, seeds_text
 
     w, a = p.results["worst_robust"], p.results["avg_robust"]
     seeds = seeds_text([m.seed for m, _ in p.pairs])
@@ -367,7 +367,7 @@ def replace_block(text: str, key: str, block: str, mark: str = "<!-- generated: 
 def figure(rows: list[Row], panel: str, path: Path, checkpoint: str = "best") -> Path | None:
     """`fairtui plot classes` of one panel's rows (FIGURES), drawn by fairtui's own figure code."""
     from fairtui.figures import draw, figure_format
-    from fairtui.compare import setting_label
+    from fairtui.judge.compare import setting_label
     from fairtui.figures.data import ResultFigure, Series
 
     chosen = [r for m in FIGURES[panel] for r in rows if r.method == m and r.results(checkpoint)]

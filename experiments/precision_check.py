@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.fairness_table import replace_block  # noqa: E402
-from fairtui.stats import holm  # noqa: E402
+from fairtui.judge.stats import holm  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
 CHECKS = ("cifar10-cpu-precision", "digits-precision")  # each: fp32/ and bf16-cl/, a folder per profile

@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fairtui.runfolder import RunView  # noqa: E402
-from fairtui.tune_space import Objective, override  # noqa: E402
+from fairtui.runs.runfolder import RunView  # noqa: E402
+from fairtui.tune.space import Objective, override  # noqa: E402
 
 FINE_TUNES = ("faal", "csr")  # their trials fine-tune a base run of the study's home, not committed
 

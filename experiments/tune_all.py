@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.fairness_table import at_least, fmt, replace_block  # noqa: E402
-from fairtui.stats import kendall_tau  # noqa: E402
+from fairtui.judge.stats import kendall_tau  # noqa: E402
 
 # Each method's knobs, as `fairtui tune --space` takes them; the paper's (or the profile's) value is inside
 # every range, noted after it. Every space holds the step size, as a log range from a quarter to four times the

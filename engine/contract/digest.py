@@ -21,7 +21,7 @@ The engine keeps this fold as it writes (:class:`engine.contract.digest_store.Ke
 folder as ``digest.json`` (:data:`DIGEST_FILE`) at most every :data:`engine.contract.digest_store.SNAPSHOT_S` seconds and when a
 session ends, with the byte offset of the stream it covers and a fingerprint of the bytes before that
 offset. A reader starts from it and folds only what was written after, so no reader folds a whole long
-stream (fairtui.digest). The file is derived: deleting it costs the next reader a fold of the stream.
+stream (fairtui.runs.digest). The file is derived: deleting it costs the next reader a fold of the stream.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A run's fold (:class:`engine.contract.digest.Digest`) kept on disk: stored beside the stream as ``digest.json``
-by the engine as it writes (:class:`Keeper`), or as a reader's cache in the home (fairtui.digest), and used
+by the engine as it writes (:class:`Keeper`), or as a reader's cache in the home (fairtui.runs.digest), and used
 again only while it still describes the stream (:func:`stored_header`): the stream is as it was, or it only grew
 and the bytes the fold covered keep their fingerprint. A stream rewritten, cut short or replaced is folded again.
 """

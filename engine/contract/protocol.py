@@ -21,7 +21,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
 # before the engine exists, handing the open file down: LOCK_FD_ENV names its descriptor) or by the engine
 # itself when started by hand (`python -m engine train RUN`); held until the engine exits.
 # The `runtime` of run_started and run_resumed for a run in plain fp32, eager (engine.utils.Runtime.options); the
-# runtime of runs from engines before that field, read from their device text (fairtui.configurations).
+# runtime of runs from engines before that field, read from their device text (fairtui.runs.configurations).
 RUNTIME_FP32 = "fp32"
 ENGINE_LOCK = "engine.lock"
 LOCK_FD_ENV = "FAIRTUI_ENGINE_LOCK_FD"
@@ -208,7 +208,7 @@ def resolve_init_checkpoint(ref: str) -> Path:
 
 def run_checkpoint(path: Path | str) -> tuple[str, str] | None:
     """(run id, "best" or "last") when ``path`` is a run's own checkpoint (``<run>/checkpoints/best.pt``), else None:
-    what a fine-tune's start records (engine.methods.standard) and what a comparison reads back (fairtui.groups)."""
+    what a fine-tune's start records (engine.methods.standard) and what a comparison reads back (fairtui.judge.groups)."""
     path = Path(path)
     if path.parent.name == "checkpoints" and path.suffix == ".pt" and path.stem in INIT_CHECKPOINTS:
         return path.parent.parent.name, path.stem

@@ -14,7 +14,7 @@ shows the same scalars under the same names, at the same steps, with the same re
 
 Two sinks today: W&B, live from the engine (`engine/wandb_log.py`, `train.log_to = ["wandb"]`, under the
 guard of `engine/sinks.py`: a dashboard never fails or changes a run), and TensorBoard, from a run folder
-by the app (`fairtui/tbexport.py`, `fairtui export --format tensorboard`). Where a third goes:
+by the app (`fairtui/judge/tbexport.py`, `fairtui export --format tensorboard`). Where a third goes:
 docs/development.md.
 """
 

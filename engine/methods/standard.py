@@ -126,7 +126,7 @@ def initial_checkpoint(ref: str) -> tuple[dict[str, Any], dict[str, Any] | None]
     be read: :func:`load_initial_weights` then says why, after `run_started`). The record names the file and its
     SHA-256, and when the file is a run's checkpoint, the run, which checkpoint ("best" or "last": a run folder
     gives its best) and the epoch it holds, so that a comparison can pair the fine-tune with the very checkpoint
-    it started from (fairtui.groups)."""
+    it started from (fairtui.judge.groups)."""
     from engine.checkpoint import CheckpointError, load_checkpoint, sha256_of
 
     try:

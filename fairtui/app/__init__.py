@@ -16,8 +16,8 @@ def make_app(home: str | Path | None = None, profiles_dir: str | Path | None = N
              gpu_inventory: Callable | None = None, poll_interval: float = 1.0, per_gpu: int = 1,
              open_run: str | None = None, compare: list[str] | None = None, queue_worker: bool = True):
     from fairtui.app.app import FairtuiApp
-    from fairtui.gpus import inventory
-    from fairtui.home import resolve_home
+    from fairtui.launch.gpus import inventory
+    from fairtui.runs.home import resolve_home
 
     return FairtuiApp(resolve_home(home), Path(profiles_dir) if profiles_dir else default_profiles_dir(),
                       gpu_inventory or inventory, poll_interval, per_gpu, open_run, compare, queue_worker)

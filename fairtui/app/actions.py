@@ -15,7 +15,7 @@ def stop_or_kill(screen: Screen, run_dir: Path) -> None:
     """`s`: ask the engine to stop; when it was asked before and still runs (it hangs), offer to kill it
     (SIGKILL, as `fairtui stop --now`), after a confirmation."""
     from fairtui.app.dialogs import ConfirmDialog
-    from fairtui.control import StopError, kill_run, stop_requested, stop_run
+    from fairtui.launch.control import StopError, kill_run, stop_requested, stop_run
 
     def kill(yes: bool | None) -> None:
         if not yes:
@@ -39,17 +39,17 @@ def stop_or_kill(screen: Screen, run_dir: Path) -> None:
 def edit_notes(screen: Screen, run_dir: Path) -> None:
     """Read or write the run's notes in a dialog (meta.json under its lock, as `fairtui note`)."""
     from fairtui.app.dialogs import NotesDialog
-    from fairtui.runfolder import RunView
-    from fairtui.usertext import inert
+    from fairtui.runs.runfolder import RunView
+    from fairtui.runs.usertext import inert
 
     view = RunView.load(run_dir)
 
     def save(text: str | None) -> None:
         if text is None:
             return
-        from fairtui.control import update_meta
-        from fairtui.home import ReadOnlyHome
-        from fairtui.usertext import UserTextError, check_note
+        from fairtui.launch.control import update_meta
+        from fairtui.runs.home import ReadOnlyHome
+        from fairtui.runs.usertext import UserTextError, check_note
 
         try:
             check_note(text)
@@ -73,8 +73,8 @@ def edit_tags(screen: Screen, run_dir: Path, tags: list[str], saved: Callable[[]
     def apply(text: str | None) -> None:
         if text is None:
             return
-        from fairtui.control import update_meta
-        from fairtui.usertext import UserTextError, check_tag
+        from fairtui.launch.control import update_meta
+        from fairtui.runs.usertext import UserTextError, check_tag
 
         try:
             for t in text.split():
@@ -96,7 +96,7 @@ def delete(screen: Screen, run_dir: Path, name: str, deleted: Callable[[], None]
     def apply(yes: bool | None) -> None:
         if not yes:
             return
-        from fairtui.control import ControlError, delete_run
+        from fairtui.launch.control import ControlError, delete_run
 
         try:
             screen.notify(delete_run(run_dir))
@@ -111,7 +111,7 @@ def delete(screen: Screen, run_dir: Path, name: str, deleted: Callable[[], None]
 def evaluate(screen: Screen, run_dir: Path) -> None:
     """Ask what to evaluate, then start the engine as `fairtui eval` does; progress on the run screen."""
     from fairtui.app.dialogs import EvalDialog
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     view = RunView.load(run_dir)
     if view.status() in ("running", "queued"):
@@ -125,8 +125,8 @@ def evaluate(screen: Screen, run_dir: Path) -> None:
         if request is None:
             return
         from engine.contract.protocol import engine_command
-        from fairtui.follow import requested_results
-        from fairtui.launcher import GpuChoice, start_engine
+        from fairtui.launch.follow import requested_results
+        from fairtui.launch.launcher import GpuChoice, start_engine
 
         command = engine_command("eval", run_dir, "--request", json.dumps(request))
         try:
@@ -168,9 +168,9 @@ def export(screen: Screen, run_dirs: list[Path]) -> None:
             screen.run_worker(lambda: _write_in_thread(screen, run_dirs, fmt, target), thread=True,
                               group="export", exit_on_error=False)
             return
-        from fairtui.compare import CompareError, export_rows
-        from fairtui.export import OutputError, render, write_output
-        from fairtui.runfolder import RunView
+        from fairtui.judge.compare import CompareError, export_rows
+        from fairtui.judge.export import OutputError, render, write_output
+        from fairtui.runs.runfolder import RunView
 
         try:
             rows = export_rows([RunView.load(d) for d in run_dirs], None, "best")
@@ -184,16 +184,16 @@ def export(screen: Screen, run_dirs: list[Path]) -> None:
 
 
 def _write_in_thread(screen: Screen, run_dirs: list[Path], fmt: str, target: Path) -> None:
-    from fairtui.export import OutputError, write_output
+    from fairtui.judge.export import OutputError, write_output
     from fairtui.figures import PlotError, figure_format
-    from fairtui.runfolder import RunView
-    from fairtui.tbexport import TensorBoardError
+    from fairtui.runs.runfolder import RunView
+    from fairtui.judge.tbexport import TensorBoardError
 
     say = screen.app.call_from_thread
     try:
         views = [RunView.load(d) for d in run_dirs]
         if fmt == "tensorboard":
-            from fairtui.tbexport import export as tb_export
+            from fairtui.judge.tbexport import export as tb_export
 
             folders = tb_export(views, target, screen.app.home)
             say(screen.notify, f"wrote {len(folders)} TensorBoard run folder(s) under {target} "

@@ -8,9 +8,9 @@ from typing import Callable
 from textual.app import App
 from textual.binding import Binding
 
-from fairtui.gpus import GpuInfo, inventory
-from fairtui.queue import LocalQueue
-from fairtui.store import RunIndex
+from fairtui.launch.gpus import GpuInfo, inventory
+from fairtui.launch.queue import LocalQueue
+from fairtui.runs.store import RunIndex
 
 
 class FairtuiApp(App):
@@ -34,7 +34,7 @@ class FairtuiApp(App):
     def on_mount(self) -> None:
         from fairtui.app.screens.runs import RunsScreen
 
-        from fairtui.home import display_path
+        from fairtui.runs.home import display_path
 
         self.sub_title = display_path(self.home)
         self.push_screen(RunsScreen())

@@ -102,7 +102,7 @@ def _root(ctx: typer.Context,
 
 
 def main() -> None:
-    from fairtui.home import EngineRunning, HomeNotAFolder, ReadOnlyHome
+    from fairtui.runs.home import EngineRunning, HomeNotAFolder, ReadOnlyHome
 
     try:
         os.getcwd()

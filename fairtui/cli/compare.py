@@ -1,7 +1,7 @@
 """`fairtui compare RUN RUN...`: per class side by side, summaries, deltas and rho, the config diff.
 
 `fairtui compare --by profile|name|tag|sweep` or `--group LABEL=RUN,...`: groups of seeds, each with its mean and
-95% t-interval, and with `--baseline LABEL` each paired with the baseline by seed (fairtui.groups)."""
+95% t-interval, and with `--baseline LABEL` each paired with the baseline by seed (fairtui.judge.groups)."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def compare(
 ) -> None:
     import json
 
-    from fairtui.compare import CompareError, compare as do_compare
-    from fairtui.runfolder import RunView
+    from fairtui.judge.compare import CompareError, compare as do_compare
+    from fairtui.runs.runfolder import RunView
 
     if by is not None or group:
         if runs:
@@ -72,7 +72,7 @@ def compare(
 
         run_app(home=home, compare=[d.name for d in dirs])  # the baseline is the first
         return
-    from fairtui.report import provenance_warnings
+    from fairtui.runs.report import provenance_warnings
 
     views = [RunView.load(d) for d in dirs]
     for line in provenance_warnings(views):
@@ -86,7 +86,7 @@ def compare(
         return
     from rich.console import Console
 
-    from fairtui.report import comparison_tables
+    from fairtui.runs.report import comparison_tables
 
     console = Console()
     for table in comparison_tables(result):
@@ -99,13 +99,13 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
     import json
 
     from fairtui.cli.groups import bases_views, named_groups
-    from fairtui.compare import CompareError
-    from fairtui.groups import compare_groups
+    from fairtui.judge.compare import CompareError
+    from fairtui.judge.groups import compare_groups
 
     named = named_groups(home, by, group, results, filters)
-    from fairtui.report import provenance_warnings
+    from fairtui.runs.report import provenance_warnings
 
-    # --by profile alone: the groups are the configurations (fairtui.configurations), not to be worked out again
+    # --by profile alone: the groups are the configurations (fairtui.runs.configurations), not to be worked out again
     configurations = list(named.items()) if by == "profile" and not group else None
     for line in provenance_warnings([v for views in named.values() for v in views], configurations):
         typer.echo(f"warning: {line}", err=True)
@@ -118,7 +118,7 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
         return 0
     from rich.console import Console
 
-    from fairtui.group_report import terminal
+    from fairtui.judge.group_report import terminal
 
     console = Console(width=min(Console().width, 80))
     for part in terminal(cmp):

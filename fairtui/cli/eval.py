@@ -38,8 +38,8 @@ def evaluate(
 
     from engine.contract import EvalRequest, RequestError
     from engine.contract.profile_schema import ProfileError, parse_fraction
-    from fairtui.home import RunNotFound, resolve_home
-    from fairtui.launcher import GpuChoice
+    from fairtui.runs.home import RunNotFound, resolve_home
+    from fairtui.launch.launcher import GpuChoice
 
     try:
         home_dir = resolve_home(home)
@@ -48,8 +48,8 @@ def evaluate(
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
     if tag:
-        from fairtui.runfolder import DONE_STATUSES
-        from fairtui.store import RunIndex
+        from fairtui.runs.runfolder import DONE_STATUSES
+        from fairtui.runs.store import RunIndex
 
         run_dirs += [home_dir / "runs" / d["run_id"] for d in RunIndex(home_dir).read()
                      if set(tag) & set(d.get("tags") or []) and d.get("status") in DONE_STATUSES]
@@ -94,9 +94,9 @@ def evaluate(
 def _evaluate_one(run_dir, request: dict, choice, json_out: bool, allow_running: bool) -> int:
     import json
 
-    from fairtui.follow import follow
-    from fairtui.launcher import start_engine
-    from fairtui.runfolder import RunView
+    from fairtui.launch.follow import follow
+    from fairtui.launch.launcher import start_engine
+    from fairtui.runs.runfolder import RunView
 
     view = RunView.load(run_dir)
     if view.status() == "running":

@@ -34,9 +34,9 @@ def export(
     against_start: bool = AgainstStart,
     home: HomeT = Home,
 ) -> None:
-    from fairtui.compare import CompareError, export_rows
-    from fairtui.export import render
-    from fairtui.runfolder import RunView
+    from fairtui.judge.compare import CompareError, export_rows
+    from fairtui.judge.export import render
+    from fairtui.runs.runfolder import RunView
 
     if by is not None or group or results:
         if runs or tag or sweep:
@@ -56,13 +56,15 @@ def export(
         raise fail(f"--format must be csv, md, latex, json or tensorboard, got {fmt!r}")
     if fmt == "tensorboard" and not output:
         raise fail("--format tensorboard writes a folder: give it with -o DIR")
+    from fairtui.cli.groups import collect_runs
+
     dirs = collect_runs(home, runs, tag, sweep)  # rows in the order given
     if not dirs:
         raise fail("name the runs to export (or --tag TAG, or --sweep ID)")
     if fmt == "tensorboard":
-        from fairtui.home import resolve_home
-        from fairtui.export import OutputError
-        from fairtui.tbexport import export as tb_export
+        from fairtui.runs.home import resolve_home
+        from fairtui.judge.export import OutputError
+        from fairtui.judge.tbexport import export as tb_export
 
         try:
             written = tb_export([RunView.load(d) for d in dirs], output, resolve_home(home), force)
@@ -79,8 +81,8 @@ def export(
 
 def write_or_print(text: str, output: "Path | None", force: bool, home: HomeT) -> None:
     if output:
-        from fairtui.export import OutputError, write_output
-        from fairtui.home import resolve_home
+        from fairtui.judge.export import OutputError, write_output
+        from fairtui.runs.home import resolve_home
 
         try:
             written = write_output(output, text, resolve_home(home), force)
@@ -93,13 +95,13 @@ def write_or_print(text: str, output: "Path | None", force: bool, home: HomeT) -
 
 def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt,
                against_start=False) -> str:
-    """Groups of seeds and their paired differences with the baseline group (fairtui.groups), as ``fmt``."""
+    """Groups of seeds and their paired differences with the baseline group (fairtui.judge.groups), as ``fmt``."""
     import json
 
     from fairtui.cli.groups import bases_views, named_groups
-    from fairtui.compare import CompareError
-    from fairtui.group_report import render as render_groups
-    from fairtui.groups import compare_groups
+    from fairtui.judge.compare import CompareError
+    from fairtui.judge.group_report import render as render_groups
+    from fairtui.judge.groups import compare_groups
 
     named = named_groups(home, by, group, results, {})
     try:
@@ -109,32 +111,3 @@ def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_
     return json.dumps(cmp.to_json(), indent=1) + "\n" if fmt == "json" else render_groups(cmp, fmt)
 
 
-def collect_runs(home: HomeT, runs: "list[str] | None", tag: "str | None", sweep: "str | None") -> list[Path]:
-    """The run folders named on the command line, tagged ``tag`` (completed or imported) and of ``sweep``
-    (its completed runs; the others are counted on stderr), each once, in the order given."""
-    from fairtui.runfolder import RunView
-
-    dirs = [resolve_run(home, r) for r in runs or []]
-    if tag:
-        from fairtui.home import resolve_home, runs_dir
-        from fairtui.store import RunIndex
-
-        home_dir = resolve_home(home)
-        dirs += [runs_dir(home_dir) / d["run_id"] for d in RunIndex(home_dir).read()
-                 if tag in (d.get("tags") or []) and d.get("status") in ("completed", "imported")]
-    if sweep:
-        from engine.contract.profile_schema import ProfileError
-        from fairtui.home import resolve_home, runs_dir
-        from fairtui.sweep import load_record
-
-        try:
-            record = load_record(resolve_home(home), sweep)
-        except ProfileError as err:
-            raise fail(str(err)) from None
-        finished = [runs_dir(resolve_home(home)) / r for r in record["runs"]
-                    if RunView.load(runs_dir(resolve_home(home)) / r).status() == "completed"]
-        if len(finished) < len(record["runs"]):
-            typer.echo(f"{len(record['runs']) - len(finished)} of {len(record['runs'])} runs of the sweep have not "
-                       "completed; exporting the rest", err=True)
-        dirs += finished
-    return list(dict.fromkeys(dirs))

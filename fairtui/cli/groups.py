@@ -11,7 +11,7 @@ import typer
 from fairtui.cli.options import fail
 
 if TYPE_CHECKING:
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
 By = typer.Option(None, "--by", help="group the selected runs by profile, name (less a trailing -s<seed>), tag "
                   "or sweep; the groups' seeds are compared")
@@ -30,15 +30,15 @@ def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=N
                name=None, sweep=None) -> list["RunView"]:
     """The runs ``--by`` groups: those ``ls`` lists with these filters (completed by default), from the home's index
     and from ``pool`` (the ``--results`` runs), through the same filter."""
-    from fairtui.cli.ls import filter_docs
-    from fairtui.home import resolve_home, runs_dir
-    from fairtui.runfolder import RunView
+    from fairtui.runs.filters import filter_docs
+    from fairtui.runs.home import resolve_home, runs_dir
+    from fairtui.runs.runfolder import RunView
 
     wanted = dict(method=method, dataset=dataset, status=status or "completed", tag=tag, name=name, sweep=sweep)
     views: list[RunView] = []
     home_dir = resolve_home(home)
     if runs_dir(home_dir).is_dir():  # indexed as `ls` would: a home copied without its index is indexed now
-        from fairtui.store import RunIndex
+        from fairtui.runs.store import RunIndex
 
         views += [RunView.load(runs_dir(home_dir) / d["run_id"]) for d in filter_docs(RunIndex(home_dir).read(), **wanted)]
     # a committed run has no index entry: the fields ls filters on, read from its folder
@@ -51,7 +51,7 @@ def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=N
 def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) -> "RunView":
     """RUN among the ``--results`` runs (its id, a unique id prefix, or its name), else in the home."""
     from fairtui.cli.options import resolve_run
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     exact = [v for v in results_views if ref in (v.run_id, v.name)]
     prefix = [v for v in results_views if v.run_id.startswith(ref)]
@@ -67,7 +67,7 @@ def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) ->
 def named_groups(home: "str | None", by: Optional[str], groups: list[str], results: list[Path], filters: dict
                  ) -> dict[str, list["RunView"]]:
     """label -> runs, from ``--by`` over the selected runs and from each ``--group LABEL=RUN,...``."""
-    from fairtui.groups import BY, grouped
+    from fairtui.judge.groups import BY, grouped
 
     out: dict[str, list] = {}
     pool = results_pool(results)  # read once, for --by and --group alike
@@ -91,9 +91,9 @@ def named_groups(home: "str | None", by: Optional[str], groups: list[str], resul
 
 def results_pool(folders: list[Path], option: str = "--results") -> list["RunView"]:
     """Every run of these folders of committed run files (``option`` names them in a refusal)."""
-    from fairtui.compare import CompareError
-    from fairtui.groups import results_runs
-    from fairtui.runfolder import RunView
+    from fairtui.judge.compare import CompareError
+    from fairtui.judge.groups import results_runs
+    from fairtui.runs.runfolder import RunView
 
     try:
         return [RunView.load(d) for folder in folders for d in results_runs(folder)]
@@ -104,3 +104,35 @@ def results_pool(folders: list[Path], option: str = "--results") -> list["RunVie
 def bases_views(folders: list[Path]) -> dict[str, "RunView"]:
     """The ``--bases`` runs by id: the runs fine-tunes started from."""
     return {v.run_id: v for v in results_pool(folders, "--bases")}
+
+
+def collect_runs(home: "HomeT", runs: "list[str] | None", tag: "str | None", sweep: "str | None") -> list[Path]:
+    """The run folders named on the command line, tagged ``tag`` (completed or imported) and of ``sweep``
+    (its completed runs; the others are counted on stderr), each once, in the order given."""
+    from fairtui.cli.options import resolve_run
+    from fairtui.runs.runfolder import RunView
+
+    dirs = [resolve_run(home, r) for r in runs or []]
+    if tag:
+        from fairtui.runs.home import resolve_home, runs_dir
+        from fairtui.runs.store import RunIndex
+
+        home_dir = resolve_home(home)
+        dirs += [runs_dir(home_dir) / d["run_id"] for d in RunIndex(home_dir).read()
+                 if tag in (d.get("tags") or []) and d.get("status") in ("completed", "imported")]
+    if sweep:
+        from engine.contract.profile_schema import ProfileError
+        from fairtui.runs.home import resolve_home, runs_dir
+        from fairtui.launch.sweep import load_record
+
+        try:
+            record = load_record(resolve_home(home), sweep)
+        except ProfileError as err:
+            raise fail(str(err)) from None
+        finished = [runs_dir(resolve_home(home)) / r for r in record["runs"]
+                    if RunView.load(runs_dir(resolve_home(home)) / r).status() == "completed"]
+        if len(finished) < len(record["runs"]):
+            typer.echo(f"{len(record['runs']) - len(finished)} of {len(record['runs'])} runs of the sweep have not "
+                       "completed; exporting the rest", err=True)
+        dirs += finished
+    return list(dict.fromkeys(dirs))

@@ -61,7 +61,7 @@ def check_in_engine(run_dir, timeout: float) -> int:
     import signal
     import subprocess
 
-    from fairtui.launcher import GpuChoice, start_engine
+    from fairtui.launch.launcher import GpuChoice, start_engine
 
     from engine.contract.protocol import engine_command
 
@@ -137,10 +137,10 @@ def import_model(
 
     from engine.contract.config import profile_from_table
     from engine.contract.profile_schema import ProfileError, parse_fraction
-    from fairtui.home import resolve_home
-    from fairtui.launcher import create_run
+    from fairtui.runs.home import resolve_home
+    from fairtui.launch.launcher import create_run
 
-    from fairtui.usertext import UserTextError, check_name_and_tags
+    from fairtui.runs.usertext import UserTextError, check_name_and_tags
 
     try:
         check_name_and_tags(name, tag)
@@ -182,7 +182,7 @@ def import_model(
     returncode = check_in_engine(run_dir, check_timeout)
     if returncode != 0:
         _refused(run_dir, returncode)
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     RunIndex(home_dir).register(run_dir)
     typer.echo(f"evaluation eps {eps_value:.4g} ({threat_name}), from {eps_why}"

@@ -20,14 +20,14 @@ def slurm_settings(launcher: Optional[str], gpus: Optional[str], **options):
         return None
     if gpus is not None:
         raise fail("--gpus picks this machine's GPUs; with --launcher slurm, ask for --gpus-per-node N")
-    from fairtui.slurm import SlurmSettings
+    from fairtui.launch.slurm import SlurmSettings
 
     return SlurmSettings.from_sources({}, **options).require_cluster()
 
 
 def refuse_slurm_options(**options) -> None:
     """Slurm's options given without the slurm launcher (run, resume, sweep): exit 2 naming them."""
-    from fairtui.slurm import given_options
+    from fairtui.launch.slurm import given_options
 
     if given := given_options(**options):
         raise fail(f"{', '.join(given)}: only with --launcher slurm (on one machine, --gpus 0,1 trains one run on "
@@ -38,7 +38,7 @@ def submit(run_dir, settings, json_out: bool, verb: str = "submitted") -> int:
     """``--launcher slurm``: submit the run folder as one job and return (the job may wait in the queue
     for hours; `fairtui ls`, `show` and the app follow it from the run folder)."""
     from engine.contract.profile_schema import ProfileError
-    from fairtui.slurm import submit_run
+    from fairtui.launch.slurm import submit_run
 
     try:
         job = submit_run(run_dir.parent.parent, run_dir, settings)

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Optional
 
 import typer
 
 from fairtui.cli.options import Home, HomeT, Json
+from fairtui.runs.filters import filter_docs
 
 HELP = "List runs, newest first, with filters."
 STATUSES = ("completed", "imported", "failed", "stopped", "running", "starting", "queued", "lost")
-
-
-def filter_docs(docs: list[dict], method, dataset, status, tag, name, sweep=None) -> list[dict]:
-    out = []
-    for d in docs:
-        if sweep and d.get("sweep") != sweep:
-            continue
-        if method and d.get("method") != method or dataset and d.get("dataset") != dataset:
-            continue
-        if status and d.get("status") != status or tag and tag not in (d.get("tags") or []):
-            continue
-        if name and not fnmatch.fnmatch(d.get("name") or "", name):
-            continue
-        out.append(d)
-    return out
 
 
 def ls(
@@ -43,8 +28,8 @@ def ls(
 ) -> None:
     import json
 
-    from fairtui.home import resolve_home
-    from fairtui.store import RunIndex
+    from fairtui.runs.home import resolve_home
+    from fairtui.runs.store import RunIndex
 
     if status is not None and status not in STATUSES:
         from difflib import get_close_matches
@@ -58,7 +43,7 @@ def ls(
     if sweep:
         from engine.contract.profile_schema import ProfileError
         from fairtui.cli.options import fail
-        from fairtui.sweep import resolve_sweep_id
+        from fairtui.launch.sweep import resolve_sweep_id
 
         try:
             sweep = resolve_sweep_id(resolve_home(home), sweep)  # a short id too; an unknown one is refused
@@ -94,9 +79,9 @@ NUMERIC = ("epoch", "clean", "robust", "worst")
 def cells(d: dict) -> dict[str, str]:
     import time
 
-    from fairtui.home import short_id
-    from fairtui.store import headline
-    from fairtui.usertext import inert
+    from fairtui.runs.home import short_id
+    from fairtui.runs.store import headline
+    from fairtui.runs.usertext import inert
 
     _, r = headline(d)
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731

@@ -7,7 +7,7 @@ from typing import List
 import typer
 
 from fairtui.cli.options import Home, HomeT, Json, fail, resolve_run
-from fairtui.usertext import inert
+from fairtui.runs.usertext import inert
 
 STOP_HELP = "Stop a running run cleanly (it finishes its batch and keeps its last checkpoint)."
 RM_HELP = "Delete a run's folder and its index entry."
@@ -22,7 +22,7 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN"), home: HomeT = Home,
                                   "engine that hangs; the run keeps its last checkpoint. A second stop of a run "
                                   "asked to stop already does the same"),
          json_out: bool = Json) -> None:
-    from fairtui.control import StopError, kill_run, stop_requested, stop_run
+    from fairtui.launch.control import StopError, kill_run, stop_requested, stop_run
 
     run_dir = resolve_run(home, run_ref)
     try:
@@ -49,8 +49,8 @@ def _json(json_out: bool, doc: dict) -> None:
 
 def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Option(False, "--yes", "-y"),
        home: HomeT = Home, json_out: bool = Json) -> None:
-    from fairtui.control import ControlError, check_deletable, delete_run
-    from fairtui.runfolder import RunView
+    from fairtui.launch.control import ControlError, check_deletable, delete_run
+    from fairtui.runs.runfolder import RunView
 
     run_dir = resolve_run(home, run_ref, unique_name=True)  # a deletion is not undone: never guess between runs
     view = RunView.load(run_dir)
@@ -70,8 +70,8 @@ def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Opti
 
 
 def reindex(home: HomeT = Home, json_out: bool = Json) -> None:
-    from fairtui.home import resolve_home
-    from fairtui.store import RunIndex
+    from fairtui.runs.home import resolve_home
+    from fairtui.runs.store import RunIndex
 
     count, dropped = RunIndex(resolve_home(home)).reindex()
     typer.echo(f"indexed {count} run{'s' if count != 1 else ''}"
@@ -81,8 +81,8 @@ def reindex(home: HomeT = Home, json_out: bool = Json) -> None:
 
 def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typer.Argument(...),
         remove: bool = typer.Option(False, "--remove"), home: HomeT = Home, json_out: bool = Json) -> None:
-    from fairtui.control import update_meta
-    from fairtui.usertext import UserTextError, check_tag
+    from fairtui.launch.control import update_meta
+    from fairtui.runs.usertext import UserTextError, check_tag
 
     try:
         for t in tags:
@@ -103,9 +103,9 @@ def tag(run_ref: str = typer.Argument(..., metavar="RUN"), tags: List[str] = typ
 
 def note(run_ref: str = typer.Argument(..., metavar="RUN"), text: str = typer.Argument(...),
          home: HomeT = Home, json_out: bool = Json) -> None:
-    from fairtui.control import update_meta
+    from fairtui.launch.control import update_meta
 
-    from fairtui.usertext import UserTextError, check_note
+    from fairtui.runs.usertext import UserTextError, check_note
 
     try:
         check_note(text)

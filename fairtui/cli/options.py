@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from fairtui.usertext import inert
+from fairtui.runs.usertext import inert
 
 Home = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)")
 Json = typer.Option(False, "--json", help="print exactly one JSON document on stdout")
@@ -21,7 +21,7 @@ Detach = typer.Option(False, "--detach", help="start the engine and return at on
 
 HomeT = Optional[str]
 
-# Slurm (fairtui run and fairtui sweep with --launcher slurm; fairtui.slurm.SlurmSettings)
+# Slurm (fairtui run and fairtui sweep with --launcher slurm; fairtui.launch.slurm.SlurmSettings)
 Launcher = typer.Option(None, "--launcher", help="local (default) or slurm")
 Nodes = typer.Option(None, "--nodes", help="slurm: nodes for one run (DDP across them, torchrun on each)")
 GpusPerNode = typer.Option(None, "--gpus-per-node", help="slurm: GPUs of each node (one rank each)")
@@ -43,8 +43,8 @@ def resolve_run(home: "str | None", ref: str, unique_name: bool = False):
     """RUN -> its folder, or exit 2 with close matches / the ambiguous candidates. A name several runs share means
     the newest, and a line on stderr says so and names the others; with ``unique_name`` (a command that cannot be
     undone: rm) it is refused instead, listing them."""
-    from fairtui.home import RunNotFound, find_run, named_runs, read_name, resolve_home
-    from fairtui.store import RunIndex
+    from fairtui.runs.home import RunNotFound, find_run, named_runs, read_name, resolve_home
+    from fairtui.runs.store import RunIndex
 
     home_dir = resolve_home(home)
     direct = home_dir / "runs" / ref

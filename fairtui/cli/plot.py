@@ -42,10 +42,10 @@ def plot(
     against_start: bool = AgainstStart,
     home: HomeT = Home,
 ) -> None:
-    from fairtui.cli.export import collect_runs
-    from fairtui.export import OutputError, write_output
+    from fairtui.cli.groups import collect_runs
+    from fairtui.judge.export import OutputError, write_output
     from fairtui.figures import KINDS, PlotError, figure_format, require_matplotlib
-    from fairtui.home import resolve_home
+    from fairtui.runs.home import resolve_home
 
     if kind not in KINDS and kind not in ("study", "forest"):
         raise fail(f"unknown figure {kind!r}; choose {', '.join(KINDS)}, forest or study")
@@ -65,7 +65,7 @@ def plot(
     if not dirs:
         raise fail("name the runs to draw (or --tag TAG, or --sweep ID)")
     from fairtui.figures.make import PlotRequest, render
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     request = PlotRequest(kind, attack, checkpoint, n_per_class, clean, key, width)
     try:
@@ -78,10 +78,10 @@ def plot(
 
 def _plot_study(names: list[str] | None, output: Path, fmt: str, key: str | None, width: float | None, force: bool,
                 home: HomeT) -> int:
-    from fairtui import tune
-    from fairtui.export import OutputError, write_output
+    from fairtui.tune import study as tune
+    from fairtui.judge.export import OutputError, write_output
     from fairtui.figures import PlotError, draw
-    from fairtui.home import resolve_home
+    from fairtui.runs.home import resolve_home
 
     if not names or len(names) != 1:
         raise fail("plot study STUDY: name one study")
@@ -98,12 +98,12 @@ def _plot_study(names: list[str] | None, output: Path, fmt: str, key: str | None
 def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class, output: Path, fmt: str,
                  width, force: bool, home: HomeT, against_start: bool = False) -> int:
     from fairtui.cli.groups import bases_views, named_groups
-    from fairtui.compare import CompareError
-    from fairtui.export import OutputError, write_output
+    from fairtui.judge.compare import CompareError
+    from fairtui.judge.export import OutputError, write_output
     from fairtui.figures import PlotError, draw
-    from fairtui.group_report import title
-    from fairtui.groups import compare_groups
-    from fairtui.home import resolve_home
+    from fairtui.judge.group_report import title
+    from fairtui.judge.groups import compare_groups
+    from fairtui.runs.home import resolve_home
 
     if runs:
         raise fail("plot forest draws groups: give --by or --group (and --results), not runs")

@@ -32,9 +32,9 @@ def resume(
     home: HomeT = Home,
 ) -> None:
     from engine.contract.profile_schema import ProfileError
-    from fairtui.follow import follow
-    from fairtui.home import RunNotFound
-    from fairtui.launcher import GpuChoice, engine_command, start_engine
+    from fairtui.launch.follow import follow
+    from fairtui.runs.home import RunNotFound
+    from fairtui.launch.launcher import GpuChoice, engine_command, start_engine
 
     from fairtui.cli.launching import slurm_settings, submit
 
@@ -45,7 +45,7 @@ def resume(
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:
         raise fail(str(err)) from None
-    from fairtui.control import ControlError, NothingToDo, check_resumable
+    from fairtui.launch.control import ControlError, NothingToDo, check_resumable
 
     try:
         check_resumable(run_dir)
@@ -71,7 +71,7 @@ def trained_world_size(run_dir) -> int:
     """The number of processes the run trained with, from its own events (the latest epoch's group, else
     the one its first session started with): meta.json does not say it for a run started by `python -m
     engine train RUN --nproc N`."""
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     view = RunView.load(run_dir)
     import itertools

@@ -35,11 +35,11 @@ def run(
     from engine.contract.config import pinned_form_keys, profile_warnings
     from engine.contract.profile_io import apply_overrides, load_profile, read_toml
     from engine.contract.profile_schema import ProfileError
-    from fairtui.follow import follow
-    from fairtui.home import resolve_home
-    from fairtui.launcher import GpuChoice, create_run, resolve_init_from, start_engine
+    from fairtui.launch.follow import follow
+    from fairtui.runs.home import resolve_home
+    from fairtui.launch.launcher import GpuChoice, create_run, resolve_init_from, start_engine
 
-    from fairtui.usertext import UserTextError, check_name_and_tags
+    from fairtui.runs.usertext import UserTextError, check_name_and_tags
 
     try:
         check_name_and_tags(name, tag)
@@ -63,7 +63,7 @@ def run(
     if settings is not None:
         raise typer.Exit(submit(run_dir, settings, json_out))
     proc = start_engine(run_dir, choice)
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     RunIndex(run_dir.parent.parent).register(run_dir)
     typer.echo(f"run {run_dir.name} started in {run_dir}", err=True)

@@ -9,7 +9,7 @@ import typer
 
 from fairtui.cli.groups import Results
 from fairtui.cli.options import Home, HomeT, Json
-from fairtui.display import SHOW_EXPLORATORY
+from fairtui.runs.display import SHOW_EXPLORATORY
 
 HELP = "Show one run: configuration, per-class results per attack and checkpoint, method state, timings."
 
@@ -25,7 +25,7 @@ def show(
     import json
 
     from fairtui.cli.groups import resolve_any, results_pool
-    from fairtui.report import run_summary
+    from fairtui.runs.report import run_summary
 
     view = resolve_any(home, run_ref, results_pool(results))  # a committed run (--results) or the home's
     for warning in view.warnings:
@@ -45,8 +45,8 @@ def show(
     from rich.console import Console
     from rich.text import Text
 
-    from fairtui.report import exploratory_groups, exploratory_tables, method_state_tables, per_class_tables
-    from fairtui.usertext import inert
+    from fairtui.runs.report import exploratory_groups, exploratory_tables, method_state_tables, per_class_tables
+    from fairtui.runs.usertext import inert
 
     console = Console()
     cfg = view.config
@@ -66,7 +66,7 @@ def show(
         console.print(Text(start))
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
-    from fairtui.report import provenance_line
+    from fairtui.runs.report import provenance_line
 
     where = provenance_line(view)
     if where:
@@ -97,8 +97,8 @@ def show(
 def start_line(view) -> str | None:
     """Where a fine-tune started: the checkpoint the engine recorded as loaded (run, best or last, epoch, SHA-256),
     or for a run from before that record, ``method.init_from`` and the checkpoint the engine's rule gives."""
-    from fairtui.groups import start_of
-    from fairtui.usertext import inert
+    from fairtui.judge.groups import start_of
+    from fairtui.runs.usertext import inert
 
     start = start_of(view)
     if start is None:

@@ -42,11 +42,11 @@ def sweep(
     from engine.contract.config import pinned_form_keys, profile_warnings
     from engine.contract.profile_io import apply_overrides
     from engine.contract.profile_schema import ProfileError
-    from fairtui.home import resolve_home
-    from fairtui.sweep import build_spec, expand, split_profile
-    from fairtui.sweep_run import create_children
+    from fairtui.runs.home import resolve_home
+    from fairtui.launch.sweep import build_spec, expand, split_profile
+    from fairtui.launch.sweep_run import create_children
 
-    from fairtui.usertext import UserTextError, check_name
+    from fairtui.runs.usertext import UserTextError, check_name
 
     try:
         if name is not None:
@@ -66,7 +66,7 @@ def sweep(
             typer.echo(f"warning: {warning}", err=True)
         slurm_settings = None
         if spec.launcher == "slurm":
-            from fairtui.slurm import SlurmSettings
+            from fairtui.launch.slurm import SlurmSettings
 
             slurm_settings = SlurmSettings.from_sources(
                 spec.slurm, partition=partition, time_min=time_min, nodes=nodes,
@@ -81,11 +81,11 @@ def sweep(
     except ValueError as err:  # ProfileError and bad --seed-list values
         raise fail(str(err)) from None
     record = create_children(home_dir, profile, children, spec, name, spec.launcher)
-    from fairtui.usertext import count
+    from fairtui.runs.usertext import count
 
     typer.echo(f"sweep {record['sweep_id']}: {count(len(record['runs']), 'run')} ({spec.launcher})", err=True)
     if spec.launcher == "slurm":
-        from fairtui.slurm import submit_sweep
+        from fairtui.launch.slurm import submit_sweep
 
         try:
             submit_sweep(home_dir, record, slurm_settings)
@@ -101,7 +101,7 @@ def sweep(
 def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach: bool, json_out: bool) -> int:
     import json
 
-    from fairtui.sweep_run import queue_locally, stop_children, wait_local
+    from fairtui.launch.sweep_run import queue_locally, stop_children, wait_local
 
     pool = ["cpu"] if not gpus or gpus.strip().lower() == "cpu" else [g.strip() for g in gpus.split(",")]
     queue = queue_locally(home_dir, record, pool, per_gpu)  # with the detached worker: it outlives us
@@ -134,9 +134,9 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
     if json_out:
         typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"], "statuses": final}))
     else:
-        from fairtui.compare import CompareError, export_rows
-        from fairtui.export import terminal_table
-        from fairtui.runfolder import RunView
+        from fairtui.judge.compare import CompareError, export_rows
+        from fairtui.judge.export import terminal_table
+        from fairtui.runs.runfolder import RunView
 
         try:
             views = [RunView.load(home_dir / "runs" / r) for r in record["runs"] if final[r] == "completed"]
@@ -166,8 +166,8 @@ def child_line(home_dir, running: list[str]) -> str:
     epoch 3 40% (+1 more running)"."""
     import json
 
-    from fairtui.runfolder import RunView
-    from fairtui.runstate import progress_brief
+    from fairtui.runs.runfolder import RunView
+    from fairtui.runs.runstate import progress_brief
 
     if not running:
         return ""
@@ -183,7 +183,7 @@ def child_line(home_dir, running: list[str]) -> str:
 
 def queue_worker(per_gpu: int = typer.Option(1, "--per-gpu"), home: HomeT = Home) -> None:
     """The detached queue worker: start queued runs as their devices free, exit when the queue is empty."""
-    from fairtui.home import resolve_home
-    from fairtui.queue import run_worker
+    from fairtui.runs.home import resolve_home
+    from fairtui.launch.queue import run_worker
 
     raise typer.Exit(run_worker(resolve_home(home), per_gpu))

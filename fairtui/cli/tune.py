@@ -1,4 +1,4 @@
-"""`fairtui tune PROFILE --space KEY=SPEC ... --trials N --objective NAME`: a study on Optuna (fairtui.tune)."""
+"""`fairtui tune PROFILE --space KEY=SPEC ... --trials N --objective NAME`: a study on Optuna (fairtui.tune.study)."""
 
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ def tune(
     from engine.contract.profile_schema import ProfileError
     from fairtui.cli.launching import slurm_settings
 
-    from fairtui import tune as t
-    from fairtui import tune_driver as td
-    from fairtui.home import resolve_home
+    from fairtui.tune import study as t
+    from fairtui.tune import driver as td
+    from fairtui.runs.home import resolve_home
 
     home_dir = resolve_home(home)
     say = (lambda line: typer.echo(line, err=True))
@@ -110,7 +110,7 @@ def tune(
 def _signals_interrupt(driver):
     """Ctrl-C, SIGTERM and SIGHUP (a closed terminal) stop the driver alike: its trials' runs stop cleanly, marked
     as stopped with their study, and nothing is left queued that only this driver would start. The stop comes
-    between the driver's steps, never inside one (:meth:`fairtui.tune_driver.Driver.interrupt`)."""
+    between the driver's steps, never inside one (:meth:`fairtui.tune.driver.Driver.interrupt`)."""
     import signal
 
     def interrupt(signum, frame):
@@ -127,7 +127,7 @@ def _signals_interrupt(driver):
 def render(doc: dict) -> str:
     """The trials table, the best trial and the parameters' importance, as text (the objective in %, as the
     app shows it)."""
-    from fairtui import tune as t
+    from fairtui.tune import study as t
 
     keys = list(doc["space"])
     lines = [f"study {doc['study']} ({doc['profile_path']}): objective {doc['objective']} on validation, "
@@ -162,9 +162,9 @@ def _new_study(target: str, space: list[str], trials: int, objective: str, paral
 
     from engine.contract.profile_io import load_profile
     from engine.contract.profile_schema import ProfileError
-    from fairtui import tune as t
-    from fairtui import tune_space as space_
-    from fairtui.launcher import resolve_init_from
+    from fairtui.tune import study as t
+    from fairtui.tune import space as space_
+    from fairtui.launch.launcher import resolve_init_from
 
     if not Path(target).is_file():
         raise t.TuneError("PROFILE", f"no profile file {target!r} (to continue a study: fairtui tune STUDY "

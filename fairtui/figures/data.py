@@ -1,7 +1,7 @@
 """What each figure shows, taken from run folders by the rules every table follows: plain Python, no
 matplotlib and no torch, so that it is tested without drawing.
 
-Results are picked as `fairtui export` picks them (:func:`fairtui.compare.pick_result`): the headline
+Results are picked as `fairtui export` picks them (:func:`fairtui.judge.compare.pick_result`): the headline
 result at ``checkpoint`` unless ``--attack`` / ``--n-per-class`` ask for another, and runs that differ
 only in seed are one series (mean and std over the seeds). Series whose results were measured
 differently (another attack, eps or subset) are not silently mixed: each then names its own setting.
@@ -12,10 +12,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from fairtui.compare import CompareError, pick_result, result_setting, seed_groups, summarise
+from fairtui.judge.compare import CompareError, pick_result, result_setting, seed_groups, summarise
 from fairtui.figures import PlotError
-from fairtui.runfolder import RunView
-from fairtui.runstate import ACCURACY_KEYS, RunState
+from fairtui.runs.runfolder import RunView
+from fairtui.runs.runstate import ACCURACY_KEYS, RunState
 
 MAX_SERIES = 8  # the colour-blind-safe palette's colours (Okabe and Ito)
 

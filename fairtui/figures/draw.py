@@ -219,7 +219,7 @@ def heatmaps(maps: list[Heatmap], caption: str, width: float = 3.3) -> "Figure":
 
 
 def study(doc: dict, key: str | None, width: float = 6.9) -> "Figure":
-    """A tuning study (fairtui.tune.summary): the objective of each trial in order, with the best so far, and
+    """A tuning study (fairtui.tune.study.summary): the objective of each trial in order, with the best so far, and
     the objective against one parameter (``key``; default the first of the space). Pruned and failed trials
     are marked at the bottom: they have no value."""
     from fairtui.figures import PlotError

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fairtui.figures import KINDS, PlotError, require_matplotlib
-from fairtui.runfolder import RunView
+from fairtui.runs.runfolder import RunView
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

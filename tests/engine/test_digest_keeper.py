@@ -74,7 +74,7 @@ def test_the_stored_fold_is_the_fold_of_the_whole_stream_and_matrices_are_read_f
 
 
 def test_a_reader_starts_from_the_engines_fold_and_reads_only_what_came_after(tmp_path, monkeypatch):
-    from fairtui.digest import read_digest
+    from fairtui.runs.digest import read_digest
 
     run = tmp_path / "home" / "runs" / "20260101-000000-keeper"
     run.mkdir(parents=True)
@@ -115,7 +115,7 @@ def test_two_writers_of_one_stream_keep_its_fold_whole(tmp_path):
 
 
 def test_a_stored_fold_of_another_stream_is_never_used(tmp_path):
-    from fairtui.digest import read_digest
+    from fairtui.runs.digest import read_digest
 
     run = tmp_path / "home" / "runs" / "20260101-000000-replaced"
     run.mkdir(parents=True)

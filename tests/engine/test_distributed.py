@@ -344,7 +344,7 @@ def test_fairtui_resume_continues_a_two_rank_run_on_two_ranks(tmp_path, tiny_pro
     on one process under `fairtui resume`, silently, to other weights. It takes the world size from its own
     events, and ends with the uninterrupted 2-rank run's weights."""
     from fairtui.cli.resume import resume_world_size
-    from fairtui.launcher import GpuChoice
+    from fairtui.launch.launcher import GpuChoice
     from tests.conftest import fairtui_cmd
 
     home = tmp_path / "home"

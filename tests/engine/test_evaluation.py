@@ -151,7 +151,7 @@ def test_autoattack_reports_which_attack_runs_and_what_is_still_robust_without_c
 
 
 def test_an_autoattack_progress_line_names_the_attack_the_survivors_and_the_eta():
-    from fairtui.runstate import progress_line
+    from fairtui.runs.runstate import progress_line
 
     p = {"phase": "eval", "attack": "aa", "batch": 0, "batches": 1, "batch_in": 1,
          "aa": {"attacks": ["apgd-ce", "apgd-t", "fab-t", "square"], "n": 100, "robust": 61, "current": "apgd-t",

@@ -160,7 +160,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
             assert torch.equal(weights[key], sb["averaged"][name][key]), (name, key)
     # the names a reader lists without torch are the ones the checkpoint has
     from engine.checkpoint import CheckpointStore
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     assert RunView.load(killed).checkpoint_names() == CheckpointStore(killed / "checkpoints").available()
     assert "ema" in RunView.load(killed).checkpoint_names()
@@ -250,8 +250,8 @@ def test_one_lock_whoever_starts_the_engine(tmp_path, tiny_profile, monkeypatch)
     not refuse its own lock), and an engine started by hand on the same folder meanwhile is refused, as is a
     second launch; once the engine exits the lock is free."""
     from engine.contract.locks import is_locked
-    from fairtui.home import EngineRunning
-    from fairtui.launcher import GpuChoice, start_engine
+    from fairtui.runs.home import EngineRunning
+    from fairtui.launch.launcher import GpuChoice, start_engine
 
     run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=("train.epochs=100000",))
     monkeypatch.chdir(ROOT)

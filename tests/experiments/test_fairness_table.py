@@ -63,7 +63,7 @@ def test_replace_block_keeps_the_rest_of_the_file():
 
 
 def test_a_run_trained_from_a_modified_tree_says_so():
-    from fairtui.report import commit_label
+    from fairtui.runs.report import commit_label
 
     assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": False}) == "7278ca5"
     assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": True}) == "7278ca5 with uncommitted changes"

@@ -8,7 +8,7 @@ import pytest
 
 from engine.contract.profile_io import load_profile
 from experiments.tune_all import DOCS_END, DOCS_MARK, FINE_TUNES, SPACES, kendall_tau, table
-from fairtui.tune_space import check_space, parse_dimension
+from fairtui.tune.space import check_space, parse_dimension
 from tests.conftest import ROOT
 
 

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from fairtui.gpus import GpuInfo
+from fairtui.launch.gpus import GpuInfo
 from tests.conftest import HANG_S, ROOT, TINY
 
 FAKE_GPUS = [GpuInfo(0, "Fake GPU", 1024.0, 81920.0, 3.0)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def write_index(home: str, worker: int, n: int) -> None:
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     index = RunIndex(Path(home))
     for i in range(n):
@@ -18,14 +18,14 @@ def write_index(home: str, worker: int, n: int) -> None:
 
 
 def tag_many(run_dir, prefix: str, n: int) -> None:
-    from fairtui.control import update_meta
+    from fairtui.launch.control import update_meta
 
     for i in range(n):
         update_meta(run_dir, lambda meta, t=f"{prefix}{i}": meta.setdefault("tags", []).append(t))
 
 
 def note_many(run_dir, n: int) -> None:
-    from fairtui.control import update_meta
+    from fairtui.launch.control import update_meta
 
     for i in range(n):
         update_meta(run_dir, lambda meta, i=i: meta.update(notes=f"note {i}"))

@@ -13,8 +13,8 @@ import pytest
 from fairtui.app import make_app
 from fairtui.app.widgets.bars import ClassBars, GroupedBars
 from fairtui.app.widgets.plot import LinePlot
-from fairtui.runfolder import engine_alive, engine_process
-from fairtui.synthetic import make_run
+from fairtui.runs.runfolder import engine_alive, engine_process
+from fairtui.runs.synthetic import make_run
 from tests.conftest import HANG_S, TINY
 from tests.fairtui.app_helpers import FAKE_GPUS, engine_on_path, profiles, wait_until  # noqa: F401 (fixtures)
 
@@ -188,7 +188,7 @@ async def test_launch_a_sweep_from_the_dialog_and_group_it(tmp_path, profiles):
 
 
 async def test_run_screen_titles_the_run_by_its_own_name_and_labels_a_clean_result(tmp_path):
-    from fairtui.runstate import result_lines
+    from fairtui.runs.runstate import result_lines
 
     home = tmp_path / "home"
     make_run(home, "20260101-000000-c1a2b3", name="my-named-run", attacks=("clean", "pgd20"))
@@ -212,7 +212,7 @@ async def test_run_screen_titles_the_run_by_its_own_name_and_labels_a_clean_resu
 
 
 def test_progress_line_and_its_eta():
-    from fairtui.runstate import progress_line
+    from fairtui.runs.runstate import progress_line
 
     text, fraction = progress_line({"phase": "train", "epoch": 3, "batch": 100, "batches": 400, "started": 1000.0,
                                     "t": 1050.0}, now=1050.0)
@@ -261,8 +261,8 @@ async def test_per_class_test_tables_from_the_run_screen(tmp_path):
         await pilot.press("p")
         await pilot.pause(0.3)
         assert type(app.screen).__name__ == "ResultsScreen"
-        from fairtui.report import per_class_tables
-        from fairtui.runfolder import RunView
+        from fairtui.runs.report import per_class_tables
+        from fairtui.runs.runfolder import RunView
 
         tables = per_class_tables(RunView.load(home / "runs" / "20260101-000000-e1e2e3"))
         headers = [c.header for c in tables[0].columns]
@@ -386,7 +386,7 @@ async def test_compare_screen_pairs_a_fine_tune_with_its_starts_on_s(tmp_path):
     """In the grouped view, s pairs a fine-tune of the baseline with the checkpoints its runs started from (the base
     run's best, by init_from), as `compare --against-start` does, and s again with the base at the same checkpoint."""
     from engine.contract.config import Profile
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     home = tmp_path / "home"
     bases = {seed: f"20260101-00000{seed}-base0{seed}" for seed in (0, 1)}

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from fairtui.app import make_app
-from fairtui.synthetic import make_run
+from fairtui.runs.synthetic import make_run
 from tests.fairtui.app_helpers import FAKE_GPUS, engine_on_path, profiles, wait_until  # noqa: F401 (fixtures)
 
 
@@ -31,9 +31,9 @@ async def test_notes_tags_export_and_evaluate_from_the_runs_screen(tmp_path, mon
     make_run(home, "20260101-000000-aaaaaa", name="base", tags=("sweep:abc123", "method.eta=0.1", "old"))
     make_run(home, "20260101-000001-bbbbbb", name="fair", method="wat")  # another method: its own export row
     started = []
-    import fairtui.launcher
+    import fairtui.launch.launcher
 
-    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
+    monkeypatch.setattr(fairtui.launch.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
         (run_dir, command)))
     monkeypatch.chdir(tmp_path)
     app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
@@ -89,9 +89,9 @@ async def test_the_evaluate_dialog_says_when_a_stored_result_is_reused(tmp_path,
     home = tmp_path / "home"
     make_run(home, "20260101-000000-aaaaaa", name="base")  # holds pgd20 @ best on the whole test split
     started = []
-    import fairtui.launcher
+    import fairtui.launch.launcher
 
-    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
+    monkeypatch.setattr(fairtui.launch.launcher, "start_engine", lambda run_dir, gpus=None, command=None: started.append(
         command))
     app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -188,9 +188,9 @@ def test_profiles_that_fit_the_machine_come_first_and_the_filter_matches_every_w
 
 async def test_the_launch_dialog_filters_as_one_types_selects_the_new_run_and_remembers_the_profile(tmp_path,
                                                                                                    monkeypatch):
-    import fairtui.launcher
+    import fairtui.launch.launcher
 
-    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: None)
+    monkeypatch.setattr(fairtui.launch.launcher, "start_engine", lambda run_dir, gpus=None, command=None: None)
     home = tmp_path / "home"
     make_run(home, "20260101-000000-aaaaaa", name="older")
     folder = _profile_folder(tmp_path)
@@ -225,9 +225,9 @@ async def test_the_launch_dialog_filters_as_one_types_selects_the_new_run_and_re
 async def test_the_launch_dialog_keeps_the_quotes_of_typed_toml_values(tmp_path, monkeypatch):
     """Found on a lent GPU: `eval.attacks=["clean"]`, typed as the docs write it, was split the shell's way, lost
     its quotes and was refused ("expected a list, got '[clean]'"), so the run never started."""
-    import fairtui.launcher
+    import fairtui.launch.launcher
 
-    monkeypatch.setattr(fairtui.launcher, "start_engine", lambda run_dir, gpus=None, command=None: None)
+    monkeypatch.setattr(fairtui.launch.launcher, "start_engine", lambda run_dir, gpus=None, command=None: None)
     home = tmp_path / "home"
     folder = _profile_folder(tmp_path)
     app = make_app(home=home, profiles_dir=folder, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)

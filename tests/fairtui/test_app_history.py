@@ -6,8 +6,8 @@ import threading
 
 from fairtui.app import make_app
 from fairtui.app.screens import runs as runs_screen
-from fairtui.store import RunIndex
-from fairtui.synthetic import make_run
+from fairtui.runs.store import RunIndex
+from fairtui.runs.synthetic import make_run
 from tests.conftest import HANG_S
 from tests.fairtui.test_app import wait_until
 

@@ -5,7 +5,7 @@ import json
 
 from fairtui.app import make_app
 from fairtui.app.widgets.plot import LinePlot
-from fairtui.synthetic import make_run
+from fairtui.runs.synthetic import make_run
 from tests.fairtui.test_app import FAKE_GPUS, engine_on_path, profiles, wait_until  # noqa: F401 (fixtures)
 from tests.conftest import HANG_S
 
@@ -32,8 +32,8 @@ async def test_an_imported_runs_screen_shows_its_evaluations_and_no_training_plo
 
 
 async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_screen(tmp_path, monkeypatch):
-    from fairtui.launcher import GpuChoice
-    from fairtui.queue import LocalQueue
+    from fairtui.launch.launcher import GpuChoice
+    from fairtui.launch.queue import LocalQueue
 
     monkeypatch.setattr(LocalQueue, "busy", lambda self: {"cpu": 2})
     monkeypatch.setattr(LocalQueue, "tick", lambda self, start=None: [])  # the CPU stays busy

@@ -105,8 +105,8 @@ def test_gpus_that_do_not_exist_are_refused_naming_what_does(tmp_path, tiny_prof
 
 
 def test_gpu_choice_checks_the_inventory():
-    from fairtui.gpus import GpuInfo
-    from fairtui.launcher import GpuChoice
+    from fairtui.launch.gpus import GpuInfo
+    from fairtui.launch.launcher import GpuChoice
 
     two = [GpuInfo(0, "H100", 0, 80000, 0), GpuInfo(1, "H100", 0, 80000, 0)]
     assert GpuChoice.from_option("0,1", two).devices == (0, 1)
@@ -123,7 +123,7 @@ def test_gpu_choice_checks_the_inventory():
                                           (("--checkpoint", "worst"), "--checkpoint"),
                                           (("--attack", "deepfool"), "--attack"), (("--split", "train"), "--split")])
 def test_eval_option_messages_name_the_option(tmp_path, args, option):
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     make_run(tmp_path, "20260101-000000-aaaaaa", name="r")
     proc = fairtui_cmd("eval", "r", *args, home=tmp_path)
@@ -189,8 +189,8 @@ def test_a_late_end_record_cannot_undo_a_completed_run(tmp_path):
     """`stop --now` that raced with the last epoch: the engine completed, then an end was recorded beside the
     stream. The run reads completed."""
     from engine.contract.protocol import record_end
-    from fairtui.runfolder import RunView
-    from fairtui.synthetic import make_run
+    from fairtui.runs.runfolder import RunView
+    from fairtui.runs.synthetic import make_run
 
     run_dir = make_run(tmp_path, "r1", status="completed")
     record_end(run_dir, "stopped", "killed (SIGKILL) by fairtui stop --now", killed=True)

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from engine.contract.config import Profile, TrainConfig
-from fairtui.synthetic import make_run
+from fairtui.runs.synthetic import make_run
 from tests.conftest import fairtui_cmd
 
 
@@ -167,8 +167,8 @@ def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp
     """FRL, FAAL and CSR fine-tune the same seed's base run: `method.init_from` differs with the seed, as the
     seed does, so their seeds are one group; fine-tunes of bases of two profiles are two; two runs of one seed
     whose bases are not at hand (committed files from another machine) are not folded into one group."""
-    from fairtui.compare import seed_groups
-    from fairtui.runfolder import RunView
+    from fairtui.judge.compare import seed_groups
+    from fairtui.runs.runfolder import RunView
 
     home = tmp_path / "home"
 
@@ -197,7 +197,7 @@ def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp
 def test_a_base_not_at_hand_is_looked_for_again_once_it_arrives(tmp_path):
     """The app runs for days: a fine-tune's base first read as "a run" (its folder not yet copied) is named by its
     profile once its folder is there, not remembered as unknown."""
-    from fairtui.configurations import base_profile
+    from fairtui.runs.configurations import base_profile
 
     base = tmp_path / "runs" / "20260101-000000-late00"
     ref = str(base / "checkpoints" / "best.pt")

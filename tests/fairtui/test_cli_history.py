@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from engine.contract.config import Profile
-from fairtui.synthetic import make_run
+from fairtui.runs.synthetic import make_run
 from tests.conftest import HANG_S, ROOT, fairtui_cmd
 
 
@@ -236,8 +236,8 @@ def test_show_prints_the_method_state_as_labelled_tables_at_80_columns(tmp_path,
 def test_subset_results_are_whole_per_class_tables_in_show_and_the_app(tmp_path):
     """`show` and the app's per-class screen (`p`) draw a subset result as a per-class table of its own,
     titled as exploratory with what differs, not as one summary line."""
-    from fairtui.report import exploratory_tables
-    from fairtui.runfolder import RunView
+    from fairtui.runs.report import exploratory_tables
+    from fairtui.runs.runfolder import RunView
 
     run = make_run(tmp_path, "20260101-000000-aaaaaa", name="a")
     subset_result(run, "aa", 10, 0.4)
@@ -299,10 +299,10 @@ def test_a_stop_in_the_first_moment_of_a_run_is_recorded(tmp_path, tiny_profile)
     """`fairtui stop` right after `run --detach`, before the engine has its signal handler: the run ends
     `stopped` with its record (a SIGTERM then used to kill it with nothing written: `lost`)."""
     from engine.contract.profile_io import load_profile
-    from fairtui.control import stop_run
-    from fairtui.home import resolve_home
-    from fairtui.launcher import create_run, start_engine
-    from fairtui.runfolder import RunView
+    from fairtui.launch.control import stop_run
+    from fairtui.runs.home import resolve_home
+    from fairtui.launch.launcher import create_run, start_engine
+    from fairtui.runs.runfolder import RunView
 
     home = resolve_home(str(tmp_path / "home"))
     run_dir = create_run(home, load_profile(tiny_profile(), ["train.epochs=50"]), "tiny.toml", None, [], None)
@@ -328,7 +328,7 @@ def test_a_hung_engine_is_killed_by_stop_now_or_a_second_stop_and_resumes(tmp_pa
     import signal
     import time
 
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     home = tmp_path / "home"
     for second_stop in (False, True):
@@ -389,7 +389,7 @@ def test_version_names_fairtui_its_commit_python_and_torch(tmp_path):
 
 
 def test_tag_note_rm_stop_and_reindex_print_one_json_document_with_json(tmp_path):
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
     from tests.conftest import fairtui_cmd
 
     home = tmp_path / "home"

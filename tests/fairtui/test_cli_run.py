@@ -69,7 +69,7 @@ def test_gpus_sets_the_engine_environment(tmp_path, tiny_profile):
 
 
 def test_gpu_choice_environment():
-    from fairtui.launcher import GpuChoice
+    from fairtui.launch.launcher import GpuChoice
 
     assert GpuChoice.parse("0,2").env() == {"CUDA_VISIBLE_DEVICES": "0,2"}
     assert GpuChoice.parse("cpu").overrides() == ['train.device="cpu"']
@@ -137,7 +137,7 @@ def test_a_run_folder_is_made_whole_or_not_at_all(tmp_path, monkeypatch, tiny_pr
 
 
     from engine.contract.profile_io import load_profile
-    from fairtui import launcher
+    from fairtui.launch import launcher
 
     profile = load_profile(tiny_profile())
     calls = {"n": 0}
@@ -180,7 +180,7 @@ def test_a_full_disk_is_one_line_for_every_command(monkeypatch, capsys):
 def test_an_init_from_name_shared_by_several_runs_is_refused_with_their_ids(tmp_path):
     """`method.init_from = NAME` picked the newest of several runs of that name without a word: the weights
     a fine-tune starts from must be the ones meant."""
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
     from tests.conftest import TINY
 
     home = tmp_path / "home"

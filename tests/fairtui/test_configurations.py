@@ -1,4 +1,4 @@
-"""Which runs are seeds of one configuration (fairtui.configurations): a profile's seeds trained by two fairtui
+"""Which runs are seeds of one configuration (fairtui.runs.configurations): a profile's seeds trained by two fairtui
 versions, or with a runtime request that resolved alike, stay one group; a profile run with other settings
 (`--set train.lr=...`), or at another precision, is a group of its own, labelled by what differs, in export and in
 `compare --by profile` alike, and never dropped as "a second run of seed N"."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from engine.contract.config import Profile
-from fairtui.configurations import by_configuration, configuration
-from fairtui.runfolder import RunView
-from fairtui.synthetic import make_run
+from fairtui.runs.configurations import by_configuration, configuration
+from fairtui.runs.runfolder import RunView
+from fairtui.runs.synthetic import make_run
 from tests.conftest import fairtui_cmd
 
 
@@ -104,7 +104,7 @@ def test_compare_by_profile_keeps_a_variant_of_a_profile_as_its_own_group(tmp_pa
 
 
 def test_runs_of_one_seed_are_warned_of_another_cpu_only_within_one_configuration(tmp_path):
-    from fairtui.report import provenance_warnings
+    from fairtui.runs.report import provenance_warnings
 
     row = run(tmp_path, "20260101-000000-row000", "row", 0, cpu="AVX512 machine")
     probe = run(tmp_path, "20260101-000001-probe0", "row", 0, lr(0.1625), cpu="AVX2 machine")

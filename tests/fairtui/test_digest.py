@@ -1,4 +1,4 @@
-"""The folded event stream (fairtui.digest): the same answers as reading the whole stream, the stream read
+"""The folded event stream (fairtui.runs.digest): the same answers as reading the whole stream, the stream read
 once and then only what was appended, a replaced stream folded again, and the app's run screen loading off
 its thread so that `q` quits."""
 
@@ -8,10 +8,10 @@ import json
 import threading
 
 from engine.contract.events import read_events
-from fairtui import digest as digest_module
-from fairtui.digest import Digest, cache_path, read_digest
-from fairtui.runfolder import RunView, headline_results
-from fairtui.synthetic import make_run
+from fairtui.runs import digest as digest_module
+from fairtui.runs.digest import Digest, cache_path, read_digest
+from fairtui.runs.runfolder import RunView, headline_results
+from fairtui.runs.synthetic import make_run
 
 
 def _append(path, events: list[dict]) -> None:
@@ -92,7 +92,7 @@ def test_a_cached_digest_reads_only_what_was_appended_and_a_replaced_stream_is_f
     (run / "events.jsonl").write_text(same_length)
     assert read_digest(run).epoch(2)["lr"] == 0.9
     # deleting the run deletes its cached digest
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     RunIndex(tmp_path).remove(run.name)
     assert not cache_path(run).exists()
@@ -117,7 +117,7 @@ def test_a_fold_stops_when_cancelled_and_a_line_being_written_is_not_cached(tmp_
 async def test_q_quits_while_the_run_screen_still_folds_a_long_stream(tmp_path, monkeypatch):
     """The run screen folds the stream off the screen's thread: `q` quits while the fold is still at work
     (here, a fold that waits until the test lets it go)."""
-    from fairtui import runfolder
+    from fairtui.runs import runfolder
     from fairtui.app import make_app
 
     home = tmp_path / "home"
@@ -144,7 +144,7 @@ async def test_q_quits_while_the_run_screen_still_folds_a_long_stream(tmp_path, 
 
 def test_the_app_replays_a_stride_of_a_long_run_not_every_epoch():
     """The run screen of a run of 229,000 epochs opened in 48 s and 3.8 GB (#55 item 10): it replays a stride."""
-    from fairtui.digest import REPLAY_EPOCHS, replay
+    from fairtui.runs.digest import REPLAY_EPOCHS, replay
 
     d = Digest(started={"type": "run_started"}, finished={"type": "run_finished", "status": "completed"})
     for epoch in range(1, 3 * REPLAY_EPOCHS + 1):
@@ -199,7 +199,7 @@ def test_the_sessions_that_made_a_runs_numbers_are_kept_with_what_they_ran_on(tm
 
 
 def test_show_names_each_resume_that_ran_on_another_setup_or_did_not_say(tmp_path):
-    from fairtui.report import provenance_line
+    from fairtui.runs.report import provenance_line
 
     same = _sessions_run(tmp_path / "same", [{"epoch": 2, "provenance": _provenance("b")}])
     line = provenance_line(RunView.load(same))
@@ -234,7 +234,7 @@ def test_show_names_a_resume_that_trained_on_another_device_or_precision(tmp_pat
     epochs with other arithmetic on the same commit and CPU record: the resume is named with the device and
     options it ran with, read from its ``runtime`` or, for older engines, its device text; a resume back to the
     CPU in fp32 is named again, and one that changes nothing is not."""
-    from fairtui.report import provenance_line
+    from fairtui.runs.report import provenance_line
 
     gpu = "cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=0); autocast bfloat16, channels-last"
     run = _sessions_run(tmp_path, [{"epoch": 1, "provenance": _provenance("b"), "device": gpu},
@@ -251,7 +251,7 @@ def test_show_says_a_run_trained_in_bf16_and_not_one_in_fp32(tmp_path):
     train.amp = "bf16", or "auto" where it picks bf16): its numbers come from other arithmetic than an fp32 run's of
     the same profile and seed. An fp32 run's line does not mention it; an engine that did not name its device is
     not guessed at."""
-    from fairtui.report import provenance_line
+    from fairtui.runs.report import provenance_line
 
     runs = {}
     for label, device in (("bf16", "cpu; autocast bfloat16, channels-last"), ("fp32", "cpu"), ("unsaid", None)):

@@ -5,10 +5,10 @@ import types
 
 import pytest
 
-from fairtui import gpus
-from fairtui.launcher import GpuChoice
-from fairtui.queue import LocalQueue, devices_of
-from fairtui.synthetic import make_run
+from fairtui.launch import gpus
+from fairtui.launch.launcher import GpuChoice
+from fairtui.launch.queue import LocalQueue, devices_of
+from fairtui.runs.synthetic import make_run
 from tests.conftest import HANG_S
 
 SMI = """0, NVIDIA A100-SXM4-80GB, 1024, 81920, 37
@@ -69,7 +69,7 @@ def test_an_engine_still_starting_holds_its_device(tmp_path):
     """An engine holds its run's engine.lock from before it exists and writes engine.json only once torch has
     loaded: seconds on a busy CPU. The next tick must count it, or a sweep's children start one a tick, all at
     once (18 digits runs on 2 cores, seen on 2026-11-27)."""
-    from fairtui.launcher import hold_engine_lock
+    from fairtui.launch.launcher import hold_engine_lock
 
     queue = LocalQueue(tmp_path, per_gpu=1)
     held, started = [], []
@@ -97,7 +97,7 @@ def test_the_queue_survives_the_process(tmp_path):
 
 
 def test_the_worker_starts_what_is_queued_and_exits_when_the_queue_is_empty(tmp_path):
-    from fairtui.queue import WORKER_LOCK, _try_worker_lock, run_worker
+    from fairtui.launch.queue import WORKER_LOCK, _try_worker_lock, run_worker
 
     runs = [make_run(tmp_path, f"r{i}", status="stopped") for i in range(3)]
     queue = LocalQueue(tmp_path)
@@ -122,7 +122,7 @@ def test_a_submit_racing_with_the_workers_exit_is_never_stranded(tmp_path, monke
     starts a new worker: never neither."""
     import contextlib
 
-    from fairtui import queue as queue_mod
+    from fairtui.launch import queue as queue_mod
 
     spawned: list[int] = []
     started: list[str] = []
@@ -152,7 +152,7 @@ def test_a_submit_racing_with_the_workers_exit_is_never_stranded(tmp_path, monke
 
 
 def test_a_resumed_run_waiting_in_the_queue_is_listed_as_queued(tmp_path):
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     run = make_run(tmp_path, "20260101-000000-aaaaaa", status="stopped")
     index = RunIndex(tmp_path)
@@ -183,7 +183,7 @@ def test_a_run_queued_by_a_command_that_quit_still_trains(tmp_path, tiny_profile
     assert [t for t, _ in types_].count("run_started") == 1
     while time.time() < deadline and LocalQueue(home).entries():
         time.sleep(0.2)
-    from fairtui.queue import _try_worker_lock
+    from fairtui.launch.queue import _try_worker_lock
 
     for _ in range(50):  # the worker exits once the queue is empty
         lock = _try_worker_lock(home)
@@ -200,7 +200,7 @@ def test_a_run_on_several_gpus_starts_one_engine_with_a_rank_per_gpu(tmp_path, m
     CUDA_VISIBLE_DEVICES=0,1; one GPU or the CPU starts it as before."""
     import subprocess
 
-    from fairtui import launcher
+    from fairtui.launch import launcher
 
     calls = []
 

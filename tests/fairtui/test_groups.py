@@ -1,4 +1,4 @@
-"""Groups of seeds judged against a baseline (fairtui.stats, fairtui.groups, `fairtui compare --by/--group`): the
+"""Groups of seeds judged against a baseline (fairtui.judge.stats, fairtui.judge.groups, `fairtui compare --by/--group`): the
 statistics against hand-computed cases, pairing by seed with the dropped seeds named, fine-tunes paired with the runs
 they started from, the protocol check, and committed results read without a byte written."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fairtui import stats
+from fairtui.judge import stats
 from tests.conftest import fairtui_cmd
 
 CLASSES = ["a", "b", "c", "d"]
@@ -487,7 +487,7 @@ def test_an_output_is_never_written_through_a_planted_link(results, tmp_path):
 
 
 def test_a_hostile_run_name_is_text_in_a_run_export(tmp_path):
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     home = tmp_path / "home"
     make_run(home, "20260101-000000-aaaaaa", name=HOSTILE)

@@ -154,7 +154,7 @@ def test_a_signal_that_lands_while_the_check_is_being_started_still_kills_it(tmp
     import signal
     import sys
 
-    from fairtui import launcher
+    from fairtui.launch import launcher
     from fairtui.cli import main
 
     real_start, started = launcher.start_engine, []

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from fairtui.synthetic import make_run
+from fairtui.runs.synthetic import make_run
 from tests.conftest import fairtui_cmd
 
 NAMES = ["cfa-trades-wrn34-10-lambda1-sweep-long-name-0", "wat"]
@@ -51,7 +51,7 @@ def test_wide_shows_everything_and_the_short_id_is_a_run_reference(home):
 def test_a_count_agrees_with_its_number():
     """"1 runs" in the runs screen's status line and a one-seed sweep's first line (#56 item 10)."""
     from fairtui.app.screens.runs_table import counts_line
-    from fairtui.usertext import count
+    from fairtui.runs.usertext import count
 
     assert [count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert count(1, "class", "classes") == "1 class" and count(3, "class", "classes") == "3 classes"

@@ -17,8 +17,8 @@ from engine.contract.config import Profile  # noqa: E402
 from fairtui.figures import PlotError, figure_format, require_matplotlib  # noqa: E402
 from fairtui.figures.draw import WORST_HATCH, to_bytes  # noqa: E402
 from fairtui.figures.make import PlotRequest, build  # noqa: E402
-from fairtui.runfolder import RunView  # noqa: E402
-from fairtui.synthetic import make_run  # noqa: E402
+from fairtui.runs.runfolder import RunView  # noqa: E402
+from fairtui.runs.synthetic import make_run  # noqa: E402
 from tests.conftest import fairtui_cmd  # noqa: E402
 from tests.fairtui.test_app import DATA  # noqa: E402
 
@@ -245,7 +245,7 @@ def test_export_of_a_run_measured_at_its_last_checkpoint_alone_finds_that_result
     import json
 
     from tests.conftest import fairtui_cmd
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     home = tmp_path / "home"
     run = make_run(home, "20261127-000000-aaaaaa")

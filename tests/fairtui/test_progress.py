@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairtui.runstate import progress_line, run_eta, run_eta_text
+from fairtui.runs.runstate import progress_line, run_eta, run_eta_text
 
 
 def epochs(times, t_last=1000.0):
@@ -46,7 +46,7 @@ def test_runs_table_shows_a_running_runs_eta_and_its_validation_numbers_marked()
 
 
 def test_an_epoch_line_fits_120_columns():
-    from fairtui.report import EPOCH_LEGEND, epoch_line
+    from fairtui.runs.report import EPOCH_LEGEND, epoch_line
 
     event = {"epoch": 130, "epochs": 200, "lr": 0.0001, "time_s": 1234.5, "is_best": True,
              "train": {"loss": 12.3456, "clean_acc": 0.8125, "robust_acc": 0.5125},
@@ -81,7 +81,7 @@ def test_an_earlier_phases_progress_is_never_shown_as_current(tmp_path):
 
     from rich.console import Console
 
-    from fairtui.follow import _progress_bar, _show_progress
+    from fairtui.launch.follow import _progress_bar, _show_progress
 
     (tmp_path / "progress.json").write_text(json.dumps({"phase": "test", "attack": "pgd20", "batch": 3,
                                                          "batches": 3, "t": time.time() - 60, "started": 0}))
@@ -96,7 +96,7 @@ def test_an_earlier_phases_progress_is_never_shown_as_current(tmp_path):
 def test_a_dead_evaluations_progress_is_not_live(tmp_path):
     import os
 
-    from fairtui.runfolder import process_alive
+    from fairtui.runs.runfolder import process_alive
 
     assert process_alive({"pid": os.getpid(), "host": __import__("socket").gethostname()})
     assert not process_alive({"pid": 2 ** 22 + 12345, "host": __import__("socket").gethostname()})
@@ -108,9 +108,9 @@ def test_a_best_checkpoint_that_is_the_last_gets_one_table_and_cvc_is_explained(
     column was never explained (#56 item 10)."""
     import json
 
-    from fairtui.report import per_class_tables
-    from fairtui.runfolder import RunView
-    from fairtui.synthetic import make_run
+    from fairtui.runs.report import per_class_tables
+    from fairtui.runs.runfolder import RunView
+    from fairtui.runs.synthetic import make_run
 
     run = make_run(tmp_path, "r1")
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
@@ -130,7 +130,7 @@ def test_a_best_checkpoint_that_is_the_last_gets_one_table_and_cvc_is_explained(
 
 def test_the_run_screens_progress_line_puts_the_run_eta_first():
     """At 80 columns the line's end is cut, and it held the run's ETA ("ETA 31 s | run") (#56 item 8)."""
-    from fairtui.runstate import progress_header
+    from fairtui.runs.runstate import progress_header
 
     p = {"phase": "train", "epoch": 11, "batch": 10, "batches": 20, "started": 990.0, "t": 1000.0}
     text, fraction = progress_header(p, epochs([60] * 10), 15, now=1000.0)

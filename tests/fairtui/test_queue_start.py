@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fairtui.launcher import GpuChoice, start_engine
-from fairtui.home import EngineRunning
-from fairtui.queue import LocalQueue
-from fairtui.runfolder import RunView, engine_starting
-from fairtui.synthetic import make_run
+from fairtui.launch.launcher import GpuChoice, start_engine
+from fairtui.runs.home import EngineRunning
+from fairtui.launch.queue import LocalQueue
+from fairtui.runs.runfolder import RunView, engine_starting
+from fairtui.runs.synthetic import make_run
 from tests.conftest import HANG_S, engine_env
 
 # Stands in for `python -m engine train RUN`: records each start, then waits until stopped.
@@ -33,8 +33,8 @@ while time.time() < end and not os.path.exists(os.path.join(run, "stop.requested
 WORKER = """
 import json, os, signal, sys
 from pathlib import Path
-from fairtui import queue
-from fairtui.launcher import start_engine
+from fairtui.launch import queue
+from fairtui.launch.launcher import start_engine
 
 home, point, fake = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 os.chdir(fake)  # engines started from here run the fake engine package
@@ -135,7 +135,7 @@ def test_deleting_a_queued_run_cancels_its_queue_entry_from_the_cli_as_from_the_
 def test_resume_follows_one_rule_from_the_cli_and_the_app(tmp_path):
     """control.check_resumable: a queued run is not started a second time by `resume`, a completed one
     has nothing to resume (exit 0), and the app's `r` applies the same rule."""
-    from fairtui.control import ControlError, NothingToDo, queue_resume
+    from fairtui.launch.control import ControlError, NothingToDo, queue_resume
     from tests.conftest import fairtui_cmd
 
     home = tmp_path / "home"
@@ -156,8 +156,8 @@ def test_resume_follows_one_rule_from_the_cli_and_the_app(tmp_path):
 
 
 def test_a_rerun_is_a_new_queued_run_of_the_same_profile_name_tags_and_gpus(tmp_path):
-    from fairtui.control import queue_rerun
-    from fairtui.launcher import change_meta
+    from fairtui.launch.control import queue_rerun
+    from fairtui.launch.launcher import change_meta
 
     home = tmp_path / "home"
     first = make_run(home, "20260101-000000-rerun1", name="again", tags=("a", "b"))
@@ -179,7 +179,7 @@ def test_a_start_cut_by_an_interrupt_then_cancelled_leaves_no_false_queued_mark(
     """Ctrl-C inside a tick (a sweep's or a study's driver ticks its queue), then the stop cancels the run's entry:
     cut after its engine was spawned, the start is finished (the run is not left marked queued while its engine
     trains it); cut before, the run stays queued for `fairtui resume`."""
-    from fairtui import queue as queue_module
+    from fairtui.launch import queue as queue_module
 
     home = tmp_path / "home"
     run = make_run(home, "20260101-000000-cutcut", status="running")

@@ -103,9 +103,9 @@ def test_show_labels_the_other_evaluation(evaluated):
 def test_a_refusal_names_the_latest_results_and_counts_the_rest(tmp_path):
     """A run evaluated at 30 eps (a sweep) and never at its own: compare's refusal names 10 results and
     counts the other 20, where it named all 30 in one line."""
-    from fairtui.compare import CompareError, pick_result
-    from fairtui.runfolder import RunView
-    from fairtui.synthetic import make_run
+    from fairtui.judge.compare import CompareError, pick_result
+    from fairtui.runs.runfolder import RunView
+    from fairtui.runs.synthetic import make_run
 
     run_dir = make_run(tmp_path, "20260101-000000-aaaaaa", name="sweep", status="running", epochs=1)
     table = json.loads((run_dir / "events.jsonl").read_text().splitlines()[0])["config"]

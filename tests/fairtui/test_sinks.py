@@ -8,8 +8,8 @@ import json
 import shutil
 
 from engine.contract.sinks import Feed
-from fairtui.runfolder import RunView
-from fairtui.tbexport import feed_run
+from fairtui.runs.runfolder import RunView
+from fairtui.judge.tbexport import feed_run
 from tests.fairtui.test_app import DATA
 
 

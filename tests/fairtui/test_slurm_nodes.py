@@ -63,7 +63,7 @@ def submit(tmp_path: Path, epochs: int, *extra: str) -> tuple[Path, dict]:
 
 
 def status(run_dir: Path) -> str:
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     return RunView.load(run_dir).status()
 

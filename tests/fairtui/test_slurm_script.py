@@ -16,7 +16,7 @@ from tests.conftest import TINY, fairtui_cmd
 
 pytest.importorskip("submitit")
 
-from fairtui.slurm import SlurmSettings, _executor  # noqa: E402
+from fairtui.launch.slurm import SlurmSettings, _executor  # noqa: E402
 
 INJECTIONS = ["gpu\ntouch injected #", "gpu\rtouch injected", "gpu\x00", "a\x1bb"]
 
@@ -148,8 +148,8 @@ def test_a_jobs_run_reads_queued_then_running_never_lost_while_its_engine_starts
     lost)."""
     import threading
 
-    from fairtui.runfolder import RunView
-    from fairtui.slurm import TrainRun
+    from fairtui.runs.runfolder import RunView
+    from fairtui.launch.slurm import TrainRun
     from tests.conftest import TINY, engine_env, make_run_dir
 
     for key, value in engine_env().items():

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("pytest_textual_snapshot")
 
 from fairtui.app import make_app  # noqa: E402
-from fairtui.gpus import GpuInfo  # noqa: E402
-from fairtui.synthetic import make_run  # noqa: E402
+from fairtui.launch.gpus import GpuInfo  # noqa: E402
+from fairtui.runs.synthetic import make_run  # noqa: E402
 from tests.conftest import TINY  # noqa: E402
 
 SIZES = [(80, 24), (120, 40)]

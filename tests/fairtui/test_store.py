@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fairtui.runfolder import RunView
-from fairtui.store import RunIndex, document_for
-from fairtui.synthetic import make_run
+from fairtui.runs.runfolder import RunView
+from fairtui.runs.store import RunIndex, document_for
+from fairtui.runs.synthetic import make_run
 from tests.conftest import HANG_S, ROOT
 from tests.fairtui import store_workers
 
@@ -41,7 +41,7 @@ def test_a_writer_killed_mid_write_leaves_a_loadable_index_and_reindex_restores(
     for i in range(5):
         make_run(tmp_path, f"r{i}", name=f"run{i}")
     RunIndex(tmp_path).reindex()
-    code = ("import sys, pathlib\nfrom fairtui.store import RunIndex\nidx = RunIndex(pathlib.Path(sys.argv[1]))\n"
+    code = ("import sys, pathlib\nfrom fairtui.runs.store import RunIndex\nidx = RunIndex(pathlib.Path(sys.argv[1]))\n"
             "i = 0\nwhile True:\n    idx.upsert({'run_id': f'x{i}', 'status': 'running', 'summary': {}, 'pad': 'p' * 5000})\n"
             "    i += 1\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT)
@@ -130,8 +130,8 @@ def test_a_stopped_run_resumed_behind_the_index_is_listed_as_it_is_now(tmp_path)
     import os
     import time
 
-    from fairtui.store import RunIndex
-    from fairtui.synthetic import make_run
+    from fairtui.runs.store import RunIndex
+    from fairtui.runs.synthetic import make_run
     from tests.conftest import fairtui_cmd
 
     run_dir = make_run(tmp_path, "20260101-000000-aaaaaa", name="cfa", status="stopped", epochs=1)
@@ -157,7 +157,7 @@ def test_a_stopped_run_resumed_behind_the_index_is_listed_as_it_is_now(tmp_path)
 
 
 def test_an_empty_or_blank_run_reference_is_a_usage_error_and_deletes_nothing(tmp_path):
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
     from tests.conftest import fairtui_cmd
 
     make_run(tmp_path, "20260101-000000-aaaaaa", name="only")
@@ -173,7 +173,7 @@ def test_concurrent_tags_and_notes_lose_no_update(tmp_path):
     import json as _json
     import multiprocessing
 
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     run_dir = make_run(tmp_path, "20260101-000000-aaaaaa", name="busy")
     ctx = multiprocessing.get_context("spawn")
@@ -198,7 +198,7 @@ def test_a_killed_engine_that_is_not_reaped_yet_is_not_running(tmp_path):
     import sys
 
     from engine.contract.procinfo import process_start_time
-    from fairtui.runfolder import engine_alive
+    from fairtui.runs.runfolder import engine_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     (tmp_path / "engine.json").write_text(_json.dumps({"pid": child.pid, "host": socket.gethostname(),
@@ -222,7 +222,7 @@ def read_only_home(tmp_path, monkeypatch):
     import errno
     import tempfile
 
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     home = tmp_path / "home"
     make_run(home, "20260101-000000-aaaaaa", name="shared", status="stopped")
@@ -305,7 +305,7 @@ def test_a_deleted_run_folder_leaves_the_index_at_the_next_read(tmp_path):
 def test_the_index_never_holds_an_older_note_than_the_folder(tmp_path):
     """A note written to meta.json after the run was indexed (another process's `note`, between its write and
     its re-register): the next read shows the folder's note, not the indexed one."""
-    from fairtui.launcher import change_meta
+    from fairtui.launch.launcher import change_meta
 
     run = make_run(tmp_path, "20260101-000000-aaaaaa", name="a")
     index = RunIndex(tmp_path)
@@ -323,7 +323,7 @@ def test_the_first_read_of_an_unindexed_home_is_batched_and_leaves_the_lock_free
     first `ls` on 2,000 runs take 10 minutes), and `tag` can take the lock while documents are made."""
     import fcntl
 
-    from fairtui import store
+    from fairtui.runs import store
 
     for i in range(23):
         make_run(tmp_path, f"20260101-{i:06d}-u", name=f"u{i}", epochs=1)
@@ -358,8 +358,8 @@ def test_the_index_keeps_numbers_as_measured_so_ls_rounds_once(tmp_path):
     index made before keeps its rounded numbers only until it is read again."""
     import json
 
-    from fairtui.store import RunIndex, document_for
-    from fairtui.synthetic import make_run
+    from fairtui.runs.store import RunIndex, document_for
+    from fairtui.runs.synthetic import make_run
 
     run = make_run(tmp_path, "r1")
     lines = (run / "events.jsonl").read_text().splitlines()

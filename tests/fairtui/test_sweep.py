@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fairtui.sweep import build_spec, expand, split_profile
+from fairtui.launch.sweep import build_spec, expand, split_profile
 from tests.conftest import HANG_S, TINY, fairtui_cmd
 
 FAST = TINY.replace("train_per_class = 30", "train_per_class = 20").replace("epochs = 2", "epochs = 1")
@@ -79,7 +79,7 @@ def test_sweep_table_in_the_profile_and_run_refuses_it(tmp_path):
 
 def test_slurm_launcher_without_submitit_is_a_clear_error(tmp_path, monkeypatch):
     from engine.contract.profile_schema import ProfileError
-    from fairtui.slurm import SlurmSettings, submit_sweep
+    from fairtui.launch.slurm import SlurmSettings, submit_sweep
 
     monkeypatch.setitem(sys.modules, "submitit", None)
     with pytest.raises(ProfileError, match="pip install 'fairtui\\[slurm\\]'"):
@@ -90,7 +90,7 @@ def test_shared_storage_check():
     from pathlib import Path
 
     from engine.contract.storage import filesystem_type
-    from fairtui.slurm import shared_storage_warning
+    from fairtui.launch.slurm import shared_storage_warning
 
     fs = filesystem_type(Path("/"))
     assert fs  # this machine's root file system is found in /proc/mounts
@@ -135,10 +135,10 @@ def test_submitit_job_array_completes_and_a_preempted_child_resumes(tmp_path, mo
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    from fairtui.runfolder import RunView
-    from fairtui.slurm import SlurmSettings, submit_sweep
-    from fairtui.store import RunIndex
-    from fairtui.sweep_run import create_children
+    from fairtui.runs.runfolder import RunView
+    from fairtui.launch.slurm import SlurmSettings, submit_sweep
+    from fairtui.runs.store import RunIndex
+    from fairtui.launch.sweep_run import create_children
 
     profile = tmp_path / "p.toml"
     profile.write_text(FAST.replace("epochs = 1", "epochs = 30") + "\n")
@@ -170,8 +170,8 @@ def test_the_sweep_table_fits_80_columns_with_every_number_whole():
 
     from rich.console import Console
 
-    from fairtui.compare import EXPORT_METRICS, ExportRow
-    from fairtui.export import terminal_table
+    from fairtui.judge.compare import EXPORT_METRICS, ExportRow
+    from fairtui.judge.export import terminal_table
 
     rows = [ExportRow(f"cfa-trades-wrn34-10-lambda1-{lam}", ["a", "b"],
                       {**{k: [0.712, 0.705] for k in EXPORT_METRICS}, "cv": [0.0224, 0.0251]},
@@ -189,7 +189,7 @@ def test_the_sweep_table_fits_80_columns_with_every_number_whole():
 
 def test_a_running_sweep_shows_its_running_childs_progress(tmp_path):
     from fairtui.cli.sweep import child_line
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
 
     run = make_run(tmp_path, "20260101-000000-c1c1c1", name="s1-lr0.1", status="running")
     (run / "progress.json").write_text(json.dumps({"phase": "train", "epoch": 3, "batch": 40, "batches": 100,

@@ -10,8 +10,8 @@ pytest.importorskip("tensorboard")
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from fairtui.compare import setting_label  # noqa: E402
-from fairtui.runfolder import RunView  # noqa: E402
+from fairtui.judge.compare import setting_label  # noqa: E402
+from fairtui.runs.runfolder import RunView  # noqa: E402
 from tests.conftest import fairtui_cmd  # noqa: E402
 from tests.fairtui.test_app import DATA  # noqa: E402
 

@@ -205,7 +205,7 @@ def test_a_pruned_trial_is_marked_pruned_not_failed(tmp_path, tiny_profile):
         meta = json.loads((run_dir / "meta.json").read_text())
         assert "pruned" in meta["tags"] and meta["pruned"] is True
         deadline = time.time() + HANG_S
-        from fairtui.runfolder import RunView
+        from fairtui.runs.runfolder import RunView
 
         while RunView.load(run_dir).status() == "running" and time.time() < deadline:
             time.sleep(0.2)
@@ -250,7 +250,7 @@ def test_a_failing_trial_counts_as_failed_and_the_study_goes_on(tmp_path, tiny_p
     study.enqueue_trial({"train.lr": 1e9})
     study.enqueue_trial({"train.lr": 0.05})
     td.Driver(study, req).run()
-    from fairtui.runfolder import RunView
+    from fairtui.runs.runfolder import RunView
 
     trials = study.get_trials()
     assert [tr.state for tr in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
@@ -393,6 +393,6 @@ def test_hostile_tuning_input_is_refused_before_anything_exists(tmp_path, args, 
 def test_a_string_choice_is_written_as_one_toml_string():
     import tomllib
 
-    from fairtui.tune_space import override
+    from fairtui.tune.space import override
 
     assert tomllib.loads(override("method.form", 'co"de\\')) == {"method": {"form": 'co"de\\'}}

@@ -1,4 +1,4 @@
-"""A study's journal read back as input (fairtui.tune_journal): recorded settings checked as the command line checks
+"""A study's journal read back as input (fairtui.tune.journal): recorded settings checked as the command line checks
 them, lines that are not Optuna's operations named, a line cut by a kill repaired before a resume; one driver a
 study; the app's study screen on a damaged journal."""
 
@@ -18,7 +18,7 @@ from fairtui import tune_driver as td  # noqa: E402
 def _planted_study(home, profile, **attrs):
     """A study as `fairtui tune` makes it, then lines appended to its journal (as anyone who can edit a committed
     journal could): each attribute set again with another value."""
-    from fairtui.tune_space import Objective, parse_dimension
+    from fairtui.tune.space import Objective, parse_dimension
 
     req = t.Request(home=home, study="s", profile_path=str(profile), space=[parse_dimension("train.lr=0.02:0.1")],
                     trials=2, objective=Objective("avg_worst"))
@@ -82,7 +82,7 @@ async def test_the_study_screen_on_a_damaged_journal_says_so_and_the_app_lives(t
     """`y` on a trial of a study whose journal holds a bad line: the screen says what is wrong, the app goes on."""
     from fairtui.app import make_app
     from fairtui.app.screens.study import StudyScreen
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
     from tests.fairtui.test_app import wait_until
 
     home = tmp_path / "home"

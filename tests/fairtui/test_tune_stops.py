@@ -23,7 +23,7 @@ optuna = pytest.importorskip("optuna")
 from fairtui import tune as t  # noqa: E402
 from fairtui import tune_driver as td  # noqa: E402
 from fairtui import tune_space as ts  # noqa: E402
-from fairtui.runfolder import RunView  # noqa: E402
+from fairtui.runs.runfolder import RunView  # noqa: E402
 
 STUDY = ("--set", "train.epochs=2", "--space", "train.lr=0.02:0.1:log")
 
@@ -84,7 +84,7 @@ def test_the_drivers_own_stop_is_resumed_not_recorded_as_a_failure(tmp_path, tin
 
 
 def test_a_stop_by_hand_is_still_the_users_choice(tmp_path, tiny_profile):
-    from fairtui.control import stop_run
+    from fairtui.launch.control import stop_run
 
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "h1", epochs=30)
@@ -104,7 +104,7 @@ def test_a_killed_engine_holds_its_trial_for_resume_and_the_resume_completes_it(
     """The engine is killed by something other than fairtui (SIGKILL to its group, as the OOM killer would)
     after its first epoch: the trial is not counted as failed nor replaced; `--resume` resumes its run from the
     checkpoint and the study ends with its budget."""
-    from fairtui.control import engine_processes
+    from fairtui.launch.control import engine_processes
 
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "k2", epochs=3, trials=1)
@@ -176,8 +176,8 @@ def test_sigterm_stops_the_driver_as_ctrl_c_does_and_resume_strands_nothing(tmp_
 
 
 def test_a_run_left_queued_by_a_driver_that_is_gone_is_resumable_by_hand(tmp_path, tiny_profile):
-    from fairtui.control import ControlError, check_resumable
-    from fairtui.queue import LocalQueue
+    from fairtui.launch.control import ControlError, check_resumable
+    from fairtui.launch.queue import LocalQueue
 
     home = tmp_path / "home"
     req = _request(home, tiny_profile(), "q1", epochs=1)
@@ -200,7 +200,7 @@ def test_a_stop_that_lands_inside_a_start_waits_for_its_end_and_strands_nothing(
     window a loaded machine widens): it used to cut the start there, leaving the run marked queued with no queue
     entry while its engine trained it, and `--resume` waited on it for ever. The stop now comes at the end of
     the driver's step: the run is started, then stopped with its study, and `--resume` completes it."""
-    from fairtui import queue as queue_module
+    from fairtui.launch import queue as queue_module
     from fairtui.cli.tune import _signals_interrupt
 
     home = tmp_path / "home"

@@ -53,7 +53,7 @@ async def test_the_app_shows_a_study_from_one_of_its_trials(tmp_path, tiny_profi
     from fairtui.app.screens.run import RunScreen
     from fairtui.app.screens.study import StudyScreen
     from fairtui.app.widgets.plot import LinePlot
-    from fairtui.synthetic import make_run
+    from fairtui.runs.synthetic import make_run
     from tests.fairtui.test_app import wait_until
 
     home = tmp_path / "home"

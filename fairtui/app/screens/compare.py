@@ -1,5 +1,5 @@
 """The compare screen: per-class robust bars grouped by class, summary with deltas and rho, config diff; with g, the
-runs grouped by profile (a method's seeds), each group paired by seed with the baseline group (fairtui.groups), and
+runs grouped by profile (a method's seeds), each group paired by seed with the baseline group (fairtui.judge.groups), and
 with s a fine-tune of the baseline against the checkpoints its runs started from."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 
-from fairtui.home import short_id
-from fairtui.usertext import inert
+from fairtui.runs.home import short_id
+from fairtui.runs.usertext import inert
 from textual.widgets import Footer, Header, Static
 
 from fairtui.app.widgets.bars import GroupedBars
@@ -46,10 +46,10 @@ class CompareScreen(Screen):
         by seed (the text `fairtui compare --by profile --baseline` prints, which fits 80 columns)."""
         from rich.console import Group
 
-        from fairtui.compare import CompareError
-        from fairtui.group_report import terminal
-        from fairtui.groups import compare_groups, grouped
-        from fairtui.runfolder import RunView
+        from fairtui.judge.compare import CompareError
+        from fairtui.judge.group_report import terminal
+        from fairtui.judge.groups import compare_groups, grouped
+        from fairtui.runs.runfolder import RunView
 
         named = grouped([RunView.load(self.app.home / "runs" / r) for r in self.run_ids], "profile")
         labels = list(named)
@@ -73,9 +73,9 @@ class CompareScreen(Screen):
             self.render_groups()
             return
         self.query_one(GroupedBars).display = True
-        from fairtui.compare import CompareError, compare
-        from fairtui.report import comparison_tables
-        from fairtui.runfolder import RunView
+        from fairtui.judge.compare import CompareError, compare
+        from fairtui.runs.report import comparison_tables
+        from fairtui.runs.runfolder import RunView
 
         views = [RunView.load(self.app.home / "runs" / r) for r in self.run_ids]
         try:

@@ -29,7 +29,7 @@ class LaunchDialog(ModalScreen[str | None]):
         self.choices = ordered_choices(found, bool(self.gpus))
         self.profiles: list[Path] = [c.path for c in self.choices]  # the listed ones, as filtered
         with Vertical(classes="dialog launch"):
-            from fairtui.home import display_path
+            from fairtui.runs.home import display_path
 
             yield Label(f"new run: profile ({display_path(self.app.profiles_dir)})")
             # The fields scroll; the error line and the keys stay in view at any terminal size. The
@@ -109,7 +109,7 @@ class LaunchDialog(ModalScreen[str | None]):
     def action_launch(self) -> None:
         from engine.contract.profile_io import check_data_root, load_profile, split_overrides
         from engine.contract.profile_schema import ProfileError
-        from fairtui.launcher import GpuChoice, create_run
+        from fairtui.launch.launcher import GpuChoice, create_run
 
         error = self.query_one("#launch-error", Static)
         index = self.query_one("#profile", OptionList).highlighted
@@ -135,7 +135,7 @@ class LaunchDialog(ModalScreen[str | None]):
             return
         name = self.query_one("#name", Input).value.strip() or None
         tags = self.query_one("#tags", Input).value.split()
-        from fairtui.usertext import UserTextError, check_name, check_tag
+        from fairtui.runs.usertext import UserTextError, check_name, check_tag
 
         try:
             if name:
@@ -161,8 +161,8 @@ class LaunchDialog(ModalScreen[str | None]):
         """The dialog's sweep: the same expansion and checks as `fairtui sweep`, on the local queue."""
         from engine.contract.profile_io import apply_overrides
         from engine.contract.profile_schema import ProfileError
-        from fairtui.sweep import build_spec, expand, split_profile
-        from fairtui.sweep_run import create_children, queue_locally
+        from fairtui.launch.sweep import build_spec, expand, split_profile
+        from fairtui.launch.sweep_run import create_children, queue_locally
 
         error = self.query_one("#launch-error", Static)
         try:

@@ -1,6 +1,6 @@
 """The per-class test tables of a run: a table per checkpoint (and setting), a column per attack.
 
-The same tables as `fairtui show` prints (`fairtui.report.per_class_tables`), so the app and the
+The same tables as `fairtui show` prints (`fairtui.runs.report.per_class_tables`), so the app and the
 command line say the same thing; other evaluations (a subset, another eps) follow as tables of their
 own, titled as exploratory with what differs, never mixed into the run's numbers.
 """
@@ -31,13 +31,13 @@ class ResultsScreen(Screen):
         from rich.console import Group
         from rich.text import Text
 
-        from fairtui.home import short_id
-        from fairtui.display import SHOW_EXPLORATORY
-        from fairtui.report import exploratory_groups, exploratory_tables, per_class_tables
-        from fairtui.runfolder import RunView
+        from fairtui.runs.home import short_id
+        from fairtui.runs.display import SHOW_EXPLORATORY
+        from fairtui.runs.report import exploratory_groups, exploratory_tables, per_class_tables
+        from fairtui.runs.runfolder import RunView
 
         view = RunView.load(self.app.home / "runs" / self.run_id)
-        from fairtui.usertext import inert
+        from fairtui.runs.usertext import inert
 
         self.query_one("#results-title", Static).update(f"{inert(view.name)} [{short_id(self.run_id)}]: per-class test "
                                                         "results (< marks the worst class)")

@@ -1,6 +1,6 @@
 """The run screen: the epoch log as it streams, per-class bars, class-wise state trajectories, results.
 
-It starts from the folded stream (fairtui.digest: the run's start, the latest of each epoch and of
+It starts from the folded stream (fairtui.runs.digest: the run's start, the latest of each epoch and of
 each evaluation, its end) and follows ``events.jsonl`` from where that ends, so a finished run
 opens at once however long its stream, and a live one keeps updating: the same code path for both.
 """
@@ -17,10 +17,10 @@ from textual.widgets import Footer, Header, ProgressBar, RichLog, Static
 from fairtui.app.messages import EventsArrived, ProgressRead
 from fairtui.app.widgets.bars import ClassBars
 from fairtui.app.widgets.plot import LinePlot
-from fairtui.home import short_id
-from fairtui.runfolder import EventTail, process_alive
-from fairtui.runstate import RunState, describe_summary, result_lines
-from fairtui.usertext import inert
+from fairtui.runs.home import short_id
+from fairtui.runs.runfolder import EventTail, process_alive
+from fairtui.runs.runstate import RunState, describe_summary, result_lines
+from fairtui.runs.usertext import inert
 
 
 class RunScreen(Screen):
@@ -84,12 +84,12 @@ class RunScreen(Screen):
 
     @work(thread=True, exclusive=True, group="load")
     def load(self) -> None:
-        """The run as its folded stream (fairtui.digest) holds it, read off the screen's thread so that keys
+        """The run as its folded stream (fairtui.runs.digest) holds it, read off the screen's thread so that keys
         work meanwhile (a long stream not folded before takes seconds), then followed from where it ends."""
         from textual.worker import get_current_worker
 
-        from fairtui.digest import replay
-        from fairtui.runfolder import RunView
+        from fairtui.runs.digest import replay
+        from fairtui.runs.runfolder import RunView
 
         worker = get_current_worker()
         run_dir = self.app.home / "runs" / self.run_id
@@ -118,7 +118,7 @@ class RunScreen(Screen):
         self.post_message(ProgressRead(progress, wait))  # never waits for the screen (events must keep flowing)
 
     def on_progress_read(self, message: ProgressRead) -> None:
-        from fairtui.runstate import progress_header
+        from fairtui.runs.runstate import progress_header
 
         progress = message.progress
         if message.wait:
@@ -180,7 +180,7 @@ class RunScreen(Screen):
         self.refresh_plot()
 
     def refresh_plot(self) -> None:
-        from fairtui.runstate import ACCURACY_KEYS
+        from fairtui.runs.runstate import ACCURACY_KEYS
 
         keys = self.state.state_keys()
         plot, state_plot = self.query_one("#plot", LinePlot), self.query_one("#plot-state", LinePlot)

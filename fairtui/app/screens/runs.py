@@ -188,7 +188,7 @@ class RunsScreen(Screen):
         """The counts, or, on a queued run, what it waits for and how to change that."""
         current = self.selected_id()
         if current in self.waits:
-            from fairtui.usertext import inert
+            from fairtui.runs.usertext import inert
 
             name = inert(next((d.get("name") for d in self.docs if d["run_id"] == current), current))
             # the reason and its fix first (80 columns keep them whole); the name is in the table above
@@ -274,7 +274,7 @@ class RunsScreen(Screen):
         run_id = self.selected_id()
         if not run_id:
             return
-        from fairtui.control import ControlError, queue_resume
+        from fairtui.launch.control import ControlError, queue_resume
 
         try:
             said = queue_resume(self.run_dir(run_id), self.app.queue)
@@ -289,7 +289,7 @@ class RunsScreen(Screen):
         if not run_id:
             return
         from engine.contract.profile_schema import ProfileError
-        from fairtui.control import queue_rerun
+        from fairtui.launch.control import queue_rerun
 
         try:
             new_dir = queue_rerun(self.run_dir(run_id), self.app.queue)

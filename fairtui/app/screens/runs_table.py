@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from fairtui.store import headline as pick_headline
+from fairtui.runs.store import headline as pick_headline
 
 # The most important columns first, so that 80 columns show them whole (name, status, epoch, robust
 # average and worst, the short id); the rest are shown as far as the terminal's width allows, dropped
@@ -52,8 +52,8 @@ def headline(doc: dict) -> dict:
 
 def row_for(doc: dict, marked: bool) -> tuple:
     """A run's row as plain text (the table escapes it: `cells`)."""
-    from fairtui.home import short_id
-    from fairtui.usertext import inert
+    from fairtui.runs.home import short_id
+    from fairtui.runs.usertext import inert
 
     h = headline(doc)
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
@@ -75,7 +75,7 @@ def row_for(doc: dict, marked: bool) -> tuple:
 
 def doc_eta(doc: dict) -> str:
     """A running run's time to the end of training, short ("12m", "2h05"), from its index document."""
-    from fairtui.runstate import run_eta
+    from fairtui.runs.runstate import run_eta
 
     times = doc.get("epoch_times") or []
     epochs = [{"epoch": doc.get("epoch", 0), "time_s": t, "t": doc.get("epoch_t")} for t in times]
@@ -95,7 +95,7 @@ def where(doc: dict) -> str:
 
 def sweep_progress(docs: list[dict]) -> str:
     """'sweep a1b2c3 3/8 done, 2 running' for every sweep with unfinished children."""
-    from fairtui.home import short_id
+    from fairtui.runs.home import short_id
 
     sweeps: dict[str, list[dict]] = {}
     for d in docs:
@@ -133,7 +133,7 @@ def matches(doc: dict, text: str) -> bool:
 def counts_line(docs: list[dict], shown: int, marked: int, column: str, reverse: bool, width: int) -> str:
     """The status line: the counts, then the sweeps' progress, then the sort, each only where it fits
     whole in ``width`` (never a cut "| swe…"), so that 80 columns keep the sweeps before the sort."""
-    from fairtui.usertext import count
+    from fairtui.runs.usertext import count
 
     running = sum(d.get("status") == "running" for d in docs)
     queued = sum(d.get("status") == "queued" for d in docs)

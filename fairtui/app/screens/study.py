@@ -11,14 +11,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from fairtui.app.widgets.plot import LinePlot
-from fairtui.usertext import inert
+from fairtui.runs.usertext import inert
 
 POLL_S = 5.0  # a study's trials take minutes: its journal is read again this often
 
 
 def trial_rows(doc: dict) -> list[tuple[str, ...]]:
     """One row per trial: mark (* the best), number, state, objective (%), parameters, run id."""
-    from fairtui.home import short_id
+    from fairtui.runs.home import short_id
 
     best = (doc.get("best") or {}).get("trial")
     rows = []
@@ -67,7 +67,7 @@ class StudyScreen(Screen):
 
     @work(thread=True, exclusive=True)
     def read(self) -> None:
-        from fairtui import tune
+        from fairtui.tune import study as tune
 
         try:
             study, req = tune.load(self.app.home, self.study, to_run=False)

@@ -17,10 +17,10 @@ from typing import Any
 
 from engine.contract import metrics
 from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
-from fairtui import stats
-from fairtui.compare import CompareError, pick_result, setting_label, summarise
-from fairtui.configurations import by_configuration, profile_name, runtime_ran
-from fairtui.runfolder import RunView
+from fairtui.judge import stats
+from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
+from fairtui.runs.configurations import by_configuration, profile_name, runtime_ran
+from fairtui.runs.runfolder import RunView
 
 BY = ("profile", "name", "tag", "sweep")
 PAIRED_METRICS = ("worst_robust", "avg_robust")
@@ -51,7 +51,7 @@ def seed_of(view: RunView) -> int | None:
 
 
 def grouped(views: list[RunView], by: str) -> dict[str, list[RunView]]:
-    """label -> runs under ``--by``: each configuration of a profile (:func:`fairtui.configurations.by_configuration`:
+    """label -> runs under ``--by``: each configuration of a profile (:func:`fairtui.runs.configurations.by_configuration`:
     a profile's runs with other settings, ``--set train.lr=...``, are a group of their own, labelled by what
     differs), the name less a trailing -s<seed>, each tag, or the sweep."""
     if by == "profile":
@@ -144,7 +144,7 @@ def build_group(label: str, views: list[RunView], attack: str | None, checkpoint
 
 
 def runtimes_of(members) -> list[str]:
-    """The runtimes ``members`` trained with (fairtui.configurations.runtime_ran), each once, in their order."""
+    """The runtimes ``members`` trained with (fairtui.runs.configurations.runtime_ran), each once, in their order."""
     return list(dict.fromkeys(runtime_ran(m.view) for m in members))
 
 

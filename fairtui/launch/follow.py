@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fairtui.report import EPOCH_LEGEND, epoch_line, per_class_tables, run_summary
-from fairtui.runfolder import EventTail, LineTail, RunView
-from fairtui.runstate import autoattack_line, progress_line, run_eta_text
-from fairtui.usertext import inert
+from fairtui.runs.report import EPOCH_LEGEND, epoch_line, per_class_tables, run_summary
+from fairtui.runs.runfolder import EventTail, LineTail, RunView
+from fairtui.runs.runstate import autoattack_line, progress_line, run_eta_text
+from fairtui.runs.usertext import inert
 
 POLL_S = 0.2
 
@@ -98,7 +98,7 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
 
 
 def _update_index(run_dir: Path) -> None:
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     RunIndex(run_dir.parent.parent).register(run_dir)
 
@@ -199,7 +199,7 @@ def requested_results(view: RunView, req: dict) -> dict[tuple[str, str, str], di
 
 def _eval_outcome(view: RunView, req: dict, code: int, json_out: bool, out: Console, err: Console,
                   stored: int = 0) -> int:
-    from fairtui.report import result_rows
+    from fairtui.runs.report import result_rows
 
     results = requested_results(view, req)
     reused = [key[2] for key, e in results.items() if int(e.get("seq", stored)) < stored]

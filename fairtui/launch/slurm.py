@@ -203,7 +203,7 @@ class TrainRun:
         self.proc: subprocess.Popen | None = None
 
     def __call__(self) -> int:
-        from fairtui.launcher import engine_command
+        from fairtui.launch.launcher import engine_command
 
         run_dir = Path(self.run_dir)
         nproc, nodes = getattr(self, "nproc", 1), getattr(self, "nodes", 1)
@@ -217,7 +217,7 @@ class TrainRun:
                 (run_dir / "queued").unlink(missing_ok=True)
         else:  # the engine inherits engine.lock, as from the local launcher: "queued", then "running", never "lost"
             from engine.contract.protocol import LOCK_FD_ENV
-            from fairtui.launcher import hold_engine_lock
+            from fairtui.launch.launcher import hold_engine_lock
 
             command = engine_command(run_dir, nproc)
             lock = hold_engine_lock(run_dir)
@@ -270,7 +270,7 @@ def _task_index() -> int:
 
 def _record_job(run_dir: Path, nodes: int = 1) -> None:
     """The job id and node(s) into meta.json, for `ls`, `show` and the app."""
-    from fairtui.launcher import change_meta
+    from fairtui.launch.launcher import change_meta
 
     hosts = None
     try:
@@ -318,8 +318,8 @@ def _executor(home: Path, name: str, settings: SlurmSettings, array: bool) -> An
 
 
 def _submitted(home: Path, run_dir: Path, job: Any, settings: SlurmSettings) -> None:
-    from fairtui.launcher import change_meta
-    from fairtui.store import RunIndex
+    from fairtui.launch.launcher import change_meta
+    from fairtui.runs.store import RunIndex
 
     update = {"slurm_job_id": str(job.job_id), "launcher": "slurm", "slurm_cluster": settings.cluster}
     if settings.nodes > 1:
@@ -351,7 +351,7 @@ def _not_submitted(run_dir: Path, err: Exception) -> None:
 
 def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
     """Submit every child of the sweep as one job array; return the submitit jobs."""
-    from fairtui.sweep import save_record
+    from fairtui.launch.sweep import save_record
 
     executor = _executor(home, record["sweep_id"], settings, array=True)
     runs = [home / "runs" / r for r in record["runs"]]

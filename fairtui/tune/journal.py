@@ -10,7 +10,7 @@ import math
 import re
 from pathlib import Path
 
-from fairtui.tune_space import Dimension, Objective, TuneError
+from fairtui.tune.space import Dimension, Objective, TuneError
 
 
 def check_journal(path: Path, repair: bool = False) -> None:
@@ -47,14 +47,14 @@ def check_journal(path: Path, repair: bool = False) -> None:
 
 
 def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:
-    """The settings a study was made with (fairtui.tune.Request's fields but its home and name), read back from its
+    """The settings a study was made with (fairtui.tune.study.Request's fields but its home and name), read back from its
     journal and checked as the command line is: the
     journal is input (it may be committed, copied, edited), so a value the command line would refuse stops the
     resume with one line naming the journal and the key, before anything runs. ``to_run`` False (``show``): the
     profile file need not exist here, so the checks against it are left out; every value is still typed."""
     from engine.contract.profile_io import load_profile
     from engine.contract.profile_schema import ProfileError
-    from fairtui.tune_space import OBJECTIVES, check_space, parse_dimension
+    from fairtui.tune.space import OBJECTIVES, check_space, parse_dimension
 
     def refuse(key: str, why: str) -> TuneError:
         return TuneError("STUDY", f"{journal}: the recorded {key} {why}; nothing was resumed")
@@ -105,7 +105,7 @@ def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:
         raise refuse("gpus", f"{gpus!r} is not 'cpu' or device indices like 0,1")
     slurm = attrs.get("slurm")
     if slurm is not None:
-        from fairtui.slurm import SlurmSettings
+        from fairtui.launch.slurm import SlurmSettings
 
         try:
             if not isinstance(slurm, dict):

@@ -5,7 +5,7 @@ through the local queue (or as a Slurm job), reports each epoch's validation obj
 pruned run, and tells Optuna how each trial ended. It adopts what a crashed or stopped driver left (``--resume``),
 holds trials whose runs ended for the machine's reasons, and takes a stop only between its steps. :func:`finish`
 evaluates the best trial's run on the test split, once. The study itself (its storage, request, sampler and
-pruner) is :mod:`fairtui.tune`'s.
+pruner) is :mod:`fairtui.tune.study`'s.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from fairtui.tune import Request, optuna, storage_error, study_path
-from fairtui.tune_space import TuneError, override
-from fairtui.tune_trials import DRIVER_STOPPED, machine_reason, objective_text, shown_params, unmark_stopped
+from fairtui.tune.study import Request, optuna, storage_error, study_path
+from fairtui.tune.space import TuneError, override
+from fairtui.tune.trials import DRIVER_STOPPED, machine_reason, objective_text, shown_params, unmark_stopped
 
 
 class Driver:
@@ -25,7 +25,7 @@ class Driver:
     prunes, and tells Optuna how each trial ended."""
 
     def __init__(self, study, req: Request, say: Callable[[str], None] = lambda line: None):
-        from fairtui.queue import LocalQueue
+        from fairtui.launch.queue import LocalQueue
 
         self.study, self.req, self.say = study, req, say
         self.queue = LocalQueue(req.home, per_gpu=req.parallel)
@@ -60,7 +60,7 @@ class Driver:
     # a trial's run
     def _start(self, trial) -> None:
         from engine.contract.profile_io import load_profile
-        from fairtui.launcher import GpuChoice, create_run
+        from fairtui.launch.launcher import GpuChoice, create_run
 
         params = {d.key: d.suggest(trial) for d in self.req.space}
         sets = [*self.req.base, *(override(k, v) for k, v in params.items()), "eval.test_at_end=false"]
@@ -89,7 +89,7 @@ class Driver:
             self.say(f"trial {frozen.number}: the driver was killed before its run was made; its configuration "
                      "is tried again")
             return
-        from fairtui.runfolder import RunView
+        from fairtui.runs.runfolder import RunView
 
         run_dir = self.req.home / "runs" / run_id
         status = RunView.load(run_dir).status()  # "running" too for an engine the killed driver was starting
@@ -111,14 +111,14 @@ class Driver:
         settings = self.req.slurm_settings()
         if settings is not None:
             from engine.contract.profile_schema import ProfileError
-            from fairtui.slurm import submit_run
+            from fairtui.launch.slurm import submit_run
 
             try:
                 submit_run(self.req.home, run_dir, settings)
             except ProfileError as err:  # sbatch refused it: the run says failed, and _follow records the trial
                 self.say(f"run {run_dir.name}: {err}")
             return
-        from fairtui.launcher import GpuChoice
+        from fairtui.launch.launcher import GpuChoice
 
         gpus = GpuChoice.parse(self.req.gpus)
         pool = ["cpu"] if gpus is None or gpus.cpu else [str(g) for g in gpus.devices]  # any one device of them
@@ -147,8 +147,8 @@ class Driver:
 
     def _follow(self, number: int) -> bool:
         """Report new epochs, prune, or record the end; True when the trial is done."""
-        from fairtui.launcher import change_meta
-        from fairtui.runfolder import RunView
+        from fairtui.launch.launcher import change_meta
+        from fairtui.runs.runfolder import RunView
 
         opt = optuna()
         entry = self.active[number]
@@ -169,7 +169,7 @@ class Driver:
             self.say(f"trial {number}: epoch {event['epoch']}/{event.get('epochs', '?')}, objective "
                      f"{objective_text(value)}")
             if trial.should_prune() and status == "running":
-                from fairtui.control import StopError, stop_run
+                from fairtui.launch.control import StopError, stop_run
 
                 change_meta(run_dir, lambda m: m.update(tags=[*m.get("tags", []), "pruned"], pruned=True))
                 try:
@@ -277,8 +277,8 @@ class Driver:
         """Ctrl-C, SIGTERM or SIGHUP: the trials' runs stop cleanly, each marked as stopped by its driver (not
         by hand); the study keeps them as running, and --resume resumes them (a run still queued is queued
         again)."""
-        from fairtui.control import StopError, stop_run
-        from fairtui.launcher import change_meta
+        from fairtui.launch.control import StopError, stop_run
+        from fairtui.launch.launcher import change_meta
 
         for entry in self.active.values():
             run_dir = self.req.home / "runs" / entry["run_id"]

@@ -28,9 +28,9 @@ from engine.contract.atomic import atomic_write_text
 from engine.contract.locks import locked
 from tinydb.storages import Storage
 
-from fairtui.home import ReadOnlyHome, list_run_dirs, runs_dir
-from fairtui.runfolder import RunView
-from fairtui.runstate import RECENT_EPOCHS
+from fairtui.runs.home import ReadOnlyHome, list_run_dirs, runs_dir
+from fairtui.runs.runfolder import RunView
+from fairtui.runs.runstate import RECENT_EPOCHS
 
 LIVE_STATUSES = ("running", "starting", "queued")
 BATCH = 500  # documents per write when `ls` indexes folders nobody registered (see RunIndex.read)
@@ -218,8 +218,8 @@ class RunIndex:
         return doc
 
     def remove(self, run_id: str) -> None:
-        """A deleted run leaves the index, and its folded stream leaves the cache (fairtui.digest)."""
-        from fairtui.digest import drop_cache
+        """A deleted run leaves the index, and its folded stream leaves the cache (fairtui.runs.digest)."""
+        from fairtui.runs.digest import drop_cache
 
         with self.transaction() as db:
             db.remove(Query().run_id == run_id)

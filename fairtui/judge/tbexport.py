@@ -22,9 +22,9 @@ from pathlib import Path
 
 from engine.contract.scalars import safe_name
 from engine.contract.sinks import Feed, RunInfo, Sink
-from fairtui.compare import flatten
-from fairtui.export import OutputError, outside_home
-from fairtui.runfolder import RunView
+from fairtui.judge.compare import flatten
+from fairtui.judge.export import OutputError, outside_home
+from fairtui.runs.runfolder import RunView
 
 EXTRA = "pip install 'fairtui[tensorboard]'"
 

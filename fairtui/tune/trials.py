@@ -1,4 +1,4 @@
-"""A tuning study's trials as runs and as text (fairtui.tune's driver): how a trial's run is marked when its driver
+"""A tuning study's trials as runs and as text (fairtui.tune.study's driver): how a trial's run is marked when its driver
 stops it, which ends of a run are the machine's and not the trial's, and how an objective and parameters are shown."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ DRIVER_STOPPED = "stopped_by_study"  # meta.json: the run was stopped with its s
 
 
 def unmark_stopped(run_dir: Path) -> None:
-    from fairtui.launcher import change_meta
+    from fairtui.launch.launcher import change_meta
 
     try:
         marked = DRIVER_STOPPED in json.loads((run_dir / "meta.json").read_text())

@@ -9,8 +9,8 @@ from typing import Any
 
 from engine.contract import metrics
 from engine.contract.protocol import RUNTIME_FP32
-from fairtui.configurations import by_configuration, flatten, runtime_ran
-from fairtui.runfolder import RunView
+from fairtui.runs.configurations import by_configuration, flatten, runtime_ran
+from fairtui.runs.runfolder import RunView
 
 
 class CompareError(ValueError):
@@ -182,7 +182,7 @@ class ExportRow:
 
 
 def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
-    """The runs grouped by configuration (:func:`fairtui.configurations.by_configuration`), each group with its
+    """The runs grouped by configuration (:func:`fairtui.runs.configurations.by_configuration`), each group with its
     label ("at (seeds 0, 1, 2)"). A group that holds a seed twice is split by the run each started from
     (fine-tunes of two bases that look alike: committed files whose bases are not at hand)."""
     out = []

@@ -1,6 +1,6 @@
 """`fairtui tune`'s search space (``--space KEY=LOW:HIGH[:log]`` or ``KEY=A,B,...``, checked against the
 profile's schema before anything exists) and its objectives (``--objective``), computed from each epoch's
-validation numbers. Optuna-free: fairtui.tune runs the study."""
+validation numbers. Optuna-free: fairtui.tune.study runs the study."""
 
 from __future__ import annotations
 
@@ -190,8 +190,8 @@ def parse_objective(text: str, home: Path) -> Objective:
     if not (math.isfinite(drop) and 0 <= drop <= 100):
         raise TuneError("--objective", f"{text!r}: the points below the baseline are a number from 0 to 100, "
                         f"got {points}")
-    from fairtui.home import RunNotFound, find_run
-    from fairtui.runfolder import RunView
+    from fairtui.runs.home import RunNotFound, find_run
+    from fairtui.runs.runfolder import RunView
 
     try:
         view = RunView.load(find_run(home, ref, unique_name=True))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 
 from engine.contract import metrics
-from fairtui.runfolder import headline_results
+from fairtui.runs.runfolder import headline_results
 
 
 # Per-class validation accuracies over epochs, plotted like a method's class-wise state.
@@ -102,13 +102,13 @@ class RunState:
         return [ep for ep, _ in rows], series, labels[:width]
 
     def log_line(self, event: dict) -> str | None:
-        from fairtui.report import epoch_line
+        from fairtui.runs.report import epoch_line
 
         kind = event.get("type")
         if kind == "epoch_end":
             return epoch_line(event, self.names)
         if kind == "run_started":
-            from fairtui.report import EPOCH_LEGEND
+            from fairtui.runs.report import EPOCH_LEGEND
 
             return f"started on {event.get('device')}, seed {event.get('seed')}\n{EPOCH_LEGEND}"
         if kind == "run_resumed":

@@ -104,7 +104,7 @@ class PairedResult:
     seeds_needed: int | None
     verdict: str
     # the t-test's p adjusted for the other groups paired with the same baseline on this metric (Holm); nan
-    # until a comparison of several groups sets it (fairtui.groups.compare_groups)
+    # until a comparison of several groups sets it (fairtui.judge.groups.compare_groups)
     p_holm: float = math.nan
 
 

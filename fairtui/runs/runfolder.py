@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.contract.procinfo import process_exited, process_start_time
-from fairtui.digest import CHUNK as DIGEST_CHUNK
-from fairtui.digest import Digest, read_digest
+from fairtui.runs.digest import CHUNK as DIGEST_CHUNK
+from fairtui.runs.digest import Digest, read_digest
 
 FINAL_STATUSES = ("completed", "failed", "stopped", "imported")
 DONE_STATUSES = ("completed", "imported")  # runs with results: trained to the end, or imported
@@ -114,7 +114,7 @@ def engine_alive(run_dir: Path) -> bool:
 
 @dataclass
 class RunView:
-    """A run folder as its readers see it: meta.json and the folded event stream (fairtui.digest), never
+    """A run folder as its readers see it: meta.json and the folded event stream (fairtui.runs.digest), never
     the whole stream in memory."""
 
     run_dir: Path

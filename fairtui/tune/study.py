@@ -9,7 +9,7 @@ objective at its last epoch. When the study has its trials, the best trial's run
 once, at its profile's own settings (``fairtui tune finish STUDY`` does it for a study stopped before).
 
 The study lives in Optuna's own journal storage, ``<home>/studies/<name>.journal`` (optuna-dashboard opens it;
-several processes may add trials to it). The driver (:mod:`fairtui.tune_driver`) records each trial's run id in the
+several processes may add trials to it). The driver (:mod:`fairtui.tune.driver`) records each trial's run id in the
 trial, so ``fairtui tune STUDY --resume`` after a crash, a Ctrl-C or a kill -9 follows the trials whose runs still
 train, resumes those that were stopped, records those that ended, and asks for new ones only up to the budget: no
 trial is lost or run twice.
@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fairtui.tune_space import Dimension, Objective, TuneError
-from fairtui.tune_trials import (DRIVER_STOPPED, machine_reason, objective_text, shown_params,  # noqa: F401
+from fairtui.tune.space import Dimension, Objective, TuneError
+from fairtui.tune.trials import (DRIVER_STOPPED, machine_reason, objective_text, shown_params,  # noqa: F401
                                  summary, unmark_stopped)
 
 STUDIES = "studies"
@@ -118,7 +118,7 @@ class Request:
     prune_startup: int = PRUNE_STARTUP  # the finished trials it waits for
 
     def slurm_settings(self):
-        from fairtui.slurm import SlurmSettings
+        from fairtui.launch.slurm import SlurmSettings
 
         return SlurmSettings(**self.slurm) if self.slurm else None
 
@@ -184,7 +184,7 @@ def load(home: Path, name: str, to_run: bool = True) -> tuple[Any, Request]:
     ``name``: the study's name, or a unique prefix of it."""
     opt = optuna()
     name = resolve_study(home, name)
-    from fairtui.tune_journal import check_journal, checked_settings
+    from fairtui.tune.journal import check_journal, checked_settings
 
     try:
         check_journal(study_path(home, name), repair=to_run)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.contract.protocol import RUNTIME_FP32
-from fairtui.runfolder import RunView
+from fairtui.runs.runfolder import RunView
 
 # Where a run's numbers are also sent (a dashboard): they do not change the numbers.
 MIRROR_KEYS = ("train.log_to", "train.wandb_project", "train.wandb_entity", "train.wandb_mode")

@@ -21,7 +21,7 @@ from engine.contract.profile_io import check_data_root, dumps_profile
 from engine.contract import protocol
 from engine.contract.protocol import ENGINE_LOCK, LOCK_FD_ENV  # the run's one engine lock
 from engine.contract.profile_schema import ProfileError
-from fairtui.home import EngineRunning, new_run_id, runs_dir
+from fairtui.runs.home import EngineRunning, new_run_id, runs_dir
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class GpuChoice:
     @classmethod
     def from_option(cls, text: str | None, inventory=None) -> "GpuChoice | None":
         """``--gpus`` as typed: refused when empty, or when it names a GPU this machine does not have
-        (``inventory``: the visible GPUs, default fairtui.gpus.inventory())."""
+        (``inventory``: the visible GPUs, default fairtui.launch.gpus.inventory())."""
         if text is None:
             return None
         if not text.strip():
@@ -59,7 +59,7 @@ class GpuChoice:
         if choice is None or choice.cpu:
             return choice
         if inventory is None:
-            from fairtui.gpus import inventory as read_inventory
+            from fairtui.launch.gpus import inventory as read_inventory
 
             inventory = read_inventory()
         have = {g.index: g.name for g in inventory}
@@ -207,7 +207,7 @@ def resolve_init_from(profile, path: str, home):
     from pathlib import Path
 
     from engine.contract.profile_schema import ProfileError
-    from fairtui.home import RunNotFound, find_run, resolve_home
+    from fairtui.runs.home import RunNotFound, find_run, resolve_home
 
     ref = getattr(profile.method, "init_from", "")
     if not ref:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from fairtui.runfolder import RunView, engine_alive, engine_process, process_alive
+from fairtui.runs.runfolder import RunView, engine_alive, engine_process, process_alive
 
 
 class ControlError(RuntimeError):
@@ -47,7 +47,7 @@ def check_resumable(run_dir: Path) -> None:
 def stranded(run_dir: Path) -> bool:
     """A run marked ``queued`` that no queue holds: the process that queued it (a tune driver, a sweep) ended
     before the queue started it. It resumes by hand (`fairtui resume`) or with its study (`tune --resume`)."""
-    from fairtui.queue import LocalQueue
+    from fairtui.launch.queue import LocalQueue
 
     if not (run_dir / "queued").exists() or RunView.load(run_dir).meta.get("launcher") == "slurm":
         return False
@@ -56,7 +56,7 @@ def stranded(run_dir: Path) -> bool:
 
 def queue_resume(run_dir: Path, queue) -> str:
     """Resume a run through the queue (the app's `r`): on the GPUs it ran on, when they free."""
-    from fairtui.launcher import GpuChoice
+    from fairtui.launch.launcher import GpuChoice
 
     check_resumable(run_dir)
     queue.submit(run_dir, GpuChoice.parse(RunView.load(run_dir).meta.get("gpus")))
@@ -67,8 +67,8 @@ def queue_rerun(run_dir: Path, queue) -> Path:
     """A new run of the same resolved profile, name, tags and GPUs (the app's `R`), queued; its folder.
     ProfileError if the profile cannot start a run any more."""
     from engine.contract.profile_io import load_profile
-    from fairtui.launcher import GpuChoice, create_run
-    from fairtui.store import RunIndex
+    from fairtui.launch.launcher import GpuChoice, create_run
+    from fairtui.runs.store import RunIndex
 
     view = RunView.load(run_dir)
     home = run_dir.parent.parent
@@ -92,8 +92,8 @@ def delete_run(run_dir: Path) -> str:
     leaves the index. Returns what was done, in words."""
     import shutil
 
-    from fairtui.queue import LocalQueue
-    from fairtui.store import RunIndex
+    from fairtui.launch.queue import LocalQueue
+    from fairtui.runs.store import RunIndex
 
     home, run_id = run_dir.parent.parent, run_dir.name
     LocalQueue(home).cancel(run_id)  # first: the queue cannot start it while it is being deleted
@@ -167,7 +167,7 @@ def kill_run(run_dir: Path, timeout: float = 30.0) -> str:
         record_end(run_dir, "stopped", "killed (SIGKILL) by fairtui stop --now: the engine did not stop when asked; "
                                        "it resumes from its last checkpoint", killed=True)
     (run_dir / STOP_MARKER).unlink(missing_ok=True)  # the resumed run must not stop at its first batch
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     RunIndex(run_dir.parent.parent).register(run_dir)
     return RunView.load(run_dir).status() + " (killed)"
@@ -179,7 +179,7 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
     view = RunView.load(run_dir)
     if view.meta.get("launcher") == "slurm" and view.meta.get("slurm_cluster", "slurm") == "slurm" \
             and view.status() in ("running", "queued"):
-        from fairtui.slurm import cancel
+        from fairtui.launch.slurm import cancel
 
         cancel(run_dir)
         return "cancelled (scancel)"
@@ -199,7 +199,7 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
     while time.time() < end and engine_alive(run_dir):
         time.sleep(0.2)
     status = RunView.load(run_dir).status()
-    from fairtui.store import RunIndex
+    from fairtui.runs.store import RunIndex
 
     RunIndex(run_dir.parent.parent).register(run_dir)
     return status
@@ -207,8 +207,8 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
 
 def update_meta(run_dir: Path, change: Callable[[dict], None]) -> dict:
     """Change ``meta.json`` (the source of truth for name, tags, notes) and the index entry."""
-    from fairtui.launcher import change_meta
-    from fairtui.store import RunIndex
+    from fairtui.launch.launcher import change_meta
+    from fairtui.runs.store import RunIndex
 
     meta = change_meta(run_dir, change)
     RunIndex(run_dir.parent.parent).register(run_dir)

@@ -8,8 +8,8 @@ import json
 import math
 from pathlib import Path
 
-from fairtui.compare import EXPORT_METRICS, ExportRow
-from fairtui.usertext import csv_cell, inert, latex, md_cell
+from fairtui.judge.compare import EXPORT_METRICS, ExportRow
+from fairtui.runs.usertext import csv_cell, inert, latex, md_cell
 
 HEADERS = {"avg_clean": "Clean avg", "avg_robust": "Robust avg", "worst_robust": "Robust worst",
            "worst20_robust": "Robust worst-20%", "cv": "CV", "mcd": "MCD"}

@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from fairtui.launcher import create_run
-from fairtui.queue import LocalQueue
-from fairtui.runfolder import FINAL_STATUSES, RunView
-from fairtui.store import RunIndex
-from fairtui.sweep import Child, SweepSpec, new_sweep_id, save_record
+from fairtui.launch.launcher import create_run
+from fairtui.launch.queue import LocalQueue
+from fairtui.runs.runfolder import FINAL_STATUSES, RunView
+from fairtui.runs.store import RunIndex
+from fairtui.launch.sweep import Child, SweepSpec, new_sweep_id, save_record
 
 
 def child_name(base: str, child: Child) -> str:
@@ -65,7 +65,7 @@ def wait_local(home: Path, record: dict, queue: LocalQueue, on_tick: Callable[[d
 
 def stop_children(home: Path, record: dict) -> None:
     """Ctrl-C on a sweep: queued children are cancelled, running ones stop cleanly."""
-    from fairtui.control import StopError, stop_run
+    from fairtui.launch.control import StopError, stop_run
 
     queue = LocalQueue(home)
     for run_id in record["runs"]:

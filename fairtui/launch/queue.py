@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from engine.contract.locks import locked, release, try_lock
-from fairtui.home import EngineRunning, ReadOnlyHome
-from fairtui.launcher import GpuChoice, start_engine
-from fairtui.runfolder import engine_starting
-from fairtui.runfolder import RunView
+from fairtui.runs.home import EngineRunning, ReadOnlyHome
+from fairtui.launch.launcher import GpuChoice, start_engine
+from fairtui.runs.runfolder import engine_starting
+from fairtui.runs.runfolder import RunView
 
 CPU = "cpu"
 
@@ -97,7 +97,7 @@ class LocalQueue:
 
     def holds(self, run_id: str) -> bool:
         """Whether the queue has an entry for the run (a run marked ``queued`` that it does not hold was left by a
-        driver that is gone: see :func:`fairtui.control.check_resumable`)."""
+        driver that is gone: see :func:`fairtui.launch.control.check_resumable`)."""
         return any(e["run_id"] == run_id for e in self.entries())
 
     def cancel(self, run_id: str) -> bool:
@@ -219,7 +219,7 @@ class LocalQueue:
                 started.append(entry["run_id"])
             entries[:] = keep
         if started:
-            from fairtui.store import RunIndex
+            from fairtui.runs.store import RunIndex
 
             index = RunIndex(self.home)
             for run_id in started:
@@ -240,7 +240,7 @@ def _was_started(run_dir: Path, entry: dict) -> bool:
 
 
 def _set_gpus(run_dir: Path, label: str) -> None:
-    from fairtui.launcher import change_meta
+    from fairtui.launch.launcher import change_meta
 
     change_meta(run_dir, lambda meta: meta.update(gpus=label))
 

@@ -8,10 +8,10 @@ from rich.table import Table
 
 from engine.contract.results import describe
 from engine.contract.protocol import RUNTIME_FP32, resumed_text
-from fairtui.configurations import by_configuration, device_kind, session_runtime
-from fairtui.home import short_id
-from fairtui.runfolder import RunView
-from fairtui.usertext import inert
+from fairtui.runs.configurations import by_configuration, device_kind, session_runtime
+from fairtui.runs.home import short_id
+from fairtui.runs.runfolder import RunView
+from fairtui.runs.usertext import inert
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -391,7 +391,7 @@ def provenance_warnings(views: list[RunView], configurations: list[tuple[str, li
                         ) -> list[str]:
     """One line for each two runs of the same configuration and seed whose data or CPU differ: their numbers are
     not expected to be equal (docs/results-and-guarantees.md). Runs are bucketed by configuration (a profile run
-    with other settings is not expected to match it anyway: fairtui.configurations) and seed first, so a
+    with other settings is not expected to match it anyway: fairtui.runs.configurations) and seed first, so a
     comparison of thousands of runs compares only the runs that share both. ``configurations``: the views'
     :func:`by_configuration`, where the caller has it already (`compare --by profile`)."""
     def identity(v: RunView) -> tuple:

@@ -1,4 +1,4 @@
-"""Renderings of a group comparison (fairtui.groups): the terminal's (80 columns), Markdown, LaTeX and CSV. Numbers
+"""Renderings of a group comparison (fairtui.judge.groups): the terminal's (80 columns), Markdown, LaTeX and CSV. Numbers
 in percent (points for differences), each table titled with the attack, checkpoint and settings behind it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import csv
 import io
 import math
 
-from fairtui.groups import GroupComparison, Pairing
-from fairtui.usertext import csv_cell, inert, latex, md_cell
+from fairtui.judge.groups import GroupComparison, Pairing
+from fairtui.runs.usertext import csv_cell, inert, latex, md_cell
 
 METRIC_WORDS = {"worst_robust": "worst", "avg_robust": "average"}
 LEFT_OUT_SHOWN = 5  # a group's left-out runs named in the text, the rest counted (--json lists them all)
@@ -45,7 +45,7 @@ def compact_seeds(seeds: list) -> str:
 
 
 def needed_text(n: int | None) -> str:
-    from fairtui.stats import SEEDS_NEEDED_MAX
+    from fairtui.judge.stats import SEEDS_NEEDED_MAX
 
     if n is None:
         return "-"
