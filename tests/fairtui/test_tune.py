@@ -17,9 +17,9 @@ from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
 
 optuna = pytest.importorskip("optuna")
 
-from fairtui import tune as t  # noqa: E402
-from fairtui import tune_driver as td  # noqa: E402
-from fairtui import tune_space as ts  # noqa: E402
+from fairtui.tune import study as t  # noqa: E402
+from fairtui.tune import driver as td  # noqa: E402
+from fairtui.tune import space as ts  # noqa: E402
 
 
 def untouched(home) -> bool:

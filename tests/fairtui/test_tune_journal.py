@@ -11,8 +11,8 @@ from tests.fairtui.test_tune_views import _made_study
 
 pytest.importorskip("optuna")
 
-from fairtui import tune as t  # noqa: E402
-from fairtui import tune_driver as td  # noqa: E402
+from fairtui.tune import study as t  # noqa: E402
+from fairtui.tune import driver as td  # noqa: E402
 
 
 def _planted_study(home, profile, **attrs):

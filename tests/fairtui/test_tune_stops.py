@@ -20,9 +20,9 @@ from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
 
 optuna = pytest.importorskip("optuna")
 
-from fairtui import tune as t  # noqa: E402
-from fairtui import tune_driver as td  # noqa: E402
-from fairtui import tune_space as ts  # noqa: E402
+from fairtui.tune import study as t  # noqa: E402
+from fairtui.tune import driver as td  # noqa: E402
+from fairtui.tune import space as ts  # noqa: E402
 from fairtui.runs.runfolder import RunView  # noqa: E402
 
 STUDY = ("--set", "train.epochs=2", "--space", "train.lr=0.02:0.1:log")

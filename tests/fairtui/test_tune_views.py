@@ -9,8 +9,8 @@ from tests.conftest import fairtui_cmd
 
 optuna = pytest.importorskip("optuna")
 
-from fairtui import tune as t  # noqa: E402
-from fairtui import tune_space as ts  # noqa: E402
+from fairtui.tune import study as t  # noqa: E402
+from fairtui.tune import space as ts  # noqa: E402
 
 
 def test_plot_study_draws_the_objective_over_trials_and_a_parameters_effect(tmp_path, tiny_profile):
