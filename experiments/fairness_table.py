@@ -10,8 +10,9 @@ the headline result at the profile's own settings on the whole test split. Explo
 on a class-balanced subset) are shown apart, labelled with their subset.
 
 ``--write-docs FILE`` replaces the block between the markers ``<!-- generated: KEY -->`` and
-``<!-- end generated: KEY -->`` in FILE (KEY is the folder's name, e.g. ``cifar10-cpu``); a test
-checks that the block in docs/results.md is what this script makes of the committed files.
+``<!-- end generated: KEY -->`` in FILE (KEY is the folder's name, e.g. ``cifar10-cpu``) with the compact table
+(headline and paired), and writes the full one (per class, exploratory results, provenance) to RESULTS/TABLE.md;
+a test checks that both are what this script makes of the committed files.
 The same script serves the CPU-scale table (experiments/results/cifar10-cpu) and the GPU table
 (experiments/results/cifar10).
 """
@@ -29,8 +30,9 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from fairtui.judge.compare import summarise  # noqa: E402
-from fairtui.runs.report import commit_label, first_session, resume_notes  # noqa: E402
+from fairtui.runs.provenance import commit_label, first_session, resume_notes  # noqa: E402
 from fairtui.runs.runfolder import RunView  # noqa: E402
+from experiments.fairness_paired import BASES, HEADLINE_ATTACK, paired_table  # noqa: E402,F401
 
 # The table's rows, in the issue's priority order, by the suffix of the profile's name.
 METHODS = ["at", "trades", "wat", "cfa-trades", "dafa", "frl", "cfa-at", "tian", "faal", "bat", "csr"]
@@ -41,11 +43,6 @@ LABELS = {"at": "PGD-AT", "trades": "TRADES", "frl": "FRL (RW+RM, from PGD-AT)",
 FIGURES = {"at": ["at", "frl", "cfa-at", "faal"], "trades": ["trades", "wat", "cfa-trades", "dafa", "tian", "bat",
                                                              "csr"]}
 CHECKPOINTS = ["best", "last", "fawa", "ema"]
-HEADLINE_ATTACK = "pgd20"
-
-# Each fairness method against the base it builds on, paired by seed (fairtui compare's statistics).
-BASES = {"frl": "at", "cfa-at": "at", "faal": "at", "wat": "trades", "cfa-trades": "trades", "dafa": "trades",
-         "tian": "trades", "bat": "trades", "csr": "trades"}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
@@ -211,74 +208,6 @@ def exploratory_table(rows: list[Row], attacks: tuple[str, ...] = ("aa", "aa-fas
             "|---|---|---|---|---|---|---|---|", *lines]
 
 
-def paired_table(results: Path, rows: list[Row], checkpoints: tuple[str, ...] = ("last", "best")) -> list[str]:
-    """Each fairness method against its base (BASES), paired by seed: `fairtui compare --by profile --baseline
-    BASE` on the same files, one row per method and checkpoint. A fine-tune is paired with the runs it started
-    from (in RESULTS or RESULTS-bases), and in a second row with the checkpoints it started from (`--against-start`:
-    the base's best, where the first row sets the base at the same checkpoint as the fine-tune). The worst class's
-    t-test p is also given after Holm's adjustment over the methods at that checkpoint (:func:`holm_in_family`)."""
-    from fairtui.judge.groups import compare_groups, results_runs
-
-    bases_dir = results.with_name(results.name + "-bases")
-    bases = {d.name: RunView.load(d) for d in results_runs(bases_dir)} if bases_dir.is_dir() else {}
-    by_method = {r.method: r for r in rows}
-    lines = []
-    for ckpt in checkpoints:
-        made = []  # (row, base, pairing, whether it is the row against the starts)
-        for row in rows:
-            base = by_method.get(BASES.get(row.method, ""))
-            if base is None or not row.results(ckpt) or not base.results(ckpt):
-                continue
-            for against_start in (False, True):
-                cmp = compare_groups({base.profile: base.views, row.profile: row.views}, base.profile,
-                                     HEADLINE_ATTACK, ckpt, bases=bases, against_start=against_start)
-                (p,) = cmp.pairings
-                if p.reason is not None:
-                    lines.append(f"| {row.label} | {base.label} | {ckpt} | not paired: {p.reason} | | | | | | |")
-                    break
-                if against_start and (p.against != "start" or {st.checkpoint for st in p.starts} == {ckpt}):
-                    break  # no fine-tune of the base's runs, or one whose starts are at this checkpoint: said above
-                made.append((row, base, p, against_start))
-        family = {row.method: p.results["worst_robust"].p for row, _, p, start in made if not start}
-        for row, base, p, start in made:
-            lines.append(paired_line(row, base, p, ckpt, holm_in_family(family, row.method,
-                                                                        p.results["worst_robust"].p)))
-    if not lines:
-        return []
-    return ["| method | base | checkpoint | seeds paired | worst class, difference [95% CI] | p (t / exact / Holm) | "
-            "verdict | seeds for 80% power | average, difference [95% CI] | verdict |",
-            "|---|---|---|---|---|---|---|---|---|---|", *lines]
-
-
-def holm_in_family(family: dict[str, float], method: str, p: float) -> float:
-    """``p`` after Holm's adjustment over the methods' comparisons at one checkpoint (``family``: method -> p),
-    ``p`` standing in its method's place: a row against the starts is adjusted as if it were its method's test."""
-    from fairtui.judge import stats
-
-    ps = {**family, method: p}
-    return stats.holm(list(ps.values()))[list(ps).index(method)]
-
-
-def paired_line(row: Row, base: Row, p, ckpt: str, p_holm: float) -> str:
-    """One row of the paired block: the worst class's and the average's difference with their verdicts."""
-    from fairtui.judge.group_report import needed_text, p_text, pct, seeds_text
-
-    w, a = p.results["worst_robust"], p.results["avg_robust"]
-    seeds = seeds_text([m.seed for m, _ in p.pairs])
-    where = ckpt
-    if p.against == "start":
-        seeds += " (each with the checkpoint it started from)"
-        where += f" against the start ({' and '.join(dict.fromkeys(st.checkpoint for st in p.starts))})"
-        if p.starts_left_out:
-            seeds += "; left out: " + "; ".join(p.starts_left_out)
-    elif p.by_init:
-        seeds += " (each with the run it started from)"
-    return (f"| {row.label} | {base.label} | {where} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
-            f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} / {p_text(p_holm)} | {w.verdict} | "
-            f"{needed_text(w.seeds_needed)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, {pct(a.ci95[1], True)}] "
-            f"| {a.verdict} |")
-
-
 def provenance_lines(rows: list[Row]) -> list[str]:
     out = []
     for row in rows:
@@ -291,11 +220,8 @@ def provenance_lines(rows: list[Row]) -> list[str]:
     return out
 
 
-def markdown(results: Path, rows: list[Row] | None = None) -> str:
-    """The whole generated block: headline table, per-class table, exploratory results, provenance."""
-    rows = load(results) if rows is None else rows
-    if not rows:
-        return f"No completed run in `{results.name}` yet."
+def header(results: Path, rows: list[Row]) -> str:
+    """The block's first paragraph: what the numbers are, on which split, and how they were made."""
     started = rows[0].views[0].started or {}
     sizes = started.get("split_sizes", {})
     test_n, train_n = sum(sizes.get("test", [])), sum(sizes.get("train", []))
@@ -303,39 +229,71 @@ def markdown(results: Path, rows: list[Row] | None = None) -> str:
     eps = cfg.get("eval", {}).get("eps") or cfg.get("attack", {}).get("eps")
     eps_text = "?" if not eps else f"{eps * 255:.0f}/255" if abs(eps * 255 - round(eps * 255)) < 1e-6 and eps < 0.1 \
         else f"{eps:g}"
-    try:
-        where = results.resolve().relative_to(ROOT)
-    except ValueError:
-        where = results
     part = cfg.get("data", {}).get("test_per_class") or 0
     split = (f"on a fixed class-balanced part of the test split ({part} images a class, {test_n:,} in all, the same "
              f"for every seed and method: the protocol's headline, never mixed with the whole split's)") if part \
         else f"on the whole test split ({test_n:,} images)"
-    header = (f"Test accuracy in %, PGD-20 at eps {eps_text} {split}, "
-              f"{train_n:,} training images; each cell is the mean ± the half-width of a 95% confidence "
-              f"interval over the seeds (Student's t), CV in fractions (WAT's unit). Generated by "
-              f"`python experiments/fairness_table.py {where}` from the committed run "
-              f"files; do not edit by hand.")
-    parts = [header, "", *headline_table(rows), "",
-             "Per-class PGD-20 accuracy of the best checkpoint (%, mean ± 95% half-width over seeds):", "",
-             *per_class_table(rows)]
+    return (f"Test accuracy in %, PGD-20 at eps {eps_text} {split}, "
+            f"{train_n:,} training images; each cell is the mean ± the half-width of a 95% confidence "
+            f"interval over the seeds (Student's t), CV in fractions (WAT's unit). Generated by "
+            f"`python experiments/fairness_table.py {where_of(results)}` from the committed run "
+            f"files; do not edit by hand.")
+
+
+def where_of(results: Path):
+    try:
+        return results.resolve().relative_to(ROOT)
+    except ValueError:
+        return results
+
+
+def paired_lead(results: Path, short: bool) -> str:
+    where = where_of(results)
+    bases = f" --bases {where}-bases" if results.with_name(results.name + "-bases").is_dir() else ""
+    lead = ("Each method against its base, paired by seed (PGD-20, points of %; `fairtui compare --results "
+            f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same)")
+    if short:
+        return lead + f"; the columns are explained in [TABLE.md]({TABLE}#paired):"
+    return (lead + ": the mean difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the "
+            "verdict at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
+            "spread. Holm is the t-test's p adjusted over the table's methods at that checkpoint (a row "
+            "against the starts in its method's place; `compare` adjusts over the groups it is given "
+            "instead): the verdicts are each method's own, and Holm says which survive being one of many. "
+            "A fine-tune has a second row against the checkpoints its runs started from (`--against-start`): "
+            "what the fine-tune itself added.")
+
+
+TABLE = "TABLE.md"  # the full generated table, beside the runs (RESULTS/TABLE.md)
+
+
+def markdown(results: Path, rows: list[Row] | None = None, compact: bool = False) -> str:
+    """The generated block. In full (``RESULTS/TABLE.md``): the headline table, per-class accuracy, exploratory
+    results, the paired block and where each row ran. ``compact`` (docs/results.md's block): the headline and
+    paired tables, and a link to the full one."""
+    rows = load(results) if rows is None else rows
+    if not rows:
+        return f"No completed run in `{results.name}` yet."
+    parts = [header(results, rows), "", *headline_table(rows)]
+    paired = paired_table(results, rows)
+    if compact:
+        if paired:
+            parts += ["", paired_lead(results, short=True), "", *paired]
+        try:
+            link = f"../{(results.resolve() / TABLE).relative_to(ROOT)}"
+        except ValueError:
+            link = str(results / TABLE)
+        parts += ["", f"Per-class accuracy, exploratory results and where each row ran: [{results.name}/{TABLE}]"
+                      f"({link})."]
+        return "\n".join(parts)
+    ckpt = "best" if any(r.results("best") for r in rows) else "last"
+    parts += ["", f"Per-class PGD-20 accuracy of the {ckpt} checkpoint (%, mean ± 95% half-width over seeds):", "",
+              *per_class_table(rows, ckpt)]
     explore = exploratory_table(rows)
     if explore:
         parts += ["", "Exploratory, not headline: AutoAttack on a class-balanced test subset (seed-chosen).", "",
                   *explore]
-    paired = paired_table(results, rows)
     if paired:
-        bases_dir = results.with_name(results.name + "-bases")
-        bases = f" --bases {where}-bases" if bases_dir.is_dir() else ""
-        parts += ["", "Each method against its base, paired by seed (PGD-20, points of %; `fairtui compare --results "
-                  f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same): the mean "
-                  "difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the verdict "
-                  "at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
-                  "spread. Holm is the t-test's p adjusted over the table's methods at that checkpoint (a row "
-                  "against the starts in its method's place; `compare` adjusts over the groups it is given "
-                  "instead): the verdicts are each method's own, and Holm says which survive being one of many. "
-                  "A fine-tune has a second row against the checkpoints its runs started from (`--against-start`): "
-                  "what the fine-tune itself added.", "", *paired]
+        parts += ["", '<a id="paired"></a>' + paired_lead(results, short=False), "", *paired]
     parts += ["", "Where each row ran:", "", *provenance_lines(rows)]
     return "\n".join(parts)
 
@@ -396,11 +354,15 @@ def main(argv: list[str] | None = None) -> None:
     if not args.results.is_dir():
         parser.error(f"{args.results}: no such folder (it should hold <profile>/<run-id>/ folders of run files)")
     rows = load(args.results)
-    block = markdown(args.results, rows)
-    print(block)
+    full = markdown(args.results, rows)
+    print(full)
     if args.write_docs:
+        if not args.write_docs.is_file():
+            parser.error(f"--write-docs {args.write_docs}: no such file")
+        block = markdown(args.results, rows, compact=True)
         args.write_docs.write_text(replace_block(args.write_docs.read_text(), args.results.name, block))
-        print(f"wrote the {args.results.name} block of {args.write_docs}", file=sys.stderr)
+        (args.results / TABLE).write_text(f"# {args.results.name}: the generated table\n\n{full}\n")
+        print(f"wrote the {args.results.name} block of {args.write_docs} and {args.results / TABLE}", file=sys.stderr)
     if args.figure_dir and rows:
         args.figure_dir.mkdir(parents=True, exist_ok=True)
         for panel in FIGURES:

@@ -72,7 +72,7 @@ def compare(
 
         run_app(home=home, compare=[d.name for d in dirs])  # the baseline is the first
         return
-    from fairtui.runs.report import provenance_warnings
+    from fairtui.runs.provenance import provenance_warnings
 
     views = [RunView.load(d) for d in dirs]
     for line in provenance_warnings(views):
@@ -86,7 +86,7 @@ def compare(
         return
     from rich.console import Console
 
-    from fairtui.runs.report import comparison_tables
+    from fairtui.judge.tables import comparison_tables
 
     console = Console()
     for table in comparison_tables(result):
@@ -103,7 +103,7 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
     from fairtui.judge.groups import compare_groups
 
     named = named_groups(home, by, group, results, filters)
-    from fairtui.runs.report import provenance_warnings
+    from fairtui.runs.provenance import provenance_warnings
 
     # --by profile alone: the groups are the configurations (fairtui.runs.configurations), not to be worked out again
     configurations = list(named.items()) if by == "profile" and not group else None

@@ -7,13 +7,14 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import AgainstStart, Bases, Baseline, By, GroupOpt, Results
-from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail, resolve_run
+from fairtui.cli.groups import GROUP_OPTIONS, with_group_options
+from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail
 
 HELP = ("Export runs as a paper table (runs differing only in seed are grouped as mean ± std), or as "
         "TensorBoard event files (--format tensorboard -o DIR).")
 
 
+@with_group_options
 def export(
     runs: List[str] = typer.Argument(None, metavar="RUN..."),
     fmt: str = typer.Option("md", "--format", help="csv, md, latex, json, or tensorboard (-o DIR: a folder "
@@ -26,14 +27,10 @@ def export(
     n_per_class: int = NPerClass,
     tag: Optional[str] = typer.Option(None, "--tag", help="export every run with this tag"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="export a sweep: mean ± std over seeds per grid point"),
-    by: Optional[str] = By,
-    group: List[str] = GroupOpt,
-    results: List[Path] = Results,
-    bases: List[Path] = Bases,
-    baseline: Optional[str] = Baseline,
-    against_start: bool = AgainstStart,
+    groups: Optional[dict] = None,  # --by, --group, --results, --bases, --baseline, --against-start
     home: HomeT = Home,
 ) -> None:
+    by, group, results, bases, baseline, against_start = (groups[k] for k, _, _ in GROUP_OPTIONS)
     from fairtui.judge.compare import CompareError, export_rows
     from fairtui.judge.export import render
     from fairtui.runs.runfolder import RunView

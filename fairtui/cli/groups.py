@@ -4,11 +4,11 @@ the home and from ``--results`` folders of committed run files, grouped ``--by``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from fairtui.cli.options import fail
+from fairtui.cli.options import fail, option_group
 
 if TYPE_CHECKING:
     from fairtui.runs.runfolder import RunView
@@ -24,6 +24,11 @@ Baseline = typer.Option(None, "--baseline", help="with groups: the group every o
 AgainstStart = typer.Option(False, "--against-start", help="with --baseline: a fine-tune of the baseline (FRL, FAAL, "
                             "CSR) against the checkpoint each of its runs started from, which says what the fine-tune "
                             "added, instead of against the baseline's runs at --checkpoint")
+# the group options that `export` and `plot` both take, declared once (options.option_group)
+GROUP_OPTIONS = (("by", Optional[str], By), ("group", List[str], GroupOpt), ("results", List[Path], Results),
+                 ("bases", List[Path], Bases), ("baseline", Optional[str], Baseline),
+                 ("against_start", bool, AgainstStart))
+with_group_options = option_group("groups", GROUP_OPTIONS)
 
 
 def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=None, status=None, tag=None,
@@ -67,7 +72,7 @@ def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) ->
 def named_groups(home: "str | None", by: Optional[str], groups: list[str], results: list[Path], filters: dict
                  ) -> dict[str, list["RunView"]]:
     """label -> runs, from ``--by`` over the selected runs and from each ``--group LABEL=RUN,...``."""
-    from fairtui.judge.groups import BY, grouped
+    from fairtui.judge.sources import BY, grouped
 
     out: dict[str, list] = {}
     pool = results_pool(results)  # read once, for --by and --group alike
@@ -92,7 +97,7 @@ def named_groups(home: "str | None", by: Optional[str], groups: list[str], resul
 def results_pool(folders: list[Path], option: str = "--results") -> list["RunView"]:
     """Every run of these folders of committed run files (``option`` names them in a refusal)."""
     from fairtui.judge.compare import CompareError
-    from fairtui.judge.groups import results_runs
+    from fairtui.judge.sources import results_runs
     from fairtui.runs.runfolder import RunView
 
     try:
@@ -106,7 +111,7 @@ def bases_views(folders: list[Path]) -> dict[str, "RunView"]:
     return {v.run_id: v for v in results_pool(folders, "--bases")}
 
 
-def collect_runs(home: "HomeT", runs: "list[str] | None", tag: "str | None", sweep: "str | None") -> list[Path]:
+def collect_runs(home: "str | None", runs: "list[str] | None", tag: "str | None", sweep: "str | None") -> list[Path]:
     """The run folders named on the command line, tagged ``tag`` (completed or imported) and of ``sweep``
     (its completed runs; the others are counted on stderr), each once, in the order given."""
     from fairtui.cli.options import resolve_run

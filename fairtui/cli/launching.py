@@ -3,11 +3,21 @@ from `--launcher` and the Slurm options, their refusal without the slurm launche
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import fail
+from fairtui.cli.options import (Cluster, Cpus, GpusPerNode, Launcher, MemGb, Nodes, Partition, Sbatch, TimeMin, fail,
+                                  option_group)
+
+# --launcher and the Slurm options of `run`, `resume` and `tune`, declared once (with_slurm_options)
+SLURM_OPTIONS = (("launcher", Optional[str], Launcher), ("nodes", Optional[int], Nodes),
+                 ("gpus_per_node", Optional[int], GpusPerNode), ("partition", Optional[str], Partition),
+                 ("time_min", Optional[int], TimeMin), ("cpus", Optional[int], Cpus), ("mem_gb", Optional[int], MemGb),
+                 ("sbatch", List[str], Sbatch), ("cluster", Optional[str], Cluster))
+
+
+with_slurm_options = option_group("slurm", SLURM_OPTIONS)
 
 
 def slurm_settings(launcher: Optional[str], gpus: Optional[str], **options):

@@ -63,3 +63,31 @@ def resolve_run(home: "str | None", ref: str, unique_name: bool = False):
         typer.echo(f"fairtui: {len(shared)} runs are named {inert(ref)}: this is the newest, {run_dir.name} "
                    f"(the others: {others}; give an id for one of them)", err=True)
     return run_dir
+
+
+def option_group(param: str, options):
+    """A decorator that declares a group of options once: the command's ``param`` parameter becomes the options
+    (``(name, type hint, typer.Option)`` triples), in its place in the help, and the command receives their values
+    as one dict under ``param``. `run`, `resume` and `tune` share the Slurm options so; `export` and `plot` the
+    group options."""
+    import functools
+    import inspect
+
+    def decorate(command):
+        signature = inspect.signature(command)
+        params = list(signature.parameters.values())
+        at = [p.name for p in params].index(param)
+        added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=hint)
+                 for name, hint, option in options]
+
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            kwargs[param] = {name: kwargs.pop(name) for name, _, _ in options}
+            return command(*args, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params[:at] + added + params[at + 1:])
+        wrapper.__annotations__ = {**{k: v for k, v in command.__annotations__.items() if k != param},
+                                   **{name: hint for name, hint, _ in options}}
+        return wrapper
+
+    return decorate

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import AgainstStart, Bases, Baseline, By, GroupOpt, Results
+from fairtui.cli.groups import GROUP_OPTIONS, with_group_options
 from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail
 
 HELP = ("Draw a paper figure from runs: classes (per-class bars), curves (per-class accuracy over epochs), "
@@ -17,6 +17,7 @@ HELP = ("Draw a paper figure from runs: classes (per-class bars), curves (per-cl
         "PDF, SVG or PNG by the suffix of -o.")
 
 
+@with_group_options
 def plot(
     kind: str = typer.Argument(..., metavar="KIND", help="classes, curves, state, confusion, tradeoff, forest or study"),
     runs: List[str] = typer.Argument(None, metavar="RUN..."),
@@ -34,14 +35,10 @@ def plot(
                                           "6.9; 3.3 for confusion and tradeoff)"),
     tag: Optional[str] = typer.Option(None, "--tag", help="every completed run with this tag"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="a sweep's completed runs (seeds as mean ± std)"),
-    by: Optional[str] = By,
-    group: List[str] = GroupOpt,
-    results: List[Path] = Results,
-    bases: List[Path] = Bases,
-    baseline: Optional[str] = Baseline,
-    against_start: bool = AgainstStart,
+    groups: Optional[dict] = None,  # --by, --group, --results, --bases, --baseline, --against-start
     home: HomeT = Home,
 ) -> None:
+    by, group, results, bases, baseline, against_start = (groups[k] for k, _, _ in GROUP_OPTIONS)
     from fairtui.cli.groups import collect_runs
     from fairtui.judge.export import OutputError, write_output
     from fairtui.figures import KINDS, PlotError, figure_format, require_matplotlib

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
-from fairtui.cli.options import (Cluster, Cpus, Detach, Gpus, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
-                                  Partition, Sbatch, TimeMin, fail, resolve_run)
+from fairtui.cli.options import Detach, Gpus, Home, HomeT, Json, fail, resolve_run
+from fairtui.cli.launching import with_slurm_options
 
 HELP = "Continue a run from its last checkpoint (same folder, same event stream)."
 
 
+@with_slurm_options
 def resume(
     run_ref: str = typer.Argument(..., metavar="RUN", help="run id, unique id prefix, or name"),
     gpus: Optional[str] = Gpus,
     json_out: bool = Json,
     detach: bool = Detach,
-    launcher: Optional[str] = Launcher,
-    nodes: Optional[int] = Nodes,
-    gpus_per_node: Optional[int] = GpusPerNode,
-    partition: Optional[str] = Partition,
-    time_min: Optional[int] = TimeMin,
-    cpus: Optional[int] = Cpus,
-    mem_gb: Optional[int] = MemGb,
-    sbatch: List[str] = Sbatch,
-    cluster: Optional[str] = Cluster,
+    slurm: Optional[dict] = None,  # --launcher and the Slurm options (with_slurm_options)
     nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="continue on this many processes instead of "
                                         "the number the run trained with (its numbers then differ from an "
                                         "uninterrupted run's)"),
@@ -39,8 +32,7 @@ def resume(
     from fairtui.cli.launching import slurm_settings, submit
 
     try:
-        settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
-                                  time_min=time_min, cpus=cpus, mem_gb=mem_gb, sbatch=sbatch, cluster=cluster)
+        settings = slurm_settings(gpus=gpus, **slurm)
         run_dir = resolve_run(home, run_ref)  # a shared name: the newest, and a line says so
         choice = GpuChoice.from_option(gpus)
     except (RunNotFound, ProfileError) as err:

@@ -6,13 +6,13 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import (Cluster, Cpus, Detach, Gpus, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
-                                  Partition, Sbatch, TimeMin, fail)
-from fairtui.cli.launching import slurm_settings, submit
+from fairtui.cli.options import Detach, Gpus, Home, HomeT, Json, fail
+from fairtui.cli.launching import slurm_settings, submit, with_slurm_options
 
 HELP = "Start a training run from a TOML profile and follow it (Ctrl-C stops it cleanly)."
 
 
+@with_slurm_options
 def run(
     profile: str = typer.Argument(..., help="the TOML profile, e.g. profiles/quickstart.toml"),
     set_: List[str] = typer.Option([], "--set", help="override a dotted profile key: KEY=VALUE (repeatable)"),
@@ -21,15 +21,7 @@ def run(
     gpus: Optional[str] = Gpus,
     json_out: bool = Json,
     detach: bool = Detach,
-    launcher: Optional[str] = Launcher,
-    nodes: Optional[int] = Nodes,
-    gpus_per_node: Optional[int] = GpusPerNode,
-    partition: Optional[str] = Partition,
-    time_min: Optional[int] = TimeMin,
-    cpus: Optional[int] = Cpus,
-    mem_gb: Optional[int] = MemGb,
-    sbatch: List[str] = Sbatch,
-    cluster: Optional[str] = Cluster,
+    slurm: Optional[dict] = None,  # --launcher and the Slurm options (with_slurm_options)
     home: HomeT = Home,
 ) -> None:
     from engine.contract.config import pinned_form_keys, profile_warnings
@@ -46,8 +38,7 @@ def run(
     except UserTextError as err:
         raise fail(str(err)) from None
     try:
-        settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
-                                  time_min=time_min, cpus=cpus, mem_gb=mem_gb, sbatch=sbatch, cluster=cluster)
+        settings = slurm_settings(gpus=gpus, **slurm)
         choice = GpuChoice.from_option(gpus)
         overrides = list(set_) + (choice.overrides() if choice else [])
         resolved = load_profile(profile, overrides)

@@ -45,7 +45,6 @@ def show(
     from rich.console import Console
     from rich.text import Text
 
-    from fairtui.runs.report import exploratory_groups, exploratory_tables, method_state_tables, per_class_tables
     from fairtui.runs.usertext import inert
 
     console = Console()
@@ -66,13 +65,23 @@ def show(
         console.print(Text(start))
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
-    from fairtui.runs.report import provenance_line
+    from fairtui.runs.provenance import provenance_line
 
     where = provenance_line(view)
     if where:
         console.print(Text(where))
     if view.meta.get("notes"):
         console.print(Text(f"notes: {inert(view.meta['notes'], keep_newlines=True)}"))
+    print_tables(console, view, all_results, method_state, last)
+
+
+def print_tables(console, view, all_results: bool, method_state: dict, last: dict | None) -> None:
+    """`show`'s tables: per class, the exploratory evaluations (the latest few unless ``--all``), the method's
+    class-wise state after its last epoch."""
+    from rich.text import Text
+
+    from fairtui.runs.report import exploratory_groups, exploratory_tables, method_state_tables, per_class_tables
+
     for table in per_class_tables(view):
         console.print(table)
     groups = exploratory_groups(view)
@@ -86,7 +95,7 @@ def show(
             console.print(table)
     if method_state:
         tables, lines = method_state_tables(method_state, view.class_names(), console.width)
-        console.print(Text(f"method state after epoch {last['epoch']} ({cfg.get('method', {}).get('name')})",
+        console.print(Text(f"method state after epoch {last['epoch']} ({view.config.get('method', {}).get('name')})",
                            style="bold"))
         for table in tables:
             console.print(table)

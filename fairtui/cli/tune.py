@@ -7,14 +7,15 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.options import (Cluster, Cpus, Gpus, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
-                                  Partition, Sbatch, TimeMin, fail)
+from fairtui.cli.options import Gpus, Home, HomeT, Json, fail
+from fairtui.cli.launching import with_slurm_options
 
 HELP = ("Tune a profile with the same budget for every method: Optuna's TPE over --space KEY=LOW:HIGH[:log] or "
         "KEY=A,B,..., --trials runs on the validation split (the test split once, for the best), pruned each "
         "epoch; `fairtui tune STUDY --resume`, `fairtui tune show STUDY`, `fairtui tune finish STUDY`.")
 
 
+@with_slurm_options
 def tune(
     target: str = typer.Argument(..., metavar="PROFILE|STUDY|show|finish"),
     study_ref: Optional[str] = typer.Argument(None, metavar="[STUDY]", help="after show or finish"),
@@ -32,15 +33,7 @@ def tune(
     set_: List[str] = typer.Option([], "--set", help="KEY=VALUE for every trial, as fairtui run's"),
     resume: bool = typer.Option(False, "--resume", help="continue the study named STUDY"),
     gpus: Optional[str] = Gpus,
-    launcher: Optional[str] = Launcher,
-    nodes: Optional[int] = Nodes,
-    gpus_per_node: Optional[int] = GpusPerNode,
-    partition: Optional[str] = Partition,
-    time_min: Optional[int] = TimeMin,
-    cpus: Optional[int] = Cpus,
-    mem_gb: Optional[int] = MemGb,
-    sbatch: List[str] = Sbatch,
-    cluster: Optional[str] = Cluster,
+    slurm: Optional[dict] = None,  # --launcher and the Slurm options (with_slurm_options)
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
@@ -78,9 +71,7 @@ def tune(
             st, req = t.load(home_dir, target)
         else:
             try:  # each trial a Slurm job of its own, or None: the local queue
-                settings = slurm_settings(launcher, gpus, nodes=nodes, gpus_per_node=gpus_per_node,
-                                          partition=partition, time_min=time_min, cpus=cpus, mem_gb=mem_gb,
-                                          sbatch=sbatch, cluster=cluster)
+                settings = slurm_settings(gpus=gpus, **slurm)
             except ProfileError as err:
                 raise fail(str(err)) from None
             st, req = _new_study(target, space, trials, objective, parallel, study, pruner, seed, list(set_), gpus,

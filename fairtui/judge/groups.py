@@ -9,7 +9,6 @@ headline result (the profile's own attack settings on the whole test split) at t
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,60 +18,12 @@ from engine.contract import metrics
 from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
-from fairtui.runs.configurations import by_configuration, profile_name, runtime_ran
+from fairtui.judge.sources import seed_of
+from fairtui.runs.configurations import profile_name, runtime_ran
 from fairtui.runs.runfolder import RunView
 
-BY = ("profile", "name", "tag", "sweep")
 PAIRED_METRICS = ("worst_robust", "avg_robust")
 GROUP_METRICS = ("avg_clean", "avg_robust", "worst_robust", "cv")
-SEED_SUFFIX = re.compile(r"-s(?:eed)?\d+$")
-
-
-# -- sources ---------------------------------------------------------------------------------------------------
-
-def results_runs(folder: Path) -> list[Path]:
-    """The run folders of a results folder: ``<profile>/<run-id>/`` (or ``<run-id>/``) holding events.jsonl and
-    profile.toml. A folder that does not exist is an error, not an empty table."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise CompareError(f"--results {folder}: no such folder (it should hold <profile>/<run-id>/ folders with "
-                           "events.jsonl, profile.toml and meta.json)")
-    found = []
-    for candidate in sorted([folder, *folder.iterdir(), *(p for d in folder.iterdir() if d.is_dir()
-                                                          for p in d.iterdir())]):
-        if candidate.is_dir() and (candidate / "events.jsonl").is_file() and (candidate / "profile.toml").is_file():
-            found.append(candidate)
-    return found
-
-
-def seed_of(view: RunView) -> int | None:
-    seed = view.config.get("seed")
-    return int(seed) if isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit()) else None
-
-
-def grouped(views: list[RunView], by: str) -> dict[str, list[RunView]]:
-    """label -> runs under ``--by``: each configuration of a profile (:func:`fairtui.runs.configurations.by_configuration`:
-    a profile's runs with other settings, ``--set train.lr=...``, are a group of their own, labelled by what
-    differs), the name less a trailing -s<seed>, each tag, or the sweep."""
-    if by == "profile":
-        return dict(by_configuration(views))
-    out: dict[str, list[RunView]] = {}
-    for view in views:
-        for key in group_keys(view, by):
-            out.setdefault(key, []).append(view)
-    return out
-
-
-def group_keys(view: RunView, by: str) -> list[str]:
-    """The groups a run joins under ``--by`` other than profile (:func:`grouped`): its name less a trailing
-    -s<seed>, each of its tags, or its sweep."""
-    if by == "name":
-        return [SEED_SUFFIX.sub("", view.name)]
-    if by == "tag":
-        return list(view.meta.get("tags") or [])
-    if by == "sweep":
-        return [view.meta["sweep"]] if view.meta.get("sweep") else []
-    raise CompareError(f"--by must be one of {', '.join(BY)}, got {by!r}")
 
 
 # -- groups ----------------------------------------------------------------------------------------------------

@@ -147,7 +147,6 @@ class Driver:
 
     def _follow(self, number: int) -> bool:
         """Report new epochs, prune, or record the end; True when the trial is done."""
-        from fairtui.launch.launcher import change_meta
         from fairtui.runs.runfolder import RunView
 
         opt = optuna()
@@ -158,27 +157,8 @@ class Driver:
         # which a fresh liveness check against these events would call a run that finished meanwhile lost
         status = view.status()
         trial = entry["trial"]
-        for event in view.epochs:
-            if event["epoch"] <= entry["reported"]:
-                continue
-            value = self.req.objective.value(event)
-            entry["reported"] = event["epoch"]
-            if value is None:
-                continue
-            trial.report(value, event["epoch"])
-            self.say(f"trial {number}: epoch {event['epoch']}/{event.get('epochs', '?')}, objective "
-                     f"{objective_text(value)}")
-            if trial.should_prune() and status == "running":
-                from fairtui.launch.control import StopError, stop_run
-
-                change_meta(run_dir, lambda m: m.update(tags=[*m.get("tags", []), "pruned"], pruned=True))
-                try:
-                    stop_run(run_dir, wait=False)
-                except StopError:
-                    pass
-                self.study.tell(number, state=opt.trial.TrialState.PRUNED)
-                self.say(f"trial {number}: pruned after epoch {event['epoch']} ({objective_text(value)})")
-                return True
+        if self._report_epochs(number, entry, view, status):
+            return True
         if status == "completed":
             values = [self.req.objective.value(e) for e in view.epochs]
             value = values[-1] if values and values[-1] is not None else None
@@ -212,6 +192,35 @@ class Driver:
             self.study.tell(number, state=opt.trial.TrialState.FAIL)
             self.say(f"trial {number}: run {entry['run_id']} {status}")
             return True
+        return False
+
+    def _report_epochs(self, number: int, entry: dict, view, status: str) -> bool:
+        """Report the run's new epochs to its trial; True when the pruner stopped it (the run is stopped, tagged
+        ``pruned`` and the trial told)."""
+        from fairtui.launch.launcher import change_meta
+
+        trial = entry["trial"]
+        for event in view.epochs:
+            if event["epoch"] <= entry["reported"]:
+                continue
+            value = self.req.objective.value(event)
+            entry["reported"] = event["epoch"]
+            if value is None:
+                continue
+            trial.report(value, event["epoch"])
+            self.say(f"trial {number}: epoch {event['epoch']}/{event.get('epochs', '?')}, objective "
+                     f"{objective_text(value)}")
+            if trial.should_prune() and status == "running":
+                from fairtui.launch.control import StopError, stop_run
+
+                change_meta(view.run_dir, lambda m: m.update(tags=[*m.get("tags", []), "pruned"], pruned=True))
+                try:
+                    stop_run(view.run_dir, wait=False)
+                except StopError:
+                    pass
+                self.study.tell(number, state=optuna().trial.TrialState.PRUNED)
+                self.say(f"trial {number}: pruned after epoch {event['epoch']} ({objective_text(value)})")
+                return True
         return False
 
     def run(self) -> None:

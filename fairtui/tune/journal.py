@@ -54,7 +54,7 @@ def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:
     profile file need not exist here, so the checks against it are left out; every value is still typed."""
     from engine.contract.profile_io import load_profile
     from engine.contract.profile_schema import ProfileError
-    from fairtui.tune.space import OBJECTIVES, check_space, parse_dimension
+    from fairtui.tune.space import OBJECTIVES, check_space
 
     def refuse(key: str, why: str) -> TuneError:
         return TuneError("STUDY", f"{journal}: the recorded {key} {why}; nothing was resumed")
@@ -76,18 +76,7 @@ def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:
             load_profile(profile_path, base)
         except ProfileError as err:
             raise refuse("base", f"is refused by the profile: {err}") from None
-    space = []
-    for d in attrs.get("space") if isinstance(attrs.get("space"), list) else [None]:
-        try:  # written back as the command line's KEY=SPEC and parsed by the same code
-            dim = Dimension(**{**d, "choices": tuple(d.get("choices") or ())})
-            if dim.kind not in ("float", "int", "choice"):
-                raise ValueError(dim.kind)
-            again = parse_dimension(f"{dim.key}={dim.spec()}")
-        except (TypeError, ValueError, AttributeError) as err:
-            raise refuse("space", f"entry {d!r} is not a search dimension ({err})") from None
-        if again != dim:
-            raise refuse("space", f"entry {d!r} is not what --space {dim.key}={dim.spec()} gives")
-        space.append(dim)
+    space = _recorded_space(attrs.get("space"), refuse)
     if to_run:
         check_space(profile_path, base, space)
     objective = attrs.get("objective") or {}
@@ -103,19 +92,45 @@ def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:
     gpus = attrs.get("gpus")
     if gpus is not None and not (isinstance(gpus, str) and re.fullmatch(r"cpu|\d{1,3}(,\d{1,3})*", gpus)):
         raise refuse("gpus", f"{gpus!r} is not 'cpu' or device indices like 0,1")
-    slurm = attrs.get("slurm")
-    if slurm is not None:
-        from fairtui.launch.slurm import SlurmSettings
-
-        try:
-            if not isinstance(slurm, dict):
-                raise ProfileError("journal", "slurm", "not a table")
-            settings = SlurmSettings.from_sources({k: v for k, v in slurm.items() if v is not None})
-        except (ProfileError, TypeError) as err:
-            raise refuse("slurm", f"settings are refused: {err}") from None
-        slurm = dataclasses.asdict(settings)
+    slurm = _recorded_slurm(attrs.get("slurm"), refuse)
     # a study made before prune_after and prune_startup were recorded pruned from epoch 1 after 2 trials; so on
     return dict(profile_path=profile_path, space=space, base=list(base), trials=whole("trials", 1),
                 objective=Objective(objective["name"], floor), parallel=whole("parallel", 1, 1024), pruner=pruner,
                 seed=whole("seed", 0, 2**32 - 1), gpus=gpus, slurm=slurm,
                 prune_after=whole("prune_after", 1, default=1), prune_startup=whole("prune_startup", 0, default=2))
+
+
+def _recorded_space(recorded, refuse) -> list[Dimension]:
+    """The journal's search space, each dimension written back as the command line's KEY=SPEC and parsed by the
+    same code: an entry that is not what ``--space`` would give is refused (``refuse(key, why)``)."""
+    from fairtui.tune.space import parse_dimension
+
+    space = []
+    for d in recorded if isinstance(recorded, list) else [None]:
+        try:
+            dim = Dimension(**{**d, "choices": tuple(d.get("choices") or ())})
+            if dim.kind not in ("float", "int", "choice"):
+                raise ValueError(dim.kind)
+            again = parse_dimension(f"{dim.key}={dim.spec()}")
+        except (TypeError, ValueError, AttributeError) as err:
+            raise refuse("space", f"entry {d!r} is not a search dimension ({err})") from None
+        if again != dim:
+            raise refuse("space", f"entry {d!r} is not what --space {dim.key}={dim.spec()} gives")
+        space.append(dim)
+    return space
+
+
+def _recorded_slurm(slurm, refuse) -> dict | None:
+    """The journal's Slurm settings, checked as `--launcher slurm`'s options are (None: a local study)."""
+    if slurm is None:
+        return None
+    from engine.contract.profile_schema import ProfileError
+    from fairtui.launch.slurm import SlurmSettings
+
+    try:
+        if not isinstance(slurm, dict):
+            raise ProfileError("journal", "slurm", "not a table")
+        settings = SlurmSettings.from_sources({k: v for k, v in slurm.items() if v is not None})
+    except (ProfileError, TypeError) as err:
+        raise refuse("slurm", f"settings are refused: {err}") from None
+    return dataclasses.asdict(settings)

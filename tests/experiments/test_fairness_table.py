@@ -53,8 +53,12 @@ def test_docs_blocks_are_what_the_generator_makes_of_the_committed_files():
     assert "cifar10-cpu" in keys
     for key in keys:
         block = docs.split(f"<!-- generated: {key} -->\n", 1)[1].split(f"\n<!-- end generated: {key} -->", 1)[0]
-        assert block == markdown(ROOT / "experiments" / "results" / key), \
-            f"regenerate: python experiments/fairness_table.py experiments/results/{key} --write-docs docs/results.md"
+        folder = ROOT / "experiments" / "results" / key
+        again = f"regenerate: python experiments/fairness_table.py experiments/results/{key} --write-docs docs/results.md"
+        assert block == markdown(folder, compact=True), again
+        # the full table beside the runs: per class, exploratory results, provenance
+        assert (folder / "TABLE.md").read_text() == f"# {key}: the generated table\n\n{markdown(folder)}\n", again
+        assert f"({'../experiments/results/' + key + '/TABLE.md'})" in block
 
 
 def test_replace_block_keeps_the_rest_of_the_file():
@@ -63,7 +67,7 @@ def test_replace_block_keeps_the_rest_of_the_file():
 
 
 def test_a_run_trained_from_a_modified_tree_says_so():
-    from fairtui.runs.report import commit_label
+    from fairtui.runs.provenance import commit_label
 
     assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": False}) == "7278ca5"
     assert commit_label({"git_commit": "7278ca51052759ad", "git_dirty": True}) == "7278ca5 with uncommitted changes"

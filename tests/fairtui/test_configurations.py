@@ -104,7 +104,7 @@ def test_compare_by_profile_keeps_a_variant_of_a_profile_as_its_own_group(tmp_pa
 
 
 def test_runs_of_one_seed_are_warned_of_another_cpu_only_within_one_configuration(tmp_path):
-    from fairtui.runs.report import provenance_warnings
+    from fairtui.runs.provenance import provenance_warnings
 
     row = run(tmp_path, "20260101-000000-row000", "row", 0, cpu="AVX512 machine")
     probe = run(tmp_path, "20260101-000001-probe0", "row", 0, lr(0.1625), cpu="AVX2 machine")

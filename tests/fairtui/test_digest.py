@@ -199,7 +199,7 @@ def test_the_sessions_that_made_a_runs_numbers_are_kept_with_what_they_ran_on(tm
 
 
 def test_show_names_each_resume_that_ran_on_another_setup_or_did_not_say(tmp_path):
-    from fairtui.runs.report import provenance_line
+    from fairtui.runs.provenance import provenance_line
 
     same = _sessions_run(tmp_path / "same", [{"epoch": 2, "provenance": _provenance("b")}])
     line = provenance_line(RunView.load(same))
@@ -234,7 +234,7 @@ def test_show_names_a_resume_that_trained_on_another_device_or_precision(tmp_pat
     epochs with other arithmetic on the same commit and CPU record: the resume is named with the device and
     options it ran with, read from its ``runtime`` or, for older engines, its device text; a resume back to the
     CPU in fp32 is named again, and one that changes nothing is not."""
-    from fairtui.runs.report import provenance_line
+    from fairtui.runs.provenance import provenance_line
 
     gpu = "cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=0); autocast bfloat16, channels-last"
     run = _sessions_run(tmp_path, [{"epoch": 1, "provenance": _provenance("b"), "device": gpu},
@@ -251,7 +251,7 @@ def test_show_says_a_run_trained_in_bf16_and_not_one_in_fp32(tmp_path):
     train.amp = "bf16", or "auto" where it picks bf16): its numbers come from other arithmetic than an fp32 run's of
     the same profile and seed. An fp32 run's line does not mention it; an engine that did not name its device is
     not guessed at."""
-    from fairtui.runs.report import provenance_line
+    from fairtui.runs.provenance import provenance_line
 
     runs = {}
     for label, device in (("bf16", "cpu; autocast bfloat16, channels-last"), ("fp32", "cpu"), ("unsaid", None)):

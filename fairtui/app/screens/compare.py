@@ -48,7 +48,8 @@ class CompareScreen(Screen):
 
         from fairtui.judge.compare import CompareError
         from fairtui.judge.group_report import terminal
-        from fairtui.judge.groups import compare_groups, grouped
+        from fairtui.judge.groups import compare_groups
+        from fairtui.judge.sources import grouped
         from fairtui.runs.runfolder import RunView
 
         named = grouped([RunView.load(self.app.home / "runs" / r) for r in self.run_ids], "profile")
@@ -74,7 +75,7 @@ class CompareScreen(Screen):
             return
         self.query_one(GroupedBars).display = True
         from fairtui.judge.compare import CompareError, compare
-        from fairtui.runs.report import comparison_tables
+        from fairtui.judge.tables import comparison_tables
         from fairtui.runs.runfolder import RunView
 
         views = [RunView.load(self.app.home / "runs" / r) for r in self.run_ids]
