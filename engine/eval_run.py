@@ -49,12 +49,12 @@ def check_request(request: dict, profile: Profile) -> EvalRequest:
 
 def _same(event: dict, req: EvalRequest, attack: str, epoch: int, setting: dict) -> bool:
     """The stored result has this result's whole identity (engine.contract.results): it can be reused."""
-    from engine.contract.results import same_setting
+    from engine.contract.results import recorded_matches
 
     return (event.get("type") == "eval_result" and event.get("split") == req.split
             and event.get("checkpoint") == req.checkpoint and event.get("attack") == attack
             and event.get("epoch") == epoch and isinstance(event.get("setting"), dict)
-            and same_setting(event["setting"], setting))
+            and recorded_matches(event["setting"], setting))
 
 
 class PredictionCache:

@@ -7,7 +7,7 @@ Each (profile, seed) is a normal `fairtui run` in DIR (default ./.fairtui-digits
 can be traced to its run folder; a (profile, seed) already completed there is reused, not trained again. With
 --results, each run's small files (events.jsonl, profile.toml, meta.json; never checkpoints) are copied to
 DIR/<profile>/<run-id>/, so that the table can be checked against committed streams after the home is gone
-(experiments/results/digits/ holds docs/results.md's). Prints two Markdown tables:
+(experiments/results/digits/ holds docs/results.md's; its README the detail). Prints two Markdown tables:
 - the mean and a 95% confidence interval over seeds (Student's t, n - 1 degrees of freedom) of the
   average and worst-class test robust accuracy, for the best checkpoint (each method's own selection
   rule) and the last one, plus FAWA's averaged weights where the method has them;

@@ -247,13 +247,21 @@ def where_of(results: Path):
         return results
 
 
+def table_link(results: Path) -> str:
+    """The full table's link from docs/results.md."""
+    try:
+        return f"../{(results.resolve() / TABLE).relative_to(ROOT)}"
+    except ValueError:
+        return str(results / TABLE)
+
+
 def paired_lead(results: Path, short: bool) -> str:
     where = where_of(results)
     bases = f" --bases {where}-bases" if results.with_name(results.name + "-bases").is_dir() else ""
     lead = ("Each method against its base, paired by seed (PGD-20, points of %; `fairtui compare --results "
             f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same)")
     if short:
-        return lead + f"; the columns are explained in [TABLE.md]({TABLE}#paired):"
+        return lead + f"; the columns are explained in [{results.name}/{TABLE}]({table_link(results)}#paired):"
     return (lead + ": the mean difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the "
             "verdict at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
             "spread. Holm is the t-test's p adjusted over the table's methods at that checkpoint (a row "
@@ -278,12 +286,8 @@ def markdown(results: Path, rows: list[Row] | None = None, compact: bool = False
     if compact:
         if paired:
             parts += ["", paired_lead(results, short=True), "", *paired]
-        try:
-            link = f"../{(results.resolve() / TABLE).relative_to(ROOT)}"
-        except ValueError:
-            link = str(results / TABLE)
         parts += ["", f"Per-class accuracy, exploratory results and where each row ran: [{results.name}/{TABLE}]"
-                      f"({link})."]
+                      f"({table_link(results)})."]
         return "\n".join(parts)
     ckpt = "best" if any(r.results("best") for r in rows) else "last"
     parts += ["", f"Per-class PGD-20 accuracy of the {ckpt} checkpoint (%, mean ± 95% half-width over seeds):", "",

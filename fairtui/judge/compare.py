@@ -52,13 +52,13 @@ def pick_result(view: RunView, attack: str | None, checkpoint: str, split: str =
 def subset_results(view: RunView, n_per_class: int) -> dict[tuple[str, str, str], dict]:
     """The latest result per (split, checkpoint, attack) on N images per class, at the profile's settings
     otherwise (eps, step, seed, batching)."""
-    from engine.contract.results import requested_setting, same_setting
+    from engine.contract.results import recorded_matches, requested_setting
 
     out: dict[tuple[str, str, str], dict] = {}
     for e in view.eval_results():
         attack = e.get("attack", "")
         wanted = requested_setting(view.config, attack, n_per_class=n_per_class)
-        if e.get("setting") is not None and same_setting(e["setting"], wanted):
+        if e.get("setting") is not None and recorded_matches(e["setting"], wanted):
             out[(e.get("split"), e.get("checkpoint"), attack)] = e
     return out
 

@@ -101,7 +101,8 @@ def runtimes_of(members) -> list[str]:
 
 def protocol(member: Member) -> dict[str, Any]:
     """What makes two groups' numbers comparable: data set, training set size, model, and the headline attack,
-    its eps, the split and the subset it was measured on."""
+    its eps, the split, the fixed part of the test split a protocol takes (``data.test_per_class``) and the subset
+    it was measured on."""
     cfg, view = member.view.config, member.view
     data, model = cfg.get("data", {}), cfg.get("model", {})
     sizes = (view.started or {}).get("split_sizes", {}).get("train")
@@ -112,7 +113,8 @@ def protocol(member: Member) -> dict[str, Any]:
             "train_images": sum(sizes) if sizes else data.get("train_per_class"),
             "model": f"{model.get('arch')} (base width {model.get('base_width', 'default')})",
             "attack": result.get("attack"), "eps": None if eps is None else round(float(eps), 6),
-            "split": result.get("split"), "n_per_class": setting.get("n_per_class", result.get("n_per_class", 0))}
+            "split": result.get("split"), "test part (images a class)": data.get("test_per_class") or "whole split",
+            "n_per_class": setting.get("n_per_class", result.get("n_per_class", 0))}
 
 
 def protocol_difference(a: Member, b: Member) -> str | None:

@@ -182,17 +182,17 @@ def _show_outcome(view: RunView, code: int, err: Console) -> None:
 def requested_results(view: RunView, req: dict) -> dict[tuple[str, str, str], dict]:
     """The run's latest result of each attack of an evaluation request at exactly the requested setting
     (split, checkpoint, eps, subset, batching, seed): what the engine reuses unless the request forces."""
-    from engine.contract.results import requested_setting, same_setting
+    from engine.contract.results import recorded_matches, requested_setting
 
     results = {}
     cfg = view.config
     for e in view.eval_results():
         attack = e.get("attack")
         if attack in req["attacks"] and e.get("split") == req["split"] and e.get("checkpoint") == req["checkpoint"] \
-                and same_setting(e.get("setting") or {}, requested_setting(cfg, attack, req.get("eps"),
-                                                                          req.get("n_per_class", 0),
-                                                                          req.get("batch_size", 0),
-                                                                          req.get("seed"))):
+                and recorded_matches(e.get("setting") or {}, requested_setting(cfg, attack, req.get("eps"),
+                                                                              req.get("n_per_class", 0),
+                                                                              req.get("batch_size", 0),
+                                                                              req.get("seed"))):
             results[(req["split"], req["checkpoint"], attack)] = e
     return results
 

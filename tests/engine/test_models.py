@@ -62,7 +62,7 @@ def test_wide_resnet_rejects_a_bad_depth():
 def test_the_cpu_trains_in_bf16_when_asked_or_by_auto_where_it_has_bf16_units(monkeypatch):
     """#57: bf16 autocast with channels-last is the CPU's fast path, said in the run's device line. "bf16" asks for
     it anywhere; "auto" takes it only on a CPU with bf16 units (AVX512-BF16 or AMX, the flags faked both ways),
-    since the accuracy check found it within the seed spread there (docs/results.md, "Precision on the CPU");
+    since the accuracy check found it within the seed spread there (experiments/results/cifar10-cpu-precision/README.md);
     "none" is fp32 everywhere."""
     from engine import utils
     from engine.contract.config import TrainConfig

@@ -36,7 +36,8 @@ def test_a_row_is_the_mean_and_interval_of_its_runs_own_events():
     per_class = next(line for line in table.splitlines() if line.startswith("| PGD-AT | ") and line.count("|") == 12)
     first = per_class.split("|")[2].strip()
     assert first.startswith(f"{statistics.mean(headline(r, 'best')['robust_acc_per_class'][0] for r in runs) * 100:.1f}")
-    assert "on the whole test split (200 images)" in table  # from the runs' own split sizes
+    # from the runs' own split sizes and their profile's fixed test part (data.test_per_class = 20)
+    assert "on a fixed class-balanced part of the test split (20 images a class, 200 in all" in table
 
 
 def test_interval_is_students_t_half_width():

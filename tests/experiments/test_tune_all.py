@@ -1,6 +1,7 @@
 """experiments/tune_all.py: its search spaces (every key is one its digits profile takes at both ends of its
 range, and the value the profile (the paper) uses lies inside the range, as docs/sweeps-and-slurm.md says), its
-untuned rows, and its table, which docs/results.md holds as generated from the committed files."""
+untuned rows, and its table, which experiments/results/tune-digits/README.md holds as generated from the committed
+files."""
 
 from __future__ import annotations
 
@@ -53,10 +54,10 @@ def test_an_untuned_row_is_taken_from_the_digits_tables_home_only_at_the_same_se
 
 
 def test_the_docs_table_is_what_tune_all_makes_of_the_committed_files():
-    docs = (ROOT / "docs" / "results.md").read_text()
+    docs = (ROOT / "experiments" / "results" / "tune-digits" / "README.md").read_text()
     block = docs.split(DOCS_MARK.format("tune-digits") + "\n", 1)[1].split("\n" + DOCS_END.format("tune-digits"), 1)[0]
     assert block == table(ROOT / "experiments" / "results" / "tune-digits"), \
-        "regenerate: python experiments/tune_all.py --table-only --write-docs docs/results.md"
+        "regenerate: python experiments/tune_all.py --table-only --write-docs experiments/results/tune-digits/README.md"
 
 
 def test_the_table_pairs_seeds_and_ranks_methods(tmp_path):

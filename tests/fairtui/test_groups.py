@@ -85,13 +85,14 @@ def test_verdict_follows_the_interval():
 def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[float], clean: float = 0.8,
               dataset: str = "cifar10", eps: float = 4 / 255, init_from: str = "", method: str = "pgd_at",
               best: list[float] | None = None, epochs: tuple = (None, None), init: dict | None = None,
-              runtime: str | None = None) -> Path:
+              runtime: str | None = None, test_per_class: int = 0) -> Path:
     """A finished run's small files, as experiments/results holds them: run_started (with ``init``, what a
     fine-tune loaded, as the engine records it, and ``runtime``, what it trained with; none: fp32), one test result at the best checkpoint (``best``, else ``robust``)
     and the last (``robust``), of ``epochs``, and run_finished."""
     run_dir = root / profile / run_id
     run_dir.mkdir(parents=True)
-    config = {"name": profile, "seed": seed, "data": {"dataset": dataset, "train_per_class": 100},
+    config = {"name": profile, "seed": seed, "data": {"dataset": dataset, "train_per_class": 100,
+                                                      **({"test_per_class": test_per_class} if test_per_class else {})},
               "model": {"arch": "preact_resnet18", "base_width": 8}, "attack": {"eps": eps},
               "eval": {"eps": eps, "attacks": ["pgd20"]}, "method": {"name": method, "init_from": init_from}}
     (run_dir / "profile.toml").write_text(f'name = "{profile}"\nseed = {seed}\n')
@@ -251,6 +252,8 @@ def test_many_second_runs_of_a_seed_are_counted_in_the_text_and_listed_in_the_js
 def test_groups_whose_protocols_differ_are_not_paired(results, tmp_path):
     write_run(results, "digits-new", "20260103-000000-dig000", 0, [0.3] * 4, dataset="digits")
     write_run(results, "cpu-eps8", "20260103-000001-eps000", 0, [0.3] * 4, eps=8 / 255)
+    # a protocol whose headline is a fixed part of the test split (the quick protocol's) against the whole split's
+    write_run(results, "cpu-part", "20260103-000002-part00", 0, [0.3] * 4, test_per_class=200)
     out = fairtui_cmd("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base", "--json",
                       home=tmp_path / "home")
     doc = json.loads(out.stdout)
@@ -258,6 +261,7 @@ def test_groups_whose_protocols_differ_are_not_paired(results, tmp_path):
     reasons = {e["group"]: e["reason"] for e in doc["not_paired"]}
     assert reasons["digits-new"].startswith("dataset differs (digits against cifar10)")
     assert reasons["cpu-eps8"].startswith("eps differs")
+    assert reasons["cpu-part"].startswith("test part (images a class) differs (200 against whole split)")
 
 
 def test_explicit_groups_and_a_fine_tune_paired_with_the_runs_it_started_from(results, tmp_path):
