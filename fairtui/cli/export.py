@@ -70,7 +70,9 @@ def export(
         typer.echo(f"wrote {len(written)} run(s) under {output} (tensorboard --logdir {output})", err=True)
         return
     try:
-        rows = export_rows([RunView.load(d) for d in dirs], attack, checkpoint, n_per_class)
+        # runs named one by one are rows of their own; a --tag or --sweep selection is grouped by configuration
+        rows = export_rows([RunView.load(d) for d in dirs], attack, checkpoint, n_per_class,
+                           by_run=bool(runs) and not tag and not sweep)
     except CompareError as err:
         raise fail(str(err)) from None
     write_or_print(render(rows, fmt, checkpoint), output, force, home)

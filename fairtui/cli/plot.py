@@ -64,9 +64,18 @@ def plot(
     from fairtui.figures.make import PlotRequest, render
     from fairtui.runs.runfolder import RunView
 
-    request = PlotRequest(kind, attack, checkpoint, n_per_class, clean, key, width)
+    # runs named one by one are series of their own; a --tag or --sweep selection is grouped by configuration
+    request = PlotRequest(kind, attack, checkpoint, n_per_class, clean, key, width,
+                          by_run=bool(runs) and not tag and not sweep)
+    views = [RunView.load(d) for d in dirs]
+    if not request.by_run and kind in ("classes", "tradeoff"):
+        from fairtui.judge.compare import seed_groups
+
+        for _, _, aside in seed_groups(views):
+            for line in aside:
+                typer.echo(f"set aside (a replicate, not a seed): {line}", err=True)
     try:
-        data = render(request, [RunView.load(d) for d in dirs], fmt)
+        data = render(request, views, fmt)
         written = write_output(output, data, resolve_home(home), force)
     except (PlotError, OutputError) as err:
         raise fail(str(err)) from None

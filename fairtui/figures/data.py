@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from fairtui.judge.compare import CompareError, pick_result, result_setting, seed_groups, summarise
+from fairtui.judge.compare import CompareError, pick_result, result_setting, run_rows, seed_groups, summarise
 from fairtui.figures import PlotError
 from fairtui.runs.runfolder import RunView
 from fairtui.runs.runstate import ACCURACY_KEYS, RunState
@@ -61,6 +61,7 @@ class ResultFigure:
     class_names: list[str]
     series: list[Series]
     checkpoint: str
+    set_aside: list[str] = field(default_factory=list)  # replicates of a seed a series holds, named
 
     @property
     def mixed(self) -> bool:
@@ -78,17 +79,19 @@ class ResultFigure:
 
 
 def results(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0,
-            same_classes: bool = True) -> ResultFigure:
-    """Each seed group's results at (attack, checkpoint, subset), as `fairtui export` picks them."""
+            same_classes: bool = True, by_run: bool = False) -> ResultFigure:
+    """Each seed group's results at (attack, checkpoint, subset), as `fairtui export` picks them (``by_run``: each
+    run a series of its own, labelled by its name: runs named one by one). Replicates a group set aside are in
+    the figure's ``set_aside``."""
     if not views:
         raise PlotError("name at least one run")
-    groups = seed_groups(views)
+    groups = run_rows(views) if by_run else seed_groups(views)
     if len(groups) > MAX_SERIES:
         raise PlotError(f"{len(groups)} series (runs that differ in more than their seed); one figure shows "
                         f"at most {MAX_SERIES}, one colour each")
     names = views[0].class_names()
     out = []
-    for label, members in groups:
+    for label, members, _ in groups:
         series = Series(label, [v.run_id for v in members], "")
         settings = []
         for v in members:
@@ -105,7 +108,7 @@ def results(views: list[RunView], attack: str | None, checkpoint: str, n_per_cla
             series.summaries.append(summarise(result))
         series.setting = "; ".join(dict.fromkeys(settings))
         out.append(series)
-    return ResultFigure(names, out, checkpoint)
+    return ResultFigure(names, out, checkpoint, [line for _, _, aside in groups for line in aside])
 
 
 @dataclass

@@ -24,6 +24,7 @@ class PlotRequest:
     clean: bool = False  # classes: clean bars above the robust; curves: clean accuracy instead
     key: str | None = None  # state: the method_state key (default: the first class-wise one)
     width: float | None = None  # inches (default: two columns, 6.9; one column, 3.3, for confusion, tradeoff)
+    by_run: bool = False  # classes, tradeoff: each run a series of its own (runs named one by one)
 
 
 def build(request: PlotRequest, views: list[RunView]) -> "Figure":
@@ -41,11 +42,11 @@ def build(request: PlotRequest, views: list[RunView]) -> "Figure":
     if kind in ("curves", "state") and len(views) > MAX_PANELS:
         raise PlotError(f"{len(views)} runs: a {kind} figure has one panel per run, at most {MAX_PANELS}")
     if kind == "classes":
-        return draw.classes(data.results(views, request.attack, request.checkpoint, request.n_per_class),
-                            width, request.clean)
+        return draw.classes(data.results(views, request.attack, request.checkpoint, request.n_per_class,
+                                         by_run=request.by_run), width, request.clean)
     if kind == "tradeoff":
         return draw.tradeoff(data.results(views, request.attack, request.checkpoint, request.n_per_class,
-                                          same_classes=False), width)
+                                          same_classes=False, by_run=request.by_run), width)
     if kind == "curves":
         what = "clean" if request.clean else "robust"
         return draw.lines(data.curves(views, request.clean), f"val {what} acc. (%)",

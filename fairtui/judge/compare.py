@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.contract import metrics
 from engine.contract.protocol import RUNTIME_FP32
-from fairtui.runs.configurations import by_configuration, flatten, runtime_ran
+from fairtui.runs.configurations import by_configuration, flatten, replicates_apart, runtime_ran
 from fairtui.runs.runfolder import RunView
 
 
@@ -173,6 +173,7 @@ class ExportRow:
     # the attack and settings of the row's results ("pgd20, eps 0.2, whole split"), and the training's runtime
     # where it was not fp32 ("...; trained with autocast bfloat16, channels-last")
     setting: str = ""
+    set_aside: list[str] = field(default_factory=list)  # replicates of a seed the row holds, named
 
     def mean_std(self, key: str) -> tuple[float, float]:
         vals = [v for v in self.values.get(key, []) if v is not None and not math.isnan(v)]
@@ -181,10 +182,12 @@ class ExportRow:
         return statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
 
 
-def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
+def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView], list[str]]]:
     """The runs grouped by configuration (:func:`fairtui.runs.configurations.by_configuration`), each group with its
-    label ("at (seeds 0, 1, 2)"). A group that holds a seed twice is split by the run each started from
-    (fine-tunes of two bases that look alike: committed files whose bases are not at hand)."""
+    label ("at (seeds 0, 1, 2)") and the replicates it set aside: runs of one configuration and one seed are
+    replicates, never pooled as seeds (:func:`fairtui.runs.configurations.replicates_apart` keeps the first). A
+    group that holds a seed twice is split first by the run each started from (fine-tunes of two bases that look
+    alike: committed files whose bases are not at hand)."""
     out = []
     for label, members in by_configuration(views):
         seeds = [v.config.get("seed") for v in members]
@@ -195,9 +198,15 @@ def seed_groups(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
                 by_base.setdefault(repr(flatten(v.config).get("method.init_from")), []).append(v)
             parts = list(by_base.values())
         for part in parts:
-            seeds = sorted(v.config.get("seed") for v in part)
-            out.append((f"{label} (seeds {', '.join(map(str, seeds))})" if len(part) > 1 else label, part))
+            kept, aside = replicates_apart(part)
+            seeds = [v.config.get("seed") for v in kept]
+            out.append((f"{label} (seeds {', '.join(map(str, seeds))})" if len(kept) > 1 else label, kept, aside))
     return out
+
+
+def run_rows(views: list[RunView]) -> list[tuple[str, list[RunView], list[str]]]:
+    """Runs named one by one: each a row of its own, labelled by its name, in the order given."""
+    return [(v.name, [v], []) for v in views]
 
 
 def result_setting(view: RunView, result: dict, where: str = "") -> str:
@@ -208,9 +217,12 @@ def result_setting(view: RunView, result: dict, where: str = "") -> str:
     return setting_label(result) + where + ("" if runtime == RUNTIME_FP32 else f"; trained with {runtime}")
 
 
-def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0) -> list[ExportRow]:
+def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0,
+                by_run: bool = False) -> list[ExportRow]:
+    """The export's rows: one per configuration, its seeds pooled (replicates set aside and named), or with
+    ``by_run`` one per run, in the order given (runs the user named one by one)."""
     rows = []
-    for label, members in seed_groups(views):
+    for label, members, aside in (run_rows(views) if by_run else seed_groups(views)):
         values: dict[str, list[float]] = {k: [] for k in EXPORT_METRICS}
         settings = []
         for v in members:
@@ -231,5 +243,5 @@ def export_rows(views: list[RunView], attack: str | None, checkpoint: str, n_per
             s = summarise(result)
             for k in EXPORT_METRICS:
                 values[k].append(s[k])
-        rows.append(ExportRow(label, [v.run_id for v in members], values, "; ".join(dict.fromkeys(settings))))
+        rows.append(ExportRow(label, [v.run_id for v in members], values, "; ".join(dict.fromkeys(settings)), aside))
     return rows

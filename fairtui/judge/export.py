@@ -40,13 +40,18 @@ def caption(rows: list[ExportRow], checkpoint: str) -> tuple[str, bool]:
     return f"settings differ between rows (each row names its own) @ {checkpoint}", True
 
 
+def set_aside_lines(rows: list[ExportRow]) -> list[str]:
+    """One line for each replicate a row set aside: a second run of a seed the row already holds."""
+    return [f"set aside from {r.label} (a replicate, not a seed): {line}" for r in rows for line in r.set_aside]
+
+
 def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
     title, mixed = caption(rows, checkpoint)
     label = (lambda r: f"{r.label} [{r.setting}]") if mixed else (lambda r: r.label)  # noqa: E731
     if fmt == "json":
         return json.dumps({"checkpoint": checkpoint, "setting": None if mixed else rows[0].setting if rows else None,
                            "settings_differ": mixed, "units": FRACTION_UNITS,
-                           "rows": [{"label": r.label, "runs": r.runs, "setting": r.setting,
+                           "rows": [{"label": r.label, "runs": r.runs, "setting": r.setting, "set_aside": r.set_aside,
                                      **{k: {"mean": r.mean_std(k)[0], "std": r.mean_std(k)[1], "values": r.values[k]}
                                         for k in EXPORT_METRICS}} for r in rows]}, indent=1)
     header = ["Method"] + [HEADERS[k] for k in EXPORT_METRICS]
@@ -54,16 +59,18 @@ def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(["label", "n_runs", "setting", "checkpoint", "units"]
-                        + [f"{k}_{s}" for k in EXPORT_METRICS for s in ("mean", "std")])
+                        + [f"{k}_{s}" for k in EXPORT_METRICS for s in ("mean", "std")] + ["set_aside"])
         for r in rows:
             writer.writerow([csv_cell(r.label), len(r.runs), csv_cell(r.setting), checkpoint, FRACTION_UNITS]
-                            + [f"{v:.6g}" for k in EXPORT_METRICS for v in r.mean_std(k)])
+                            + [f"{v:.6g}" for k in EXPORT_METRICS for v in r.mean_std(k)]
+                            + [csv_cell("; ".join(r.set_aside))])
         return buf.getvalue()
     if fmt == "md":
         lines = [f"{title}; accuracies in %, CV in %^2", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join([md_cell(label(r))] + [_cell(r, k, " ± ") for k in EXPORT_METRICS]) + " |"
                   for r in rows]
+        lines += ["", *(md_cell(line) for line in set_aside_lines(rows))] if set_aside_lines(rows) else []
         return "\n".join(lines) + "\n"
     if fmt == "latex":
         esc = latex
@@ -73,6 +80,7 @@ def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
         lines += [" & ".join([esc(label(r))] + [_cell(r, k, r" $\pm$ ") for k in EXPORT_METRICS]) + r" \\"
                   for r in rows]
         lines += [r"\bottomrule", r"\end{tabular}"]
+        lines += [f"% {inert(line)}" for line in set_aside_lines(rows)]
         return "\n".join(lines) + "\n"
     raise ValueError(f"unknown format {fmt!r}; choose csv, md, latex or json")
 
@@ -91,6 +99,8 @@ def terminal_table(rows: list[ExportRow], checkpoint: str):
         table.add_column(SHORT_HEADERS[key], justify="right", no_wrap=True)
     for r in rows:
         table.add_row(f"{r.label} [{r.setting}]" if mixed else r.label, *[_cell(r, k, "±") for k in EXPORT_METRICS])
+    if set_aside_lines(rows):
+        table.caption, table.caption_justify = "\n".join(set_aside_lines(rows)), "left"
     return table
 
 

@@ -19,7 +19,7 @@ from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
 from fairtui.judge.sources import seed_of
-from fairtui.runs.configurations import profile_name, runtime_ran
+from fairtui.runs.configurations import first_of_each_seed, profile_name, runtime_ran
 from fairtui.runs.runfolder import RunView
 
 PAIRED_METRICS = ("worst_robust", "avg_robust")
@@ -80,7 +80,7 @@ def build_group(label: str, views: list[RunView], attack: str | None, checkpoint
     """A group of ``views``: each run's result at ``checkpoint`` (its headline one unless ``n_per_class``); a run
     without one, or a second run of a seed already in the group, is left out and named."""
     group = Group(label)
-    for view in sorted(views, key=lambda v: (seed_of(v) is None, seed_of(v) or 0, v.meta.get("created", 0))):
+    for view in sorted(views, key=first_of_each_seed):  # the one rule: the first run of a seed is the group's
         seed = seed_of(view)
         try:
             result = pick_result(view, attack, checkpoint, n_per_class=n_per_class)

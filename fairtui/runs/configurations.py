@@ -149,3 +149,33 @@ def by_configuration(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
                         [members[i] for i in idx]))
     order = {id(v): i for i, v in enumerate(views)}
     return sorted(out, key=lambda group: min(order[id(v)] for v in group[1]))
+
+
+def seed_key(view: RunView) -> int | None:
+    seed = view.config.get("seed")
+    return int(seed) if isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit()) else None
+
+
+def first_of_each_seed(view: RunView) -> tuple:
+    """The one order in which a configuration's runs claim their seeds: by seed, then the oldest first. Runs of one
+    configuration and one seed are replicates, not seeds: the first one to claim the seed is the group's, every
+    other is set aside and named (`compare`, `export`, `plot` and the app alike)."""
+    seed = seed_key(view)
+    return (seed is None, seed or 0, view.meta.get("created", 0))
+
+
+def replicates_apart(views: list[RunView]) -> tuple[list[RunView], list[str]]:
+    """One run per seed of ``views`` (one configuration), in :func:`first_of_each_seed`'s order, and a line for
+    each replicate set aside ("NAME [ID]: a second run of seed N"). Runs without a seed are all kept."""
+    kept: list[RunView] = []
+    aside: list[str] = []
+    seen: set[int] = set()
+    for view in sorted(views, key=first_of_each_seed):
+        seed = seed_key(view)
+        if seed is not None and seed in seen:
+            aside.append(f"{view.name} [{view.run_id}]: a second run of seed {seed}")
+            continue
+        if seed is not None:
+            seen.add(seed)
+        kept.append(view)
+    return kept, aside

@@ -18,13 +18,15 @@ def cli(*args, home):
 
 
 def test_export_groups_seeds_as_mean_and_std(tmp_path):
+    """A selection (--tag) is grouped by configuration, its seeds as mean and std; runs named one by one are rows
+    of their own (below)."""
     home = tmp_path / "home"
     for seed in (0, 1, 2):
         make_run(home, f"2026010{seed}-000000-s{seed}", name=f"cfa-s{seed}", seed=seed,
-                 profile=Profile(name="cfa", seed=seed))
+                 profile=Profile(name="cfa", seed=seed), tags=("table",))
     make_run(home, "20260109-000000-other", name="other", profile=Profile(name="other",
-                                                                              train=TrainConfig(epochs=3)))
-    runs = [f"2026010{s}-000000-s{s}" for s in (0, 1, 2)] + ["20260109-000000-other"]
+                                                                              train=TrainConfig(epochs=3)), tags=("table",))
+    runs = ["--tag", "table"]
     out = cli("export", *runs, "--format", "json", home=home)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["rows"]
@@ -39,6 +41,32 @@ def test_export_groups_seeds_as_mean_and_std(tmp_path):
     assert latex.returncode == 0 and r"\pm" in (tmp_path / "t.tex").read_text()
     csv = cli("export", *runs, "--format", "csv", home=home).stdout.splitlines()
     assert csv[0].startswith("label,n_runs,setting,checkpoint,units,avg_clean_mean") and len(csv) == 3
+
+
+def test_a_replicate_is_not_a_seed(tmp_path):
+    """Issue #75: two runs of one configuration and one seed (a reproducibility check) are replicates. Named one by
+    one they are two rows, by name, in the order given; in a selection they are one seed, and every format names
+    the run set aside."""
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-first0", name="first-cfg", seed=0, profile=Profile(name="quickstart"),
+             tags=("check",), t0=1000.0)
+    make_run(home, "20260101-000001-secnd0", name="second-cfg", seed=0, profile=Profile(name="quickstart"),
+             tags=("check",), t0=2000.0)
+    make_run(home, "20260101-000002-third1", name="third", seed=1, profile=Profile(name="quickstart", seed=1),
+             tags=("check",), t0=3000.0)
+    md = cli("export", "first-cfg", "second-cfg", "--format", "md", "--checkpoint", "last", home=home).stdout
+    labels = [line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ") and "Method" not in line]
+    assert labels == ["first-cfg", "second-cfg"]
+    assert [r["label"] for r in json.loads(cli("export", "second-cfg", "first-cfg", "--format", "json",
+                                                home=home).stdout)["rows"]] == ["second-cfg", "first-cfg"]
+    outputs = {fmt: cli("export", "--tag", "check", "--format", fmt, home=home) for fmt in ("md", "csv", "latex", "json")}
+    for fmt, out in outputs.items():
+        assert out.returncode == 0, (fmt, out.stderr)
+        assert "seeds 0, 0" not in out.stdout and "seeds 0, 1" in out.stdout, fmt
+        assert "second-cfg [20260101-000001-secnd0]: a second run of seed 0" in out.stdout, fmt
+    (row,) = json.loads(outputs["json"].stdout)["rows"]
+    assert row["runs"] == ["20260101-000000-first0", "20260101-000002-third1"]  # the first run of seed 0 stays
+    assert row["set_aside"] == ["second-cfg [20260101-000001-secnd0]: a second run of seed 0"]
 
 
 def test_exports_name_the_attack_and_its_setting_and_say_their_units(tmp_path):
@@ -122,14 +150,16 @@ def test_export_rows_are_in_the_order_given_and_two_configurations_of_one_profil
     from engine.contract.config import ModelConfig
 
     home = tmp_path / "home"
-    make_run(home, "20260101-000000-aaaaaa", name="big", profile=Profile(name="digits-dafa"))
-    make_run(home, "20260101-000001-bbbbbb", name="small",
+    make_run(home, "20260101-000000-aaaaaa", name="big", profile=Profile(name="digits-dafa"), tags=("t",), t0=2.0)
+    make_run(home, "20260101-000001-bbbbbb", name="small", tags=("t",), t0=1.0,
              profile=dataclasses.replace(Profile(name="digits-dafa"), model=ModelConfig(width=4)))
     out = fairtui_cmd("export", "20260101-000001-bbbbbb", "20260101-000000-aaaaaa", "--format", "csv", home=home)
     assert out.returncode == 0, out.stderr
     labels = [line.split(",")[0] for line in out.stdout.splitlines()[1:]]
-    assert labels == ["digits-dafa (model.width=4)", "digits-dafa (model.width=10)"]
-    assert labels[0] != labels[1]
+    assert labels == ["small", "big"]  # named one by one: rows by name, in the order given
+    out = fairtui_cmd("export", "--tag", "t", "--format", "csv", home=home)  # a selection: by configuration
+    labels = sorted(line.split(",")[0] for line in out.stdout.splitlines()[1:])
+    assert labels == ["digits-dafa (model.width=10)", "digits-dafa (model.width=4)"]
 
 
 def test_a_row_trained_in_bf16_says_so_and_a_table_that_mixes_runtimes_labels_each_row(tmp_path):
@@ -146,21 +176,22 @@ def test_a_row_trained_in_bf16_says_so_and_a_table_that_mixes_runtimes_labels_ea
     home = tmp_path / "home"
     for seed in (0, 1):
         trained_in(make_run(home, f"2026010{seed}-000000-new{seed}", name="new", seed=seed,
-                            profile=Profile(name="new", seed=seed)), bf16)
+                            profile=Profile(name="new", seed=seed), tags=("new", "both"), t0=1.0 + seed), bf16)
         make_run(home, f"2026010{seed}-000001-base{seed}", name="base", seed=seed,
-                 profile=Profile(name="base", seed=seed))
-    new, base = ["20260100-000000-new0", "20260101-000000-new1"], ["20260100-000001-base0", "20260101-000001-base1"]
+                 profile=Profile(name="base", seed=seed), tags=("base", "both"), t0=3.0 + seed)
+    new, base = ["--tag", "new"], ["--tag", "base"]
     alone = cli("export", *base, "--format", "md", home=home).stdout
     assert alone.startswith("pgd20, eps 0.03137, whole split @ best;") and "trained with" not in alone
     ours = cli("export", *new, "--format", "md", home=home).stdout
     assert ours.startswith(f"pgd20, eps 0.03137, whole split; trained with {bf16} @ best;")
-    mixed = cli("export", *new, *base, "--format", "md", home=home).stdout
+    mixed = cli("export", "--tag", "both", "--format", "md", home=home).stdout
     assert mixed.startswith("settings differ between rows (each row names its own)")
     assert f"| new (seeds 0, 1) [pgd20, eps 0.03137, whole split; trained with {bf16}] |" in mixed
     assert "| base (seeds 0, 1) [pgd20, eps 0.03137, whole split] |" in mixed
-    doc = json.loads(cli("export", *new, *base, "--format", "json", home=home).stdout)
-    assert [r["setting"] for r in doc["rows"]] == [f"pgd20, eps 0.03137, whole split; trained with {bf16}",
-                                                   "pgd20, eps 0.03137, whole split"]
+    doc = json.loads(cli("export", "--tag", "both", "--format", "json", home=home).stdout)
+    assert {r["label"]: r["setting"] for r in doc["rows"]} == {
+        "new (seeds 0, 1)": f"pgd20, eps 0.03137, whole split; trained with {bf16}",
+        "base (seeds 0, 1)": "pgd20, eps 0.03137, whole split"}
 
 
 def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp_path):
@@ -187,11 +218,11 @@ def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp
     from_at = [fine_tune(f"20260201-00000{s}-ftat{s}", s, str(bases["at", s] / "checkpoints" / "best.pt"))
                for s in (0, 1, 2)]
     groups = seed_groups(from_at)
-    assert [(label, len(members)) for label, members in groups] == [("frl (seeds 0, 1, 2)", 3)]
+    assert [(label, len(members)) for label, members, _ in groups] == [("frl (seeds 0, 1, 2)", 3)]
     from_trades = [fine_tune(f"20260202-00000{s}-fttr{s}", s, str(bases["trades", s])) for s in (0, 1)]
-    assert sorted(len(m) for _, m in seed_groups(from_at + from_trades)) == [2, 3]
+    assert sorted(len(m) for _, m, _ in seed_groups(from_at + from_trades)) == [2, 3]
     lost = [fine_tune(f"20260203-00000{i}-lost{i}", 0, f"/elsewhere/runs/2025-base{i}") for i in (0, 1)]
-    assert [len(m) for _, m in seed_groups(lost)] == [1, 1]  # seed 0 twice: not one group of "seeds 0, 0"
+    assert [len(m) for _, m, _ in seed_groups(lost)] == [1, 1]  # seed 0 twice: not one group of "seeds 0, 0"
 
 
 def test_a_base_not_at_hand_is_looked_for_again_once_it_arrives(tmp_path):
