@@ -1,5 +1,5 @@
 """What the training loop records: an epoch's training counts, and the payloads of `run_started` and
-`epoch_end` (DESIGN.md's event stream), built from the loop's numbers by pure functions."""
+`epoch_end` (the event stream of engine.contract.events), built from the loop's numbers by pure functions."""
 
 from __future__ import annotations
 

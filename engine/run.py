@@ -1,5 +1,5 @@
 """The engine process: `python -m engine train | eval | import RUN`, dispatched to its command's module
-(engine.train_run, engine.eval_run, engine.imported), each exiting with DESIGN.md's codes
+(engine.train_run, engine.eval_run, engine.imported), each exiting with the protocol's codes (engine.contract.protocol)
 (engine.process): 0 completed; 1 failed (the reason in `run_finished` and on stderr); 2 a bad
 profile; 130 stopped by SIGINT / SIGTERM (last checkpoint kept).
 """

@@ -139,7 +139,7 @@ def reason(launcher: dict[int, Any], own: dict[int, dict]) -> str:
 
 
 def outcome(run_dir: Path, nproc: int, launcher: dict[int, Any], stopped: bool, first_seq: int) -> int:
-    """Write ``run_finished`` if rank 0 did not; return the exit code (DESIGN.md: 0, 1, 2, 130)."""
+    """Write ``run_finished`` if rank 0 did not; return the exit code (engine.contract.protocol: 0, 1, 2, 130)."""
     from engine.contract.events import EventWriter, read_events
 
     own = read_failures(run_dir, range(nproc))

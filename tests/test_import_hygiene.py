@@ -1,4 +1,4 @@
-"""The import boundaries of DESIGN.md: the layering contracts of pyproject.toml ([tool.importlinter]: the
+"""The import boundaries: the layering contracts of pyproject.toml ([tool.importlinter]: the
 engine never imports the app, engine.contract never imports torch nor the rest of the engine, the app imports
 the engine through engine.contract alone, no import circles in any package),
 checked by import-linter; and, at run

@@ -1,4 +1,4 @@
-"""The run's event stream, ``events.jsonl``: one JSON object per line (see DESIGN.md)."""
+"""The run's event stream, ``events.jsonl``: one JSON object per line (docs/results-and-guarantees.md lists the events)."""
 
 from __future__ import annotations
 

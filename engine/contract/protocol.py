@@ -1,4 +1,4 @@
-"""The run folder's protocol between the engine and whoever starts, stops and watches it (torch-free): DESIGN.md's
+"""The run folder's protocol between the engine and whoever starts, stops and watches it (torch-free): the
 exit codes, the stop marker, ``engine.json`` (who runs the folder), the failure files through which a
 command tells the command line, and a rank tells rank 0, why it failed, and where a run's checkpoints are
 found (a fine-tune's ``init_from``)."""

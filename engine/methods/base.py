@@ -160,7 +160,7 @@ class Method:
         """Measure what the next epoch needs (after the loop's validation pass)."""
 
     def method_state(self) -> dict[str, Any]:
-        """The class-wise state for the `epoch_end` event (DESIGN.md names)."""
+        """The class-wise state for the `epoch_end` event (names fixed by the event stream's contract)."""
         return {}
 
     def measurements(self) -> dict[str, Any]:
