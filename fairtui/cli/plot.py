@@ -136,5 +136,8 @@ def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, 
         written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)
     except (PlotError, OutputError) as err:
         raise fail(str(err)) from None
+    for g in cmp.groups:  # the runs not drawn, and why
+        for line in g.left_out:
+            typer.echo(f"left out of {g.label}: {line}", err=True)
     typer.echo(f"wrote {written}", err=True)
     return 0

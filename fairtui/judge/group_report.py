@@ -186,6 +186,8 @@ def _markdown(cmp: GroupComparison) -> str:
             lines.append(f"\n{md_cell(against_start_text(p, cmp.checkpoint))}.")
         if p.reason is None and p.runtime_differs():
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(runtime_text(p))}.")
+    left = [f"left out of {g.label}: {line}" for g in cmp.groups for line in g.left_out]
+    lines += ["", *(md_cell(line) + "  " for line in left)] if left else []
     return "\n".join(lines) + "\n"
 
 
@@ -239,6 +241,7 @@ def _latex(cmp: GroupComparison) -> str:
         lines += [f"% {inert(against_start_text(p, cmp.checkpoint))}" for p in paired if p.against == "start"]
         lines += [f"% {inert(p.group)} against {inert(p.baseline)}: {inert(runtime_text(p))}" for p in paired
                   if p.runtime_differs()]
+    lines += [f"% left out of {inert(g.label)}: {inert(line)}" for g in cmp.groups for line in g.left_out]
     return "\n".join(lines) + "\n"
 
 
@@ -269,4 +272,8 @@ def _csv(cmp: GroupComparison) -> str:
                         cmp.checkpoint if p.against != "start" else f"{cmp.checkpoint} against the starts "
                         f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions",
                         csv_cell(" against ".join("; ".join(side) for side in p.runtimes()))])
+    for g in cmp.groups:  # a run left out of its group, and why (in the verdict column)
+        for line in g.left_out:
+            w.writerow(["left_out", csv_cell(g.label), "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "",
+                        csv_cell(setting), cmp.checkpoint, "", ""])
     return buf.getvalue()

@@ -18,7 +18,7 @@ from engine.contract import metrics
 from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
-from fairtui.judge.sources import seed_of
+from fairtui.judge.sources import non_finite, seed_of
 from fairtui.runs.configurations import first_of_each_seed, profile_name, runtime_ran
 from fairtui.runs.runfolder import RunView
 
@@ -87,11 +87,16 @@ def build_group(label: str, views: list[RunView], attack: str | None, checkpoint
         except CompareError:
             group.left_out.append(f"{view.name} [{view.run_id}]: no {attack or 'robust'} result at {checkpoint}")
             continue
+        bad = non_finite(result)
+        if bad:  # data, not a crash: the run is left out and named with the class
+            group.left_out.append(f"{view.name} [{view.run_id}]: a non-finite result at {checkpoint} ({bad})")
+            continue
         if seed is not None and seed in group.seeds:
             group.left_out.append(f"{view.name} [{view.run_id}]: a second run of seed {seed}")
             continue
         group.members.append(Member(view, seed, result, summarise(result)))
     return group
+
 
 
 def runtimes_of(members) -> list[str]:

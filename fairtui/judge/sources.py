@@ -3,6 +3,7 @@ seed, and the groups of ``--by`` (a profile's configurations, a name less its se
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -57,3 +58,12 @@ def group_keys(view: RunView, by: str) -> list[str]:
     if by == "sweep":
         return [view.meta["sweep"]] if view.meta.get("sweep") else []
     raise CompareError(f"--by must be one of {', '.join(BY)}, got {by!r}")
+
+
+def non_finite(result: dict) -> str | None:
+    """"robust accuracy of class 3 is nan" for a result holding a NaN or infinite class accuracy, else None."""
+    for key, what in (("robust_acc_per_class", "robust"), ("clean_acc_per_class", "clean")):
+        for c, value in enumerate(result.get(key) or []):
+            if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
+                return f"{what} accuracy of class {c} is {value}"
+    return None

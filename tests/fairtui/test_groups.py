@@ -499,3 +499,25 @@ def test_a_hostile_run_name_is_text_in_a_run_export(tmp_path):
         out = fairtui_cmd("export", "20260101-000000-aaaaaa", "--format", fmt, home=home)
         assert out.returncode == 0, out.stderr
         assert forbidden not in out.stdout and "\x07" not in out.stdout, fmt
+
+
+def test_a_non_finite_result_is_left_out_and_named_in_every_format(results, tmp_path):
+    """A committed run whose headline result holds a NaN (a damaged or hand-edited stream) is data, not a crash:
+    every group command leaves it out of its group and names it with the class, in every format."""
+    write_run(results, "cpu-new", "20260102-000009-nan009", 9, [float("nan"), 0.4, 0.5, 0.5])
+    write_run(results, "cpu-base", "20260101-000009-nan009", 9, [0.3, 0.4, float("inf"), 0.5])
+    home = tmp_path / "home"
+    args = ("--results", str(results), "--by", "profile", "--baseline", "cpu-base")
+    text = fairtui_cmd("compare", *args, home=home, env_extra={"COLUMNS": "200"})
+    assert text.returncode == 0, text.stderr
+    assert "a non-finite result at best (robust accuracy of class 0 is nan)" in " ".join(text.stdout.split())
+    doc = json.loads(fairtui_cmd("compare", *args, "--json", home=home).stdout)
+    left = {line for g in doc["groups"] for line in g["left_out"]}
+    assert any("20260101-000009-nan009" in line and "class 2 is inf" in line for line in left)
+    for fmt in ("md", "csv", "latex", "json"):
+        out = fairtui_cmd("export", *args, "--format", fmt, home=home)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (fmt, out.stderr[-500:])
+        assert "20260102-000009-nan009" in out.stdout + out.stderr, fmt
+    plot = fairtui_cmd("plot", "forest", *args, "-o", str(tmp_path / "f.png"), home=home)
+    assert plot.returncode == 0, plot.stderr[-500:]
+    assert "20260102-000009-nan009" in plot.stdout + plot.stderr
