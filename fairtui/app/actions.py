@@ -30,8 +30,11 @@ def stop_or_kill(screen: Screen, run_dir: Path) -> None:
                                              "now (SIGKILL)? It keeps its last checkpoint."), kill)
         return
     try:
-        stop_run(run_dir, wait=False)
-        screen.notify(f"stopping {run_dir.name}: it finishes its batch and keeps its checkpoint (s again: kill it)")
+        status = stop_run(run_dir, wait=False)
+        if status == "stopping":
+            screen.notify(f"stopping {run_dir.name}: it finishes its batch and keeps its checkpoint (s again: kill it)")
+        else:  # a queued run left the queue, or a Slurm job was cancelled
+            screen.notify(f"run {run_dir.name}: {status}")
     except StopError as err:
         screen.notify(str(err), severity="warning")
 

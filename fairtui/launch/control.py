@@ -183,8 +183,12 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
 
         cancel(run_dir)
         return "cancelled (scancel)"
-    if view.status() != "running" or not engine_alive(run_dir):
-        raise StopError(f"run {run_dir.name} is not running (status {view.status()})")
+    if view.status() == "queued" and not engine_alive(run_dir):
+        left = unqueue(run_dir)
+        if left is not None:
+            return left
+    if RunView.load(run_dir).status() != "running" or not engine_alive(run_dir):
+        raise StopError(f"run {run_dir.name} is not running (status {RunView.load(run_dir).status()})")
     info = engine_process(run_dir)
     from engine.contract.protocol import STOP_MARKER
 
@@ -203,6 +207,27 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
 
     RunIndex(run_dir.parent.parent).register(run_dir)
     return status
+
+
+UNQUEUED = "removed from the queue before it started; `fairtui resume` queues it again"
+
+
+def unqueue(run_dir: Path) -> str | None:
+    """Stop a queued run: take it off the local queue, and record it ``stopped`` (it never started, or it waited
+    to resume). None when the queue's worker started its engine meanwhile: then it is stopped as a running run."""
+    from engine.contract.protocol import record_end
+    from fairtui.launch.queue import LocalQueue
+    from fairtui.runs.runfolder import engine_starting
+    from fairtui.runs.store import RunIndex
+
+    LocalQueue(run_dir.parent.parent).cancel(run_dir.name)
+    if engine_starting(run_dir) or engine_alive(run_dir):
+        return None
+    (run_dir / "queued").unlink(missing_ok=True)
+    if RunView.load(run_dir).finished is None:  # never started: its end is recorded beside the stream
+        record_end(run_dir, "stopped", UNQUEUED)
+    RunIndex(run_dir.parent.parent).register(run_dir)
+    return "removed from the queue; it stays stopped"
 
 
 def update_meta(run_dir: Path, change: Callable[[dict], None]) -> dict:

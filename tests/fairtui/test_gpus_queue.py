@@ -236,3 +236,32 @@ def test_a_queued_run_says_what_it_waits_for(tmp_path, monkeypatch):
     assert waits["r0"] == "waits for cpu: 1 running, 0 ahead (1 a device: fairtui --per-gpu N)"
     assert waits["r1"].startswith("waits for cpu: 1 running, 1 ahead")
     assert waits["r2"].startswith("waits for 0: 0 running, 0 ahead")
+
+
+@pytest.mark.timeout(300)
+def test_stop_takes_a_queued_run_off_the_queue_and_resume_queues_it_again(tmp_path, tiny_profile):
+    """`fairtui stop` (and the app's `s`) on a run waiting in the queue: it leaves the queue and reads `stopped`,
+    nothing deleted; `fairtui resume` then trains it (#73: before, stop answered "not running" and only `d`,
+    deleting the run, took it off the queue)."""
+    import json
+
+    from fairtui.runs.runfolder import RunView
+    from tests.conftest import fairtui_cmd, make_run_dir
+
+    home = tmp_path / "home"
+    run_dir = make_run_dir(home, tiny_profile(), name="20260101-000000-waits0", overrides=("train.epochs=1",))
+    (run_dir / "meta.json").write_text(json.dumps({"run_id": run_dir.name, "name": "waits"}))
+    LocalQueue(home).submit(run_dir, GpuChoice(cpu=True))  # no worker: it waits, as behind a busy device
+    assert RunView.load(run_dir).status() == "queued"
+    out = fairtui_cmd("stop", "waits", "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    assert "removed from the queue; it stays stopped" in out.stderr
+    assert json.loads(out.stdout)["status"] == "removed from the queue; it stays stopped"
+    assert LocalQueue(home).entries() == [] and RunView.load(run_dir).status() == "stopped"
+    listed = json.loads(fairtui_cmd("ls", "--json", home=home).stdout)
+    assert [r["status"] for r in listed] == ["stopped"]
+    again = fairtui_cmd("stop", "waits", home=home)
+    assert again.returncode != 0 and "not running (status stopped)" in again.stderr
+    resumed = fairtui_cmd("resume", "waits", home=home, timeout=HANG_S)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert RunView.load(run_dir).status() == "completed"
