@@ -168,7 +168,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class Profile:
-    name: str = field("run")
+    name: str = field("run", max_len=200, one_line=True)  # as --name: shown by ls, show, compare and the app
     seed: int = field(0, min=0, max=2**63 - 1)  # int64
     description: str = field("", max_len=20_000)
     data: DataConfig = DataConfig()

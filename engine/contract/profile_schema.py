@@ -9,6 +9,8 @@ A field's `metadata` may carry:
 - ``fraction``: a float that may also be written as ``"8/255"``;
 - ``items_min`` / ``items_max``: bounds for every item of a tuple; ``items_choices``: its allowed values;
 - ``max_len``: the longest string (default MAX_STRING); ``allow_inf``: a float may be +inf;
+- ``one_line``: a string that is shown as a name (a profile's ``name``): no control character (an escape
+  sequence would act on the terminal that prints it), no bidirectional or zero-width control;
 - ``percent``: an item of an integer tuple may also be a percentage string, ``"50%"`` (kept as it is
   for the caller to resolve, e.g. milestones as a share of the epochs).
 Every float must be finite unless ``allow_inf``.
@@ -28,6 +30,8 @@ from typing import Any
 # Size limits: a profile is copied into the run folder, every event stream and every checkpoint.
 MAX_STRING = 4096  # characters of any string value (a description: DESCRIPTION_MAX)
 MAX_ITEMS = 1000  # items of any list (milestones, class-wise vectors up to 1,000 classes)
+# bidirectional overrides and isolates, and zero-width characters: they make a name print as another
+NOT_IN_A_NAME = frozenset("\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff")
 
 
 class ProfileError(ValueError):
@@ -95,6 +99,10 @@ def _coerce_scalar(value: Any, tp: Any, meta: dict) -> Any:
         limit = meta.get("max_len", MAX_STRING)
         if len(value) > limit:
             raise ValueError(f"at most {limit} characters, got {len(value)}")
+        if meta.get("one_line"):
+            bad = next((c for c in value if c in NOT_IN_A_NAME or ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f), None)
+            if bad is not None:
+                raise ValueError(f"no control characters in a name: {value!r} holds U+{ord(bad):04X}")
         return value
     raise TypeError(f"unsupported field type {tp!r}")  # a bug in a schema, not in a profile
 

@@ -136,7 +136,9 @@ def render(doc: dict) -> str:
     if doc.get("finished"):
         f = doc["finished"]
         lines.append(f"test split: trial {f['trial']}'s run {f['run_id']} ({f['attacks']}): fairtui show {f['run_id']}")
-    return "\n".join(lines)
+    from fairtui.runs.usertext import inert
+
+    return "\n".join(inert(line) for line in lines)  # a journal is input: its names never reach the terminal raw
 
 
 def _cell(value) -> str:

@@ -62,6 +62,6 @@ def comparison_tables(cmp) -> list[Table]:
         for label in labels:
             diff.add_column(label)
         for key, values in cmp.diff.items():
-            diff.add_row(key, *["-" if v is None else str(v) for v in values])
+            diff.add_row(inert(key, markup=True), *["-" if v is None else inert(str(v), markup=True) for v in values])
         tables.append(diff)
     return tables

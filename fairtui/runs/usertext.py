@@ -16,8 +16,11 @@ NAME_MAX = 200  # characters of a run's or sweep's name
 TAG_MAX = 100
 NOTE_MAX = 20_000
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_NOTE_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newline and tab are a note's own
+# control characters; bidirectional overrides and isolates and zero-width characters too, which make a name print as
+# another ("evil<U+202E>txt.exe" shows as "evilexe.txt")
+_INVISIBLE = "\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff"
+_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
+_NOTE_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE}]")  # newline and tab are a note's own
 
 
 class UserTextError(ValueError):

@@ -223,3 +223,42 @@ def test_a_profile_named_without_its_folder_and_a_section_key_at_the_top_level_g
     proc = fairtui_cmd("run", "profiles/digits-at.toml", "--set", "epochs=3", home=home)
     assert proc.returncode == 2 and "epochs: unknown key; did you mean train.epochs?" in proc.stderr, proc.stderr
     assert untouched(home)
+
+
+@pytest.mark.parametrize("name", ["ok\x1b]0;PWNED\x07", "evil\u202etxt.exe", "zero\u200bwidth", "bell\x07"])
+def test_a_profile_name_is_checked_like_a_run_name(tmp_path, tiny_profile, name):
+    """#71: `--set name=...` (or a profile's own name) with a control, bidirectional or zero-width character is
+    refused like `--name`, with one line and exit 2, before anything exists."""
+    home = tmp_path / "home"
+    out = fairtui_cmd("run", str(tiny_profile()), "--set", f"name={name}", home=home)
+    assert out.returncode == 2 and "name" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    refused = fairtui_cmd("run", str(tiny_profile()), "--name", name, home=home)
+    assert refused.returncode == 2 and "control character" in refused.stderr
+
+
+def test_text_from_a_home_or_a_journal_reaches_the_terminal_inert():
+    """Whatever a home or a study's journal already holds (written before the checks, or by hand) is printed with
+    its control, bidirectional and zero-width characters as visible escapes: `compare RUN RUN`'s table of the
+    keys that differ and `tune show` as well as `ls`."""
+    from rich.console import Console
+
+    from fairtui.cli.tune import render
+    from fairtui.judge.tables import comparison_tables
+    from fairtui.runs.usertext import inert
+
+    assert inert("evil\u202etxt.exe") == "evil\\u202etxt.exe" and inert("a\u200bb") == "a\\u200bb"
+    doc = {"space": {}, "study": "s\x1b]0;PWNED\x07", "profile_path": "p\u202e.toml", "objective": "worst",
+           "trials": [], "budget": 1, "pruner": "none"}
+    text = render(doc)
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "\\x1b]0;PWNED\\x07" in text
+
+    class Cmp:  # the parts of a comparison the tables read
+        columns, baseline, checkpoint, mixed, settings, class_names = [], 0, "best", False, ["s"], []
+        diff = {"name": ["ok\x1b]0;PWNED\x07", "fine"]}
+
+    console = Console(record=True, width=200)
+    for table in comparison_tables(Cmp()):
+        console.print(table)
+    shown = console.export_text()
+    assert "\x1b]0" not in shown and "\\x1b]0;PWNED\\x07" in shown
