@@ -101,7 +101,8 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 def _profile_hint(path: Path) -> str:
     """"; did you mean profiles/digits-at.toml?" for a profile named without its folder or suffix."""
     name = path.name if path.suffix == ".toml" else f"{path.name}.toml"
-    for candidate in (Path("profiles") / name, path.with_name(name)):
+    names = dict.fromkeys((name, name.replace("_", "-")))  # profiles/cifar10_cpu_trades.toml: its hyphens
+    for candidate in (c for n in names for c in (Path("profiles") / n, path.with_name(n))):
         if candidate != path and candidate.is_file():
             return f"; did you mean {candidate}?"
     return ""
@@ -158,6 +159,10 @@ def check_data_root(profile: Profile, file: str) -> None:
         raise ProfileError(file, "data.root", f"{str(root)!r} is a file, not a folder: {fix}")
     if expected and not all((root / part).exists() for part in expected[0]):
         missing = next(part for part in expected[0] if not (root / part).exists())
+        parent = root.parent
+        if all((parent / part).exists() for part in expected[0]):  # the data set's own folder given for its parent
+            raise ProfileError(file, "data.root", f"{str(root)!r} is the data set's own folder; give the folder that "
+                               f"holds it: --set data.root={parent}")
         raise ProfileError(file, "data.root", f"{str(root)!r} has no {missing}: {fix}")
 
 
@@ -182,7 +187,7 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
         except ProfileError as err:
             # Name --set as the culprit when the bad key was set there.
             keys = {parse_override(o)[0] for o in overrides}
-            if err.key in keys:
+            if err.key in keys or any(k.startswith(err.key + ".") for k in keys):  # trian.epochs: "trian" unknown
                 hint = _section_hint(err.key) if "." not in err.key and err.problem.startswith("unknown key") else ""
                 raise ProfileError("--set", err.key, err.problem.replace(" (known:", hint + " (known:", 1)
                                    if hint else err.problem) from None

@@ -262,3 +262,21 @@ def test_text_from_a_home_or_a_journal_reaches_the_terminal_inert():
         console.print(table)
     shown = console.export_text()
     assert "\x1b]0" not in shown and "\\x1b]0;PWNED\\x07" in shown
+
+
+def test_three_mistakes_a_new_user_made_get_their_fix(tmp_path, tiny_profile):
+    """#73: a profile named with underscores, a misspelt section given with --set, and data.root set to the data
+    set's own folder: each refused in one line that names the fix."""
+    from tests.conftest import ROOT
+
+    out = fairtui_cmd("run", "profiles/cifar10_cpu_trades.toml", home=tmp_path / "h")
+    assert out.returncode == 2 and "did you mean profiles/cifar10-cpu-trades.toml?" in out.stderr
+    out = fairtui_cmd("run", str(tiny_profile()), "--set", "trian.epochs=5", home=tmp_path / "h")
+    assert out.returncode == 2 and "--set: trian: unknown key; did you mean 'train'?" in out.stderr
+    own = tmp_path / "data" / "cifar-10-batches-py"
+    own.mkdir(parents=True)
+    (own / "test_batch").write_bytes(b"")
+    out = fairtui_cmd("run", str(ROOT / "profiles" / "cifar10-cpu-quick-at.toml"), "--set", f"data.root={own}",
+                      home=tmp_path / "h")
+    assert out.returncode == 2 and f"give the folder that holds it: --set data.root={own.parent}" in out.stderr
+    assert not (tmp_path / "h" / "runs").exists() or not any((tmp_path / "h" / "runs").iterdir())
