@@ -6,13 +6,16 @@ starts the validation again from the RNG states it began with. One process only:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from engine import metrics
+from engine.checkpoint import CheckpointError
 from engine.epoch_record import EpochStats
 from engine.utils import rng_state, set_rng_state
 
@@ -37,6 +40,7 @@ class StopPoints:
             "ema": self.ema.state if self.ema is not None else None,
             "method_batch": {k: v.detach().cpu() for k, v in self.method.batch_state().items()},
             "rng": rng if rng is not None else rng_state(), "counts": counts,
+            "identity": self._partial_identity(epoch),
         })
         where = f"after batch {done} of {batches}" if phase == "train" else "in the validation"
         log.info("stopped %s of epoch %d: kept in %s; the resume continues from there", where, epoch,
@@ -86,12 +90,59 @@ class StopPoints:
                 "clean_hits": stats.clean.hits.cpu(), "clean_total": stats.clean.total.cpu(),
                 "robust_hits": stats.robust.hits.cpu(), "robust_total": stats.robust.total.cpu()}
 
+    def _partial_identity(self, epoch: int) -> dict[str, Any]:
+        """What a partial.pt continues: this run, its seed and resolved profile, and the last.pt it follows."""
+        from engine.checkpoint import sha256_of
+        from engine.contract.profile_io import dumps_profile
+
+        last = self.store.last_path
+        return {"run_id": self.run_dir.name, "seed": self.profile.seed,
+                "profile_sha256": hashlib.sha256(dumps_profile(self.profile).encode()).hexdigest(),
+                "last_epoch": epoch - 1, "last_sha256": sha256_of(last) if last.is_file() else None}
+
+    def _identity_differs(self, recorded: dict[str, Any] | None, last_epoch: int) -> str | None:
+        """What sets a partial.pt apart from this run (None: it is this run's; a file from before partial.pt
+        recorded its identity is taken on its epoch alone, as it was then)."""
+        if not isinstance(recorded, dict):
+            return None
+        mine = self._partial_identity(last_epoch + 1)
+        names = {"run_id": "the run", "seed": "the seed", "profile_sha256": "the resolved profile",
+                 "last_epoch": "the epoch of the last checkpoint it follows", "last_sha256": "the last checkpoint"}
+        for key, what in names.items():
+            if recorded.get(key) != mine[key]:
+                return f"{what} differs ({recorded.get(key)!r} against this run's {mine[key]!r})" \
+                    if key in ("run_id", "seed", "last_epoch") else f"{what} differs"
+        return None
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        """Keep ``path`` beside the checkpoints under another name, say so in one line, and start the epoch again
+        from last.pt (as after a kill: nothing of the run is lost)."""
+        if self.store.writer:
+            aside = path.with_name(f"{path.name}.set-aside-{int(time.time())}")
+            try:
+                path.rename(aside)
+            except OSError:
+                path.unlink(missing_ok=True)
+                aside = None
+        log.warning("%s %s: set aside%s; the epoch starts again from the last checkpoint", path.name, why,
+                    f" as {aside.name}" if self.store.writer and aside is not None else "")
+        return None
+
     def _resume_point(self, last_epoch: int) -> dict[str, Any] | None:
         """partial.pt when it continues ``last_epoch`` (the epoch of last.pt, 0: none) and this run can
         take it up; else None (and the file goes)."""
-        if not self.store.partial_path.exists():
+        path = self.store.partial_path
+        if not path.exists() and not path.is_symlink():
             return None
-        point = self.store.load_partial(self.rt.device)
+        if not path.is_file():  # a FIFO, a folder or a dangling link where the file was: never opened (a FIFO hangs)
+            return self._set_aside(path, "is not a plain file")
+        try:
+            point = self.store.load_partial(self.rt.device)
+        except CheckpointError as err:  # cut, empty or damaged: the epoch starts again from last.pt, losing nothing
+            return self._set_aside(path, f"cannot be read ({str(err).splitlines()[0][:160]})")
+        differs = self._identity_differs(point.get("identity"), last_epoch)
+        if differs:
+            return self._set_aside(path, f"is not this run's: {differs}")
         if point["epoch"] != last_epoch + 1:
             log.warning("%s is of epoch %d, not the epoch after the last checkpoint (%d): not used",
                         self.store.partial_path.name, point["epoch"], last_epoch)

@@ -194,3 +194,52 @@ def test_a_fine_tune_stopped_in_its_first_epoch_restarts_only_from_the_weights_i
     finals = lambda run: [(e["checkpoint"], e["robust_acc_per_class"])  # noqa: E731
                           for e in events_of(run) if e["type"] == "eval_result"]
     assert finals(stopped) == finals(straight)
+
+
+def test_another_runs_partial_checkpoint_is_set_aside_and_the_run_ends_as_if_never_stopped(tmp_path, tiny_profile):
+    """#71: partial.pt records what it continues (run, seed, resolved profile, the last.pt it follows). Another run's
+    partial.pt copied over this run's (same epoch, same batch count) is set aside with one line naming what
+    differs, and the resume restarts the epoch from last.pt: the run ends at the uninterrupted run's weights."""
+    import shutil
+
+    overrides = ("train.epochs=3",)
+    profile = tiny_profile()
+    straight = make_run_dir(tmp_path, profile, "straight", overrides)
+    assert run_engine(straight).returncode == 0
+    mine = make_run_dir(tmp_path, profile, "mine", overrides)
+    other = make_run_dir(tmp_path, profile, "other", (*overrides, "seed=11", "train.lr=0.09"))
+    assert stop_inside(mine, 2, "train", 2).returncode == 130
+    assert stop_inside(other, 2, "train", 3).returncode == 130
+    shutil.copy(other / "checkpoints" / "partial.pt", mine / "checkpoints" / "partial.pt")
+    resumed = run_engine(mine)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "partial.pt is not this run's: the run differs ('other' against this run's 'mine')" in resumed.stderr
+    assert "set aside as partial.pt.set-aside-" in resumed.stderr
+    assert [e for e in events_of(mine) if e["type"] == "run_resumed"][0].get("batch") is None
+    sa = torch.load(straight / "checkpoints" / "last.pt", weights_only=True)
+    sb = torch.load(mine / "checkpoints" / "last.pt", weights_only=True)
+    for key in sa["model"]:
+        assert torch.equal(sa["model"][key], sb["model"][key]), key
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage", "fifo"])
+def test_a_damaged_partial_checkpoint_never_blocks_the_run(tmp_path, tiny_profile, damage):
+    """#71: a partial.pt cut short, emptied, overwritten or replaced by a FIFO (which would hang a reader) is set
+    aside with one line, and the resume starts the epoch again from last.pt, as after a kill: the run completes."""
+    import os
+
+    run_dir = make_run_dir(tmp_path, tiny_profile(), "run", ("train.epochs=3",))
+    assert stop_inside(run_dir, 2, "train", 2).returncode == 130
+    path = run_dir / "checkpoints" / "partial.pt"
+    data = path.read_bytes()
+    path.unlink()
+    if damage == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"not a checkpoint"}[damage])
+    resumed = run_engine(run_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    reason = "is not a plain file" if damage == "fifo" else "cannot be read"
+    assert f"partial.pt {reason}" in resumed.stderr and "the epoch starts again from the last checkpoint" in \
+        resumed.stderr
+    assert events_of(run_dir)[-1]["status"] == "completed"
