@@ -117,16 +117,15 @@ class StopPoints:
     def _set_aside(self, path: Path, why: str) -> None:
         """Keep ``path`` beside the checkpoints under another name, say so in one line, and start the epoch again
         from last.pt (as after a kill: nothing of the run is lost)."""
-        if self.store.writer:
-            aside = path.with_name(f"{path.name}.set-aside-{int(time.time())}")
+        aside = path.with_name(f"{path.name}.set-aside-{int(time.time())}") if self.store.writer else None
+        if aside is not None:
             try:
                 path.rename(aside)
             except OSError:
                 path.unlink(missing_ok=True)
                 aside = None
         log.warning("%s %s: set aside%s; the epoch starts again from the last checkpoint", path.name, why,
-                    f" as {aside.name}" if self.store.writer and aside is not None else "")
-        return None
+                    f" as {aside.name}" if aside is not None else "")
 
     def _resume_point(self, last_epoch: int) -> dict[str, Any] | None:
         """partial.pt when it continues ``last_epoch`` (the epoch of last.pt, 0: none) and this run can

@@ -61,7 +61,6 @@ class ResultFigure:
     class_names: list[str]
     series: list[Series]
     checkpoint: str
-    set_aside: list[str] = field(default_factory=list)  # replicates of a seed a series holds, named
 
     @property
     def mixed(self) -> bool:
@@ -81,8 +80,8 @@ class ResultFigure:
 def results(views: list[RunView], attack: str | None, checkpoint: str, n_per_class: int = 0,
             same_classes: bool = True, by_run: bool = False) -> ResultFigure:
     """Each seed group's results at (attack, checkpoint, subset), as `fairtui export` picks them (``by_run``: each
-    run a series of its own, labelled by its name: runs named one by one). Replicates a group set aside are in
-    the figure's ``set_aside``."""
+    run a series of its own, labelled by its name: runs named one by one; the replicates a group sets aside are
+    named by `fairtui plot` on stderr)."""
     if not views:
         raise PlotError("name at least one run")
     groups = run_rows(views) if by_run else seed_groups(views)
@@ -108,7 +107,7 @@ def results(views: list[RunView], attack: str | None, checkpoint: str, n_per_cla
             series.summaries.append(summarise(result))
         series.setting = "; ".join(dict.fromkeys(settings))
         out.append(series)
-    return ResultFigure(names, out, checkpoint, [line for _, _, aside in groups for line in aside])
+    return ResultFigure(names, out, checkpoint)
 
 
 @dataclass

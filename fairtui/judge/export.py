@@ -70,7 +70,8 @@ def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join([md_cell(label(r))] + [_cell(r, k, " ± ") for k in EXPORT_METRICS]) + " |"
                   for r in rows]
-        lines += ["", *(md_cell(line) for line in set_aside_lines(rows))] if set_aside_lines(rows) else []
+        aside = set_aside_lines(rows)
+        lines += ["", *(md_cell(line) for line in aside)] if aside else []
         return "\n".join(lines) + "\n"
     if fmt == "latex":
         esc = latex

@@ -18,8 +18,8 @@ from engine.contract import metrics
 from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
-from fairtui.judge.sources import non_finite, seed_of
-from fairtui.runs.configurations import first_of_each_seed, profile_name, runtime_ran
+from fairtui.judge.sources import non_finite
+from fairtui.runs.configurations import first_of_each_seed, profile_name, runtime_ran, seed_key as seed_of
 from fairtui.runs.runfolder import RunView
 
 PAIRED_METRICS = ("worst_robust", "avg_robust")

@@ -1,5 +1,5 @@
-"""Where a comparison's runs come from and how they form groups: the run folders of a ``--results`` folder, a run's
-seed, and the groups of ``--by`` (a profile's configurations, a name less its seed suffix, a tag, a sweep)."""
+"""Where a comparison's runs come from and how they form groups: the run folders of a ``--results`` folder, the
+groups of ``--by`` (a profile's configurations, a name less its seed suffix, a tag, a sweep)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,6 @@ def results_runs(folder: Path) -> list[Path]:
     return found
 
 
-def seed_of(view: RunView) -> int | None:
-    seed = view.config.get("seed")
-    return int(seed) if isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit()) else None
 
 
 def grouped(views: list[RunView], by: str) -> dict[str, list[RunView]]:
