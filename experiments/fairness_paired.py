@@ -53,7 +53,7 @@ def paired_table(results: Path, rows: "list[Row]", checkpoints: tuple[str, ...] 
     if not lines:
         return []
     return ["| method | base | checkpoint | seeds paired | worst class, difference [95% CI] | p (t / exact / Holm) | "
-            "verdict | seeds for 80% power | average, difference [95% CI] | verdict |",
+            "verdict | 80% power for (points) / seeds for 2 points | average, difference [95% CI] | verdict |",
             "|---|---|---|---|---|---|---|---|---|---|", *lines]
 
 
@@ -68,7 +68,7 @@ def holm_in_family(family: dict[str, float], method: str, p: float) -> float:
 
 def paired_line(row: "Row", base: "Row", p, ckpt: str, p_holm: float) -> str:
     """One row of the paired block: the worst class's and the average's difference with their verdicts."""
-    from fairtui.judge.group_report import needed_text, p_text, pct, seeds_text
+    from fairtui.judge.group_report import detectable_text, needed_text, p_text, pct, seeds_text
 
     w, a = p.results["worst_robust"], p.results["avg_robust"]
     seeds = seeds_text([m.seed for m, _ in p.pairs])
@@ -82,5 +82,5 @@ def paired_line(row: "Row", base: "Row", p, ckpt: str, p_holm: float) -> str:
         seeds += " (each with the run it started from)"
     return (f"| {row.label} | {base.label} | {where} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
             f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} / {p_text(p_holm)} | {w.verdict} | "
-            f"{needed_text(w.seeds_needed)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, {pct(a.ci95[1], True)}] "
+            f"{detectable_text(w)} / {needed_text(w.seeds_for_effect)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, {pct(a.ci95[1], True)}] "
             f"| {a.verdict} |")

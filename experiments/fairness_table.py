@@ -263,8 +263,9 @@ def paired_lead(results: Path, short: bool) -> str:
     if short:
         return lead + f"; the columns are explained in [{results.name}/{TABLE}]({table_link(results)}#paired):"
     return (lead + ": the mean difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the "
-            "verdict at 5%, and the seeds that would detect the observed difference with 80% power at its observed "
-            "spread. Holm is the t-test's p adjusted over the table's methods at that checkpoint (a row "
+            "verdict at 5%, the planning numbers (the smallest difference these seeds detect with 80% power, and the "
+            "seeds that detect 2 points, both from the observed spread of the differences: never power at the "
+            "observed difference, which only restates p). Holm is the t-test's p adjusted over the table's methods at that checkpoint (a row "
             "against the starts in its method's place; `compare` adjusts over the groups it is given "
             "instead): the verdicts are each method's own, and Holm says which survive being one of many. "
             "A fine-tune has a second row against the checkpoints its runs started from (`--against-start`): "

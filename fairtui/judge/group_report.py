@@ -44,6 +44,17 @@ def compact_seeds(seeds: list) -> str:
     return ",".join("?" if s is None else str(s) for s in seeds)
 
 
+def detectable_text(r) -> str:
+    """The smallest difference a pairing's seeds detect with 80% power, in points: "3.1", or "-" below two pairs."""
+    return "-" if r.detectable is None else f"{100 * r.detectable:.1f}"
+
+
+def planning_text(r) -> str:
+    """The planning line of a paired result: "80% power for 1.9 points at these seeds; 8 seeds for 2.0 points"."""
+    return (f"80% power for {detectable_text(r)} points at these seeds; {needed_text(r.seeds_for_effect)} seeds for "
+            f"{100 * r.effect:.1f}")
+
+
 def needed_text(n: int | None) -> str:
     from fairtui.judge.stats import SEEDS_NEEDED_MAX
 
@@ -130,9 +141,9 @@ def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
         ci = f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]"
         lines.append(f"  {word:<7} {pct(r.mean, True)} points {ci}  p {p_text(r.p)} (t), "
                      f"{p_text(r.p_permutation)} (exact)")
-        need = needed_text(r.seeds_needed)
         holm = f"; Holm p {p_text(r.p_holm)}" if family > 1 else ""
-        lines.append(f"          {r.verdict}; 80% power at {need} seeds{holm}")
+        lines.append(f"          {r.verdict}{holm}")
+        lines.append(f"          {planning_text(r)}")
     rho = [f"{x:+.2f}" if x is not None else "-" for x in p.rho]
     mean = [x for x in p.rho if x is not None]
     if rho:
@@ -160,12 +171,13 @@ def _pair_cells(p: Pairing, metric: str) -> list[str]:
     r = p.results[metric]
     return [p.group, p.baseline, METRIC_WORDS[metric], str(r.n), pct(r.mean, True),
             f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]", p_text(r.p), p_text(r.p_permutation),
-            p_text(r.p_holm), r.verdict, needed_text(r.seeds_needed), seeds_text(p.dropped_seeds) or "-"]
+            p_text(r.p_holm), r.verdict, detectable_text(r), needed_text(r.seeds_for_effect),
+            seeds_text(p.dropped_seeds) or "-"]
 
 
 GROUP_HEAD = ["group", "n", "seeds", "clean", "robust avg", "robust worst", "CV"]
 PAIR_HEAD = ["group", "baseline", "metric", "n", "difference (points)", "95% CI", "p (t)", "p (exact)", "p (t, Holm)",
-             "verdict", "seeds for 80% power", "dropped seeds"]
+             "verdict", "80% power for (points)", "seeds for the named effect", "dropped seeds"]
 
 
 def _markdown(cmp: GroupComparison) -> str:
@@ -234,7 +246,7 @@ def _latex(cmp: GroupComparison) -> str:
              r"\end{tabular}"]
     paired = [p for p in cmp.pairings if p.reason is None]
     if paired:
-        lines += ["", r"\begin{tabular}{lllrrlrrrlrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
+        lines += ["", r"\begin{tabular}{lllrrlrrrlrrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
                   *(row(_pair_cells(p, m)) for p in paired for m in METRIC_WORDS), r"\bottomrule", r"\end{tabular}"]
         lines += [f"% {inert(p.group)} is paired by seed: {inert(bases_missing_text(p))}" for p in paired
                   if p.bases_missing]
@@ -249,7 +261,7 @@ def _csv(cmp: GroupComparison) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["table", "group", "baseline", "metric", "n", "seeds", "mean", "ci95_lo", "ci95_hi", "p_t",
-                "p_exact", "p_holm", "verdict", "seeds_needed", "dropped_seeds", "setting", "checkpoint", "units",
+                "p_exact", "p_holm", "verdict", "detectable", "seeds_for_effect", "effect", "dropped_seeds", "setting", "checkpoint", "units",
                 "runtime"])
     setting = title(cmp)
     for g in cmp.groups:
@@ -257,7 +269,7 @@ def _csv(cmp: GroupComparison) -> str:
             mean, lo, hi = g.interval(key)
             w.writerow(["group", csv_cell(g.label), "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
                         "" if math.isnan(lo) else f"{lo:.6g}", "" if math.isnan(hi) else f"{hi:.6g}", "", "", "", "",
-                        "", "", csv_cell(setting), cmp.checkpoint, "fractions",
+                        "", "", "", "", csv_cell(setting), cmp.checkpoint, "fractions",
                         csv_cell("; ".join(g.runtimes()))])
     for p in cmp.pairings:
         if p.reason is not None:
@@ -268,12 +280,14 @@ def _csv(cmp: GroupComparison) -> str:
                         f"{r.mean:.6g}", f"{r.ci95[0]:.6g}", f"{r.ci95[1]:.6g}", f"{r.p:.6g}",
                         "" if math.isnan(r.p_permutation) else f"{r.p_permutation:.6g}",
                         "" if math.isnan(r.p_holm) else f"{r.p_holm:.6g}", r.verdict,
-                        r.seeds_needed if r.seeds_needed is not None else "", seeds_text(p.dropped_seeds), csv_cell(setting),
+                        "" if r.detectable is None else f"{r.detectable:.6g}",
+                        r.seeds_for_effect if r.seeds_for_effect is not None else "", f"{r.effect:.6g}",
+                        seeds_text(p.dropped_seeds), csv_cell(setting),
                         cmp.checkpoint if p.against != "start" else f"{cmp.checkpoint} against the starts "
                         f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions",
                         csv_cell(" against ".join("; ".join(side) for side in p.runtimes()))])
     for g in cmp.groups:  # a run left out of its group, and why (in the verdict column)
         for line in g.left_out:
-            w.writerow(["left_out", csv_cell(g.label), "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "",
-                        csv_cell(setting), cmp.checkpoint, "", ""])
+            w.writerow(["left_out", csv_cell(g.label), "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "", "",
+                        "", csv_cell(setting), cmp.checkpoint, "", ""])
     return buf.getvalue()

@@ -1,4 +1,4 @@
-"""The statistics of judging a method by its seeds: t-intervals, paired tests, power. Plain Python over
+"""The statistics of judging a method by its seeds: t-intervals, paired tests, planning, anytime-valid stopping. Plain Python over
 ``scipy.stats`` (the distributions come from there, never from hand-written tables); no torch, no Textual.
 
 Every function takes accuracies as fractions and returns them in the same units."""
@@ -66,30 +66,134 @@ def power_paired(effect: float, n: int, alpha: float = ALPHA) -> float:
 
     df = n - 1
     crit = stats.t.ppf(1 - alpha / 2, df)
-    nc = effect * math.sqrt(n)
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    nc = abs(effect) * math.sqrt(n)  # symmetric in the sign of the effect
+    upper, lower = float(stats.nct.sf(crit, df, nc)), float(stats.nct.cdf(-crit, df, nc))
+    # scipy's noncentral t is nan far in a tail: the wrong-side tail is then below 1e-16
+    return (1.0 if math.isnan(upper) else upper) + (0.0 if math.isnan(lower) else lower)
 
 
-def seeds_needed(diffs: list[float], power: float = POWER, alpha: float = ALPHA) -> int | None:
-    """The fewest pairs (seeds) at which the paired t-test detects the observed mean difference with
-    ``power`` at a two-sided ``alpha``, taking the observed spread as the true one. None when it cannot be
-    said: fewer than two pairs, or no difference at all; SEEDS_NEEDED_MAX + 1 when more than that."""
-    if len(diffs) < 2:
+def detectable_difference(sd: float, n: int, power: float = POWER, alpha: float = ALPHA) -> float | None:
+    """The smallest true mean difference the two-sided paired t-test at ``alpha`` detects with ``power`` at n pairs,
+    taking ``sd`` (the observed standard deviation of the differences) as the true one: what the seeds at hand can
+    see, a statement about the design, not about the observed difference (which post-hoc power would restate as
+    its p-value). None below two pairs or with no spread measured."""
+    if n < 2 or not sd > 0 or math.isnan(sd):
         return None
-    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-    if mean == 0:
+    from scipy import optimize
+
+    # power_paired rises with the standardised effect from alpha at 0: bracket the root by doubling (scipy's
+    # noncentral t is nan far out, so the bracket stays near the root)
+    hi = 0.5
+    while power_paired(hi, n, alpha) < power:
+        hi *= 2
+    effect = optimize.brentq(lambda e: power_paired(e, n, alpha) - power, 0.0, hi, xtol=1e-12)
+    return effect * sd
+
+
+def seeds_for_effect(effect: float, sd: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
+    """The fewest pairs (seeds) at which the two-sided paired t-test at ``alpha`` detects a true mean difference of
+    ``effect`` (named in advance by the user, not the observed one) with ``power``, taking ``sd`` as the spread of
+    the differences. None when it cannot be said (no spread measured, or no effect named); 2 with no spread;
+    SEEDS_NEEDED_MAX + 1 when more than that."""
+    if not effect or math.isnan(sd) or sd < 0:
         return None
     if sd == 0:
         return 2
-    effect = abs(mean) / sd
     from scipy import stats
 
+    standardised = abs(effect) / sd
     # The z-test's sample size is a lower bound (at any n the t-test's power is below the z-test's): start there.
-    z = (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / effect
+    z = (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / standardised
     for n in range(max(2, math.floor(z * z)), SEEDS_NEEDED_MAX + 1):
-        if power_paired(effect, n, alpha) >= power:
+        if power_paired(standardised, n, alpha) >= power:
             return n
     return SEEDS_NEEDED_MAX + 1
+
+
+# -- adding seeds until the answer is known ---------------------------------------------------------------------
+#
+# The safe t-test (Grünwald, de Heide and Koolen, "Safe testing", JRSS B 2024; Pérez-Ortiz, Lardy, de Heide and
+# Grünwald, "E-statistics, group invariance and anytime-valid testing", Annals of Statistics 2024): the Bayes factor
+# of the one-sample t-test with the right-Haar prior on the standard deviation and a normal prior N(0, g) on the
+# standardised effect delta = mu / sigma (Rouder, Speckman, Sun, Morey and Iverson 2009, eq. 6 at a fixed g) is
+#
+#     E_n = (1 + n g)^(-1/2) * [(1 + t^2 / nu) / (1 + t^2 / (nu (1 + n g)))]^((nu + 1) / 2),  nu = n - 1,
+#
+# with t the paired t statistic of the first n differences. Under "no effect" (normal differences of any spread)
+# E_2, E_3, ... is a test martingale, so by Ville's inequality P(E_n >= 1 / alpha at any n) <= alpha: a user may look
+# after every seed and stop at the first E_n >= 1 / alpha, and the false-positive rate stays at most alpha whatever
+# the stopping rule. The test assumes roughly normal differences, as the t-test does (STATS.md: at n <= 10 bounded-
+# mean methods need far more seeds). tests/fairtui/test_sequential.py simulates both its error rate and the seeds it
+# needs.
+
+SEQUENTIAL_G = 4.0  # the prior N(0, 4) on delta: standardised effects up to about 4 (DAFA against TRADES: about 2.8)
+
+
+def safe_t_e_value(diffs: list[float], g: float = SEQUENTIAL_G) -> float:
+    """E_n of the safe t-test (above) for the paired differences; nan below two, inf for a nonzero mean with no
+    spread (every difference the same: no normal noise explains it), 1 for all zeros."""
+    n = len(diffs)
+    if n < 2:
+        return math.nan
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    if sd == 0:
+        return 1.0 if mean == 0 else math.inf
+    return _e_of_t(mean / (sd / math.sqrt(n)), n, g)
+
+
+def _e_of_t(t: float, n: int, g: float) -> float:
+    nu = n - 1
+    return (1 + n * g) ** -0.5 * ((1 + t * t / nu) / (1 + t * t / (nu * (1 + n * g)))) ** ((nu + 1) / 2)
+
+
+def anytime_interval(diffs: list[float], alpha: float = ALPHA, g: float = SEQUENTIAL_G) -> tuple[float, float]:
+    """The (1 - alpha) confidence sequence of the mean difference at n = len(diffs): every mu0 the safe t-test of
+    d - mu0 does not reject. E_n grows with |t|, so it is mean -+ t* sd / sqrt(n) with E_n(t*) = 1 / alpha:
+    t*^2 = nu (r - 1) / (1 - r / (1 + n g)), r = (sqrt(1 + n g) / alpha)^(2 / (nu + 1)). It holds at every n at
+    once (a user may stop at any seed); it is wider than the fixed-n t interval, the price of looking. Unbounded
+    (-inf, inf) while no t reaches 1 / alpha (g = 4: below 4 seeds)."""
+    n = len(diffs)
+    if n < 2:
+        return -math.inf, math.inf
+    nu, mean, sd = n - 1, statistics.fmean(diffs), statistics.stdev(diffs)
+    r = (math.sqrt(1 + n * g) / alpha) ** (2 / (nu + 1))
+    if r >= 1 + n * g:
+        return -math.inf, math.inf
+    half = math.sqrt(nu * (r - 1) / (1 - r / (1 + n * g))) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+@dataclass
+class Sequential:
+    """Where an anytime-valid look at the differences so far stands."""
+
+    n: int
+    e_value: float
+    interval: tuple[float, float]
+    decided: bool  # E_n >= 1 / alpha: "better" or "worse" may be said now, with the error rate kept
+    verdict: str
+
+    def to_json(self) -> dict:
+        finite = lambda x: None if math.isnan(x) or math.isinf(x) else x  # noqa: E731
+        return {"test": "safe t-test (anytime-valid), prior N(0, %g) on the standardised effect" % SEQUENTIAL_G,
+                "n": self.n, "e_value": finite(self.e_value), "threshold": 1 / ALPHA,
+                "interval": [finite(self.interval[0]), finite(self.interval[1])], "decided": self.decided,
+                "verdict": self.verdict}
+
+
+def sequential(diffs: list[float], max_seeds: int | None = None, alpha: float = ALPHA) -> Sequential:
+    """The anytime-valid look after the seeds so far: "better" / "worse" once E_n >= 1 / alpha; "not decided at
+    n seeds" before; "not distinguishable at n seeds (the most asked for)" at ``max_seeds`` without a decision."""
+    n, e = len(diffs), safe_t_e_value(diffs)
+    lo, hi = anytime_interval(diffs, alpha)
+    decided = n >= 2 and e >= 1 / alpha
+    if decided:
+        word = "better" if statistics.fmean(diffs) > 0 else "worse"
+    elif max_seeds is not None and n >= max_seeds:
+        word = f"not distinguishable at {n} seeds (the most asked for)"
+    else:
+        word = f"not decided at {n} seed{'s' if n != 1 else ''}"
+    return Sequential(n, e, (lo, hi), decided, word)
 
 
 @dataclass
@@ -101,7 +205,9 @@ class PairedResult:
     ci95: tuple[float, float]
     p: float  # the paired t-test
     p_permutation: float  # exact sign flips (n <= 10), else nan
-    seeds_needed: int | None
+    detectable: float | None  # the smallest true difference these seeds detect with 80% power (the observed spread)
+    seeds_for_effect: int | None  # the seeds that detect ``effect`` with 80% power
+    effect: float  # the difference the user named in advance (--effect), in fractions
     verdict: str
     # the t-test's p adjusted for the other groups paired with the same baseline on this metric (Holm); nan
     # until a comparison of several groups sets it (fairtui.judge.groups.compare_groups)
@@ -119,11 +225,17 @@ def verdict(mean: float, lo: float, hi: float, n: int) -> str:
     return f"not distinguishable at {n} seed{'s' if n != 1 else ''}"
 
 
-def paired(diffs: list[float]) -> PairedResult:
+EFFECT = 0.02  # the difference to plan for when the user names none: 2 points of accuracy
+
+
+def paired(diffs: list[float], effect: float = EFFECT) -> PairedResult:
+    """The fixed-n statistics of the paired differences, with the planning numbers: the difference these seeds
+    detect, and the seeds for ``effect`` (both from the observed spread of the differences)."""
     mean, lo, hi = t_interval(diffs) if diffs else (math.nan, math.nan, math.nan)
     n = len(diffs)
-    return PairedResult(n, mean, (lo, hi), paired_t_p(diffs), sign_flip_p(diffs), seeds_needed(diffs),
-                        verdict(mean, lo, hi, n))
+    sd = statistics.stdev(diffs) if n >= 2 else math.nan
+    return PairedResult(n, mean, (lo, hi), paired_t_p(diffs), sign_flip_p(diffs), detectable_difference(sd, n),
+                        seeds_for_effect(effect, sd), effect, verdict(mean, lo, hi, n))
 
 
 def holm(ps: list[float]) -> list[float]:

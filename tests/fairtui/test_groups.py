@@ -51,16 +51,32 @@ def test_sign_flip_p_counts_the_sign_vectors_by_hand():
     assert math.isnan(stats.sign_flip_p([0.01] * 11))  # not enumerated past 10
 
 
-def test_seeds_needed_is_the_paired_t_tests_sample_size():
-    # standardised effect 1 (diffs 0, 1, 2 points: mean 1, sd 1): the classic answer is 10 pairs (power 0.803),
-    # and 9 fall short (0.759); effect 0.5 needs 34 (0.808; 33 give 0.798)
-    assert stats.seeds_needed([0.0, 0.01, 0.02]) == 10
+def test_planning_numbers_are_the_paired_t_tests_by_hand():
+    # standardised effect 1: the classic answer is 10 pairs (power 0.803), 9 fall short (0.759); effect 0.5 needs 34
+    # (0.808; 33 give 0.798). So 2 points at a spread of 2 points need 10 seeds, and 10 seeds of spread 1 point
+    # detect 0.996 points (G*Power's d_z = 0.9959 for n = 10, alpha 0.05, power 0.8; 1.6818 for n = 5)
     assert stats.power_paired(1.0, 10) == pytest.approx(0.8031, abs=5e-4)
     assert stats.power_paired(1.0, 9) < 0.8
     assert stats.power_paired(0.5, 34) >= 0.8 > stats.power_paired(0.5, 33)
-    assert stats.seeds_needed([0.01, 0.01, 0.01]) == 2  # no spread: any two seeds show it
-    assert stats.seeds_needed([0.01, -0.01]) is None  # no difference to detect
-    assert stats.seeds_needed([0.01]) is None
+    assert stats.seeds_for_effect(0.02, 0.02) == 10
+    assert stats.seeds_for_effect(0.01, 0.02) == 34
+    assert stats.seeds_for_effect(0.02, 0.0) == 2  # no spread: any two seeds show it
+    assert stats.seeds_for_effect(0.02, math.nan) is None and stats.seeds_for_effect(0.0, 0.01) is None
+    assert stats.detectable_difference(0.01, 10) == pytest.approx(0.009959, abs=2e-6)
+    assert stats.detectable_difference(1.0, 5) == pytest.approx(1.6818, abs=2e-4)
+    assert stats.power_paired(stats.detectable_difference(1.0, 2), 2) == pytest.approx(0.8)  # far in the tail
+    assert stats.detectable_difference(0.01, 1) is None and stats.detectable_difference(0.0, 5) is None
+
+
+def test_paired_plans_from_the_spread_and_the_named_effect_never_from_the_observed_difference():
+    # two sets of differences with the same spread (sd 1 point) and other means: the planning numbers are the same
+    # (post-hoc power would follow the mean, as the p-value does)
+    small, large = stats.paired([-0.005, 0.005, 0.015, 0.0, 0.01]), stats.paired([0.05, 0.06, 0.07, 0.055, 0.065])
+    assert small.p > 0.05 > large.p
+    assert small.detectable == pytest.approx(large.detectable)
+    assert small.seeds_for_effect == large.seeds_for_effect == stats.seeds_for_effect(0.02, 0.0079057, 0.8)
+    assert stats.paired([0.0, 0.01, 0.02], effect=0.01).seeds_for_effect == 10
+    assert stats.paired([0.01]).detectable is None and stats.paired([0.01]).seeds_for_effect is None
 
 
 def test_holm_adjusts_each_p_by_its_rank_by_hand():
@@ -465,7 +481,7 @@ def test_a_hostile_profile_name_is_text_in_every_format(tmp_path):
     import re
 
     cells_of = lambda line: len(re.findall(r"(?<!\\)\|", line)) - 1  # noqa: E731 (unescaped pipes)
-    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 12}  # the group and the paired tables
+    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 13}  # the group and the paired tables
     cells = list(csv.reader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv", home=tmp_path / "home").stdout)))
     assert all(not c.startswith(("=", "+", "@")) for row in cells for c in row)
     shown = fairtui_cmd("compare", *common, home=tmp_path / "home", env_extra={"COLUMNS": "200"})
