@@ -38,7 +38,8 @@ def paired_table(results: Path, rows: "list[Row]", checkpoints: tuple[str, ...] 
                 continue
             for against_start in (False, True):
                 cmp = compare_groups({base.profile: base.views, row.profile: row.views}, base.profile,
-                                     HEADLINE_ATTACK, ckpt, bases=bases, against_start=against_start)
+                                     HEADLINE_ATTACK, ckpt, bases=bases, against_start=against_start,
+                                     allow_protocol_difference=True)  # each difference named in its row
                 (p,) = cmp.pairings
                 if p.reason is not None:
                     lines.append(f"| {row.label} | {base.label} | {ckpt} | not paired: {p.reason} | | | | | | |")
@@ -80,6 +81,8 @@ def paired_line(row: "Row", base: "Row", p, ckpt: str, p_holm: float) -> str:
             seeds += "; left out: " + "; ".join(p.starts_left_out)
     elif p.by_init:
         seeds += " (each with the run it started from)"
+    if p.protocol_differences:  # the method's own setting (WAT's step, FRL's schedule): said, not hidden
+        seeds += "; trained with another budget: " + "; ".join(p.protocol_differences)
     return (f"| {row.label} | {base.label} | {where} | {seeds} | {pct(w.mean, True)} [{pct(w.ci95[0], True)}, "
             f"{pct(w.ci95[1], True)}] | {p_text(w.p)} / {p_text(w.p_permutation)} / {p_text(p_holm)} | {w.verdict} | "
             f"{detectable_text(w)} / {needed_text(w.seeds_for_effect)} | {pct(a.mean, True)} [{pct(a.ci95[0], True)}, {pct(a.ci95[1], True)}] "

@@ -10,12 +10,12 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import AgainstStart, Bases, By, GroupOpt, Results
+from fairtui.cli.groups import AgainstStart, AllowProtocol, Bases, By, Effect, GroupOpt, Results, judging
 from fairtui.cli.options import Home, HomeT, Json, fail, resolve_run
 
 HELP = ("Compare 2 to 20 runs per class under one attack, with deltas and rho against a baseline; or groups of "
         "seeds (--by, --group), paired by seed with a baseline group: intervals, p-values, a verdict and the "
-        "seeds still needed.")
+        "planning numbers.")
 
 
 def compare(
@@ -27,6 +27,8 @@ def compare(
     results: List[Path] = Results,
     bases: List[Path] = Bases,
     against_start: bool = AgainstStart,
+    allow_protocol_difference: bool = AllowProtocol,
+    effect: float = Effect,
     method: Optional[str] = typer.Option(None, "--method", help="with --by: only runs of this method"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="with --by: only runs on this data set"),
     status: Optional[str] = typer.Option(None, "--status", help="with --by: runs of this status (default "
@@ -54,7 +56,8 @@ def compare(
             raise fail("--tui shows runs, not groups: `fairtui` then the compare screen's g key groups them")
         filters = dict(method=method, dataset=dataset, status=status, tag=tag, name=name, sweep=sweep)
         raise typer.Exit(compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint,
-                                                n_per_class, filters, json_out, against_start))
+                                                n_per_class, filters, json_out, against_start,
+                                                judging(allow_protocol_difference, effect)))
     if against_start:
         raise fail("--against-start pairs groups: give --by or --group with --baseline")
     runs = runs or []
@@ -94,7 +97,7 @@ def compare(
 
 
 def compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, filters,
-                           json_out, against_start=False) -> int:
+                           json_out, against_start=False, judged: "dict | None" = None) -> int:
     """Groups of seeds, and each against the baseline group, paired by seed: print and return the exit code."""
     import json
 
@@ -110,7 +113,8 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
     for line in provenance_warnings([v for views in named.values() for v in views], configurations):
         typer.echo(f"warning: {line}", err=True)
     try:
-        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start)
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start,
+                             **(judged or {}))
     except CompareError as err:
         raise fail(str(err)) from None
     if json_out:

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import GROUP_OPTIONS, with_group_options
+from fairtui.cli.groups import GROUP_OPTIONS, judging, with_group_options
 from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail
 
 HELP = ("Export runs as a paper table (runs differing only in seed are grouped as mean ± std), or as "
@@ -30,7 +30,7 @@ def export(
     groups: Optional[dict] = None,  # --by, --group, --results, --bases, --baseline, --against-start
     home: HomeT = Home,
 ) -> None:
-    by, group, results, bases, baseline, against_start = (groups[k] for k, _, _ in GROUP_OPTIONS)
+    by, group, results, bases, baseline, against_start, allow, effect = (groups[k] for k, _, _ in GROUP_OPTIONS)
     from fairtui.judge.compare import CompareError, export_rows
     from fairtui.judge.export import render
     from fairtui.runs.runfolder import RunView
@@ -43,7 +43,7 @@ def export(
         if by is None and not group:
             raise fail("--results needs --by or --group: which runs form which group")
         text = group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt,
-                          against_start)
+                          against_start, judging(allow, effect))
         write_or_print(text, output, force, home)
         return
 
@@ -93,7 +93,7 @@ def write_or_print(text: str, output: "Path | None", force: bool, home: HomeT) -
 
 
 def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt,
-               against_start=False) -> str:
+               against_start=False, judged: "dict | None" = None) -> str:
     """Groups of seeds and their paired differences with the baseline group (fairtui.judge.groups), as ``fmt``."""
     import json
 
@@ -104,7 +104,8 @@ def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_
 
     named = named_groups(home, by, group, results, {})
     try:
-        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start)
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start,
+                             **(judged or {}))
     except CompareError as err:
         raise fail(str(err)) from None
     return json.dumps(cmp.to_json(), indent=1) + "\n" if fmt == "json" else render_groups(cmp, fmt)

@@ -24,10 +24,21 @@ Baseline = typer.Option(None, "--baseline", help="with groups: the group every o
 AgainstStart = typer.Option(False, "--against-start", help="with --baseline: a fine-tune of the baseline (FRL, FAAL, "
                             "CSR) against the checkpoint each of its runs started from, which says what the fine-tune "
                             "added, instead of against the baseline's runs at --checkpoint")
+AllowProtocol = typer.Option(False, "--allow-protocol-difference", help="pair groups trained with another budget "
+                             "(epochs, lr schedule, training set, model, batch, training attack), naming each "
+                             "difference in every output; groups measured differently are never paired")
+Effect = typer.Option(2.0, "--effect", min=0.0, help="the difference to plan for, in points of accuracy, named in "
+                      "advance: the seeds that detect it with 80% power")
 # the group options that `export` and `plot` both take, declared once (options.option_group)
 GROUP_OPTIONS = (("by", Optional[str], By), ("group", List[str], GroupOpt), ("results", List[Path], Results),
                  ("bases", List[Path], Bases), ("baseline", Optional[str], Baseline),
-                 ("against_start", bool, AgainstStart))
+                 ("against_start", bool, AgainstStart), ("allow_protocol_difference", bool, AllowProtocol),
+                 ("effect", float, Effect))
+
+
+def judging(allow_protocol_difference: bool, effect: float) -> dict:
+    """compare_groups' keywords from the judging options (``--effect`` in points, the statistics in fractions)."""
+    return {"allow_protocol_difference": allow_protocol_difference, "effect": effect / 100}
 with_group_options = option_group("groups", GROUP_OPTIONS)
 
 

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import GROUP_OPTIONS, with_group_options
+from fairtui.cli.groups import GROUP_OPTIONS, judging, with_group_options
 from fairtui.cli.options import Attack, Checkpoint, Force, Home, HomeT, NPerClass, fail
 
 HELP = ("Draw a paper figure from runs: classes (per-class bars), curves (per-class accuracy over epochs), "
@@ -38,7 +38,7 @@ def plot(
     groups: Optional[dict] = None,  # --by, --group, --results, --bases, --baseline, --against-start
     home: HomeT = Home,
 ) -> None:
-    by, group, results, bases, baseline, against_start = (groups[k] for k, _, _ in GROUP_OPTIONS)
+    by, group, results, bases, baseline, against_start, allow, effect = (groups[k] for k, _, _ in GROUP_OPTIONS)
     from fairtui.cli.groups import collect_runs
     from fairtui.judge.export import OutputError, write_output
     from fairtui.figures import KINDS, PlotError, figure_format, require_matplotlib
@@ -53,7 +53,8 @@ def plot(
         raise fail(str(err)) from None
     if kind == "forest":  # groups of seeds against a baseline group, paired by seed
         raise typer.Exit(_plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class,
-                                      output, fmt, width, force, home, against_start))
+                                      output, fmt, width, force, home, against_start,
+                                      judging(allow, effect)))
     if against_start:
         raise fail("--against-start belongs to plot forest (groups paired with a --baseline)")
     if kind == "study":  # a tuning study (fairtui tune): its objective over the trials, and one parameter's effect
@@ -102,7 +103,7 @@ def _plot_study(names: list[str] | None, output: Path, fmt: str, key: str | None
 
 
 def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class, output: Path, fmt: str,
-                 width, force: bool, home: HomeT, against_start: bool = False) -> int:
+                 width, force: bool, home: HomeT, against_start: bool = False, judged: "dict | None" = None) -> int:
     from fairtui.cli.groups import bases_views, named_groups
     from fairtui.judge.compare import CompareError
     from fairtui.judge.export import OutputError, write_output
@@ -119,7 +120,8 @@ def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, 
         raise fail("plot forest needs --baseline LABEL: the group the differences are taken against")
     named = named_groups(home, by, group, results, {})
     try:
-        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start)
+        cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start,
+                             **(judged or {}))
     except CompareError as err:
         raise fail(str(err)) from None
     rows = cmp.to_json()["paired"]

@@ -82,7 +82,9 @@ def terminal(cmp: GroupComparison) -> list:
                    caption="mean ± 95% t half-width over the seeds, %; CV in fractions^2", caption_justify="left")
     for name, justify in (("group", "left"), ("seeds", "left"), ("clean", "right"), ("robust", "right"),
                           ("worst", "right"), ("CV", "right")):
-        groups.add_column(name, justify=justify, no_wrap=True, max_width=24 if name == "group" else None)
+        # a long label folds onto a second line, never cut: labels of one profile differ at their ends
+        groups.add_column(name, justify=justify, no_wrap=name != "group", overflow="fold",
+                          max_width=24 if name == "group" else None)
     for g in cmp.groups:
         groups.add_row(inert(g.label, markup=True), compact_seeds(g.seeds), *(mean_ci(g.interval(k), "±") for k in
                                                           ("avg_clean", "avg_robust", "worst_robust")),
@@ -90,7 +92,7 @@ def terminal(cmp: GroupComparison) -> list:
     out.append(groups)
     per_class = Table(title="Per-class robust accuracy, mean of the seeds (%)", box=box.SIMPLE_HEAD,
                       title_justify="left", pad_edge=False, padding=(0, 0))
-    per_class.add_column("group", max_width=22, no_wrap=True)
+    per_class.add_column("group", max_width=22, overflow="fold")
     for name in cmp.class_names:
         per_class.add_column(inert(name[:4], markup=True), justify="right", no_wrap=True, min_width=4)
     for g in cmp.groups:
@@ -132,6 +134,7 @@ def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
     lines += [f"  left out: {line}" for line in p.starts_left_out]
     if p.bases_missing:
         lines.append(f"  the runs {_seeds_word(p.bases_missing)} started from are not at hand: give --bases DIR")
+    lines += [f"  protocol: {line} (allowed)" for line in p.protocol_differences]
     if p.runtime_differs():
         mine, theirs = ("; ".join(r) for r in p.runtimes())
         lines += [f"  trained in another runtime: {mine} against {theirs}",
@@ -198,9 +201,17 @@ def _markdown(cmp: GroupComparison) -> str:
             lines.append(f"\n{md_cell(against_start_text(p, cmp.checkpoint))}.")
         if p.reason is None and p.runtime_differs():
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(runtime_text(p))}.")
+        if p.reason is None and p.protocol_differences:
+            lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(protocol_text(p))}.")
     left = [f"left out of {g.label}: {line}" for g in cmp.groups for line in g.left_out]
     lines += ["", *(md_cell(line) + "  " for line in left)] if left else []
     return "\n".join(lines) + "\n"
+
+
+def protocol_text(p: Pairing) -> str:
+    """The line of a pairing allowed across training budgets (``--allow-protocol-difference``)."""
+    return ("paired across another training budget (--allow-protocol-difference): " + "; ".join(p.protocol_differences)
+            + "; the differences include its effect")
 
 
 def runtime_text(p: Pairing) -> str:
@@ -253,6 +264,8 @@ def _latex(cmp: GroupComparison) -> str:
         lines += [f"% {inert(against_start_text(p, cmp.checkpoint))}" for p in paired if p.against == "start"]
         lines += [f"% {inert(p.group)} against {inert(p.baseline)}: {inert(runtime_text(p))}" for p in paired
                   if p.runtime_differs()]
+        lines += [f"% {inert(p.group)} against {inert(p.baseline)}: {inert(protocol_text(p))}" for p in paired
+                  if p.protocol_differences]
     lines += [f"% left out of {inert(g.label)}: {inert(line)}" for g in cmp.groups for line in g.left_out]
     return "\n".join(lines) + "\n"
 
@@ -262,7 +275,7 @@ def _csv(cmp: GroupComparison) -> str:
     w = csv.writer(buf)
     w.writerow(["table", "group", "baseline", "metric", "n", "seeds", "mean", "ci95_lo", "ci95_hi", "p_t",
                 "p_exact", "p_holm", "verdict", "detectable", "seeds_for_effect", "effect", "dropped_seeds", "setting", "checkpoint", "units",
-                "runtime"])
+                "runtime", "protocol_differences"])
     setting = title(cmp)
     for g in cmp.groups:
         for key in ("avg_clean", "avg_robust", "worst_robust", "cv"):
@@ -270,7 +283,7 @@ def _csv(cmp: GroupComparison) -> str:
             w.writerow(["group", csv_cell(g.label), "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
                         "" if math.isnan(lo) else f"{lo:.6g}", "" if math.isnan(hi) else f"{hi:.6g}", "", "", "", "",
                         "", "", "", "", csv_cell(setting), cmp.checkpoint, "fractions",
-                        csv_cell("; ".join(g.runtimes()))])
+                        csv_cell("; ".join(g.runtimes())), ""])
     for p in cmp.pairings:
         if p.reason is not None:
             continue
@@ -285,9 +298,10 @@ def _csv(cmp: GroupComparison) -> str:
                         seeds_text(p.dropped_seeds), csv_cell(setting),
                         cmp.checkpoint if p.against != "start" else f"{cmp.checkpoint} against the starts "
                         f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions",
-                        csv_cell(" against ".join("; ".join(side) for side in p.runtimes()))])
+                        csv_cell(" against ".join("; ".join(side) for side in p.runtimes())),
+                        csv_cell("; ".join(p.protocol_differences))])
     for g in cmp.groups:  # a run left out of its group, and why (in the verdict column)
         for line in g.left_out:
             w.writerow(["left_out", csv_cell(g.label), "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "", "",
-                        "", csv_cell(setting), cmp.checkpoint, "", ""])
+                        "", csv_cell(setting), cmp.checkpoint, "", "", ""])
     return buf.getvalue()

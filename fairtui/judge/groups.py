@@ -18,6 +18,7 @@ from engine.contract import metrics
 from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
+from fairtui.judge.protocol import differences, protocol as protocol_of
 from fairtui.judge.sources import non_finite
 from fairtui.runs.configurations import first_of_each_seed, profile_name, runtime_ran, seed_key as seed_of
 from fairtui.runs.runfolder import RunView
@@ -105,30 +106,13 @@ def runtimes_of(members) -> list[str]:
 
 
 def protocol(member: Member) -> dict[str, Any]:
-    """What makes two groups' numbers comparable: data set, training set size, model, and the headline attack,
-    its eps, the split, the fixed part of the test split a protocol takes (``data.test_per_class``) and the subset
-    it was measured on."""
-    cfg, view = member.view.config, member.view
-    data, model = cfg.get("data", {}), cfg.get("model", {})
-    sizes = (view.started or {}).get("split_sizes", {}).get("train")
-    result = member.result
-    setting = result.get("setting") or {}
-    eps = setting.get("eps", result.get("eps"))
-    return {"dataset": data.get("dataset"),
-            "train_images": sum(sizes) if sizes else data.get("train_per_class"),
-            "model": f"{model.get('arch')} (base width {model.get('base_width', 'default')})",
-            "attack": result.get("attack"), "eps": None if eps is None else round(float(eps), 6),
-            "split": result.get("split"), "test part (images a class)": data.get("test_per_class") or "whole split",
-            "n_per_class": setting.get("n_per_class", result.get("n_per_class", 0))}
+    """What makes two groups' numbers comparable (fairtui.judge.protocol)."""
+    return protocol_of(member.view, member.result)
 
 
-def protocol_difference(a: Member, b: Member) -> str | None:
-    """One line naming the first protocol key on which two runs differ, or None."""
-    pa, pb = protocol(a), protocol(b)
-    for key in pa:
-        if pa[key] != pb[key]:
-            return f"{key} differs ({pa[key]} against {pb[key]})"
-    return None
+def protocol_differences(a: Member, b: Member) -> tuple[str | None, list[str]]:
+    """The measurement difference that forbids pairing, and the training-budget differences (fairtui.judge.protocol)."""
+    return differences(a.view, a.result, b.view, b.result)
 
 
 # -- pairing ---------------------------------------------------------------------------------------------------
@@ -150,6 +134,8 @@ class Pairing:
     # seeds of a fine-tune of the baseline whose start is not at hand (others' are): paired by seed instead
     bases_missing: list[int | None] = field(default_factory=list)
     reason: str | None = None  # not paired: why
+    # training-budget differences between the two sides, paired because the user allowed them: named in every output
+    protocol_differences: list[str] = field(default_factory=list)
     results: dict[str, stats.PairedResult] = field(default_factory=dict)
     rho: list[float | None] = field(default_factory=list)
 
@@ -181,7 +167,7 @@ class Pairing:
                         "differences": [a.summary[metric] - b.summary[metric] for a, b in self.pairs],
                         "pairing": "init_from" if self.by_init else "seed", "bases_missing": self.bases_missing,
                         "against": self.against, "starts": [st.to_json() for st in self.starts],
-                        "starts_left_out": self.starts_left_out,
+                        "starts_left_out": self.starts_left_out, "protocol_differences": self.protocol_differences,
                         "runtime": dict(zip(("group", "baseline"), self.runtimes())),
                         "rho_per_seed": self.rho, "rho_mean": _num(_mean_or_nan(self.rho))})
         return out
@@ -249,8 +235,13 @@ def init_run_id(view: RunView) -> str | None:
     return Path(ref).name or None
 
 
+def _budget_refusal(budget: list[str]) -> str:
+    return "; ".join(budget) + " (the training budget: --allow-protocol-difference pairs them, naming it)"
+
+
 def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None, attack: str | None = None,
-         checkpoint: str = "best", n_per_class: int = 0, against_start: bool = False) -> Pairing:
+         checkpoint: str = "best", n_per_class: int = 0, against_start: bool = False,
+         allow_protocol_difference: bool = False, effect: float = stats.EFFECT) -> Pairing:
     """``group`` against ``baseline``, seed by seed. A fine-tune whose every run names the run it started from
     (``method.init_from``), each found among the baseline's runs or ``bases`` and of the baseline's profile, is
     paired with those runs instead: at ``checkpoint``, or with ``against_start`` at the checkpoint each run started
@@ -260,9 +251,9 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
     if not group.members or not baseline.members:
         out.reason = "a group has no run with the result"
         return out
-    difference = protocol_difference(group.members[0], baseline.members[0])
-    if difference:
-        out.reason = difference
+    stop, budget = protocol_differences(group.members[0], baseline.members[0])
+    if stop or (budget and not allow_protocol_difference):
+        out.reason = stop or _budget_refusal(budget)
         return out
     base_by_seed = {m.seed: m for m in baseline.members}
     partners, out.bases_missing = _init_partners(group, baseline, bases or {}, attack, checkpoint, n_per_class)
@@ -277,13 +268,15 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
         out.dropped_seeds = sorted((s for s in set(group.seeds) | set(base_by_seed) if s not in paired_seeds),
                                    key=lambda s: (s is None, s or 0))
     for a, b in out.pairs:
-        difference = protocol_difference(a, b)
-        if difference:
-            out.reason = f"{a.view.run_id} against {b.view.run_id}: {difference}"
+        stop, more = protocol_differences(a, b)
+        if stop or (more and not allow_protocol_difference):
+            out.reason = f"{a.view.run_id} against {b.view.run_id}: {stop or _budget_refusal(more)}"
             out.pairs = []
             break
+        budget += [line for line in more if line not in budget]
+    out.protocol_differences = budget if out.pairs else []
     for metric in PAIRED_METRICS:
-        out.results[metric] = stats.paired([a.summary[metric] - b.summary[metric] for a, b in out.pairs])
+        out.results[metric] = stats.paired([a.summary[metric] - b.summary[metric] for a, b in out.pairs], effect)
     out.rho = [metrics.rho(a.summary["avg_robust"], a.summary["worst_robust"], b.summary["avg_robust"],
                            b.summary["worst_robust"]) if b.summary["worst_robust"] > 0 and b.summary["avg_robust"] > 0
                else None for a, b in out.pairs]
@@ -369,7 +362,8 @@ class GroupComparison:
 
 def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None, attack: str | None = None,
                    checkpoint: str = "best", n_per_class: int = 0, bases: dict[str, RunView] | None = None,
-                   against_start: bool = False) -> GroupComparison:
+                   against_start: bool = False, allow_protocol_difference: bool = False,
+                   effect: float = stats.EFFECT) -> GroupComparison:
     """Groups (label -> runs) with their statistics, and each against ``baseline`` (a label) when given; with
     ``against_start``, a fine-tune of the baseline against the checkpoints its runs started from (:func:`pair`)."""
     if not named:
@@ -392,8 +386,8 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
         if base is None:
             raise CompareError(f"the baseline group {baseline!r} has no run with a {attack or 'robust'} result at "
                                f"{checkpoint}")
-        pairings = [pair(g, base, bases, attack, checkpoint, n_per_class, against_start) for g in groups
-                    if g is not base]
+        pairings = [pair(g, base, bases, attack, checkpoint, n_per_class, against_start, allow_protocol_difference,
+                         effect) for g in groups if g is not base]
         paired = [p for p in pairings if p.reason is None]
         for metric in PAIRED_METRICS:  # the family: every group paired with this baseline, on this metric
             for p, adjusted in zip(paired, stats.holm([p.results[metric].p for p in paired])):

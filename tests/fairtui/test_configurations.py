@@ -98,7 +98,16 @@ def test_compare_by_profile_keeps_a_variant_of_a_profile_as_its_own_group(tmp_pa
     assert set(groups) == {"base", f"row (train.lr={row_lr})", "row (train.lr=0.1625)"}
     assert all(g["n"] == 3 and g["left_out"] == [] for g in groups.values())
     paired = {e["group"] for e in json.loads(out.stdout)["paired"]}
-    assert paired == {f"row (train.lr={row_lr})", "row (train.lr=0.1625)"}
+    assert paired == {f"row (train.lr={row_lr})"}
+    # the probe trained with another lr schedule than the base: paired only when allowed, and then named
+    (refused,) = json.loads(out.stdout)["not_paired"]
+    assert refused["group"] == "row (train.lr=0.1625)" and refused["reason"].startswith("train.lr schedule differs")
+    allowed = fairtui_cmd("compare", "--by", "profile", "--baseline", "base", "--checkpoint", "last", "--json",
+                          "--allow-protocol-difference", home=home)
+    entries = {e["group"]: e for e in json.loads(allowed.stdout)["paired"]}
+    assert set(entries) == {f"row (train.lr={row_lr})", "row (train.lr=0.1625)"}
+    assert entries["row (train.lr=0.1625)"]["protocol_differences"][0].startswith("train.lr schedule differs (lr 0.1625")
+    assert entries[f"row (train.lr={row_lr})"]["protocol_differences"] == []
     wrong = fairtui_cmd("compare", "--by", "profile", "--baseline", "row", home=home)
     assert wrong.returncode == 2 and "row (train.lr=0.1625)" in wrong.stderr
 

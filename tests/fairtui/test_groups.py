@@ -101,7 +101,7 @@ def test_verdict_follows_the_interval():
 def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[float], clean: float = 0.8,
               dataset: str = "cifar10", eps: float = 4 / 255, init_from: str = "", method: str = "pgd_at",
               best: list[float] | None = None, epochs: tuple = (None, None), init: dict | None = None,
-              runtime: str | None = None, test_per_class: int = 0) -> Path:
+              runtime: str | None = None, test_per_class: int = 0, train: dict | None = None) -> Path:
     """A finished run's small files, as experiments/results holds them: run_started (with ``init``, what a
     fine-tune loaded, as the engine records it, and ``runtime``, what it trained with; none: fp32), one test result at the best checkpoint (``best``, else ``robust``)
     and the last (``robust``), of ``epochs``, and run_finished."""
@@ -110,6 +110,7 @@ def write_run(root: Path, profile: str, run_id: str, seed: int, robust: list[flo
     config = {"name": profile, "seed": seed, "data": {"dataset": dataset, "train_per_class": 100,
                                                       **({"test_per_class": test_per_class} if test_per_class else {})},
               "model": {"arch": "preact_resnet18", "base_width": 8}, "attack": {"eps": eps},
+              "train": train or {"epochs": 30, "lr": 0.05, "schedule": "piecewise", "milestones": ["75%"]},
               "eval": {"eps": eps, "attacks": ["pgd20"]}, "method": {"name": method, "init_from": init_from}}
     (run_dir / "profile.toml").write_text(f'name = "{profile}"\nseed = {seed}\n')
     (run_dir / "meta.json").write_text(json.dumps({"run_id": run_id, "name": f"{profile}-s{seed}", "tags": ["t"]}))
@@ -537,3 +538,53 @@ def test_a_non_finite_result_is_left_out_and_named_in_every_format(results, tmp_
     plot = fairtui_cmd("plot", "forest", *args, "-o", str(tmp_path / "f.png"), home=home)
     assert plot.returncode == 0, plot.stderr[-500:]
     assert "20260102-000009-nan009" in plot.stdout + plot.stderr
+
+
+# -- the protocol check: the training budget ----------------------------------------------------------------------
+
+def test_a_shorter_training_budget_is_refused_in_one_line_naming_train_epochs_unless_allowed(tmp_path):
+    """A 5-epoch variant of a profile against the committed 30-epoch runs: not paired, the reason naming the key to
+    --set; paired with --allow-protocol-difference, every output naming the difference. Relative milestones are
+    compared as the epochs they resolve to."""
+    root = tmp_path / "results"
+    for seed in range(3):
+        write_run(root, "base", f"2026010{seed}-000000-base0{seed}", seed, [0.2, 0.4, 0.5, 0.6])
+        write_run(root, "short", f"2026010{seed}-000001-shrt0{seed}", seed, [0.25 + seed / 100, 0.4, 0.5, 0.6],
+                  train={"epochs": 5, "lr": 0.05, "schedule": "piecewise", "milestones": ["75%"]})
+        write_run(root, "same", f"2026010{seed}-000002-same0{seed}", seed, [0.22 + seed / 100, 0.4, 0.5, 0.6],
+                  train={"epochs": 30, "lr": 0.05, "schedule": "piecewise", "milestones": [23]})  # 75% of 30
+    common = ["--results", str(root), "--by", "profile", "--baseline", "base"]
+    out = json.loads(fairtui_cmd("compare", *common, "--json", home=tmp_path / "home").stdout)
+    assert {e["group"] for e in out["paired"]} == {"same"}
+    (refused,) = out["not_paired"]
+    assert refused["group"] == "short" and "\n" not in refused["reason"]
+    assert refused["reason"].startswith("train.epochs differs (5 against 30); train.lr schedule differs")
+    assert "--allow-protocol-difference" in refused["reason"]
+    shown = fairtui_cmd("compare", *common, home=tmp_path / "home", env_extra={"COLUMNS": "80"})
+    assert "short against base: not paired, train.epochs differs (5 against 30)" in " ".join(shown.stdout.split())
+    allowed = [*common, "--allow-protocol-difference"]
+    out = json.loads(fairtui_cmd("compare", *allowed, "--json", home=tmp_path / "home").stdout)
+    short = next(e for e in out["paired"] if e["group"] == "short")
+    assert short["protocol_differences"][0] == "train.epochs differs (5 against 30)"
+    for fmt in ("md", "csv", "latex"):
+        text = fairtui_cmd("export", *allowed, "--format", fmt, home=tmp_path / "home").stdout
+        assert "train.epochs differs (5 against 30)" in text, fmt
+    shown = fairtui_cmd("compare", *allowed, home=tmp_path / "home", env_extra={"COLUMNS": "80"}).stdout
+    assert "protocol: train.epochs differs (5 against 30) (allowed)" in " ".join(shown.split())
+
+
+def test_the_measurement_is_never_paired_across_and_a_fine_tunes_schedule_is_its_own(tmp_path):
+    root = tmp_path / "results"
+    for seed in range(2):
+        write_run(root, "base", f"2026010{seed}-000000-base0{seed}", seed, [0.2, 0.4, 0.5, 0.6])
+        write_run(root, "loose", f"2026010{seed}-000001-loos0{seed}", seed, [0.2, 0.4, 0.5, 0.6], eps=8 / 255)
+        # a fine-tune of 2 epochs at a constant rate (its starts not at hand: paired by seed) is not refused for its
+        # schedule, which continues its base's; its training attack is compared
+        write_run(root, "ft", f"2026010{seed}-000002-ftun0{seed}", seed, [0.3, 0.4, 0.5, 0.6],
+                  init_from=f"/elsewhere/runs/base{seed}", train={"epochs": 2, "lr": 0.001, "schedule": "constant"})
+    out = json.loads(fairtui_cmd("compare", "--results", str(root), "--by", "profile", "--baseline", "base",
+                                 "--allow-protocol-difference", "--json", home=tmp_path / "home").stdout)
+    reasons = {e["group"]: e["reason"] for e in out["not_paired"]}
+    assert set(reasons) == {"loose"} and reasons["loose"].startswith("eps differs")
+    ft = next(e for e in out["paired"] if e["group"] == "ft" and e["metric"] == "worst_robust")
+    assert ft["protocol_differences"] == [] and ft["n"] == 2

@@ -1,0 +1,87 @@
+"""What makes two groups' numbers comparable: the protocol of a run. Two parts:
+
+- the **measurement** (data set, headline attack, its eps, the split, the fixed test part, the subset): numbers
+  measured differently are never paired;
+- the **training budget** (epochs and lr schedule, training set size, model and width, batch size, training attack:
+  norm, steps, eps, step size): groups that differ there are paired only when the user asks
+  (``--allow-protocol-difference``), and then every output names each difference. A fine-tune's epochs and
+  schedule are its method's own (it continues a run that had the base's): they are compared between two fine-tunes,
+  not between a fine-tune and its base.
+
+Each key is the profile key a user would ``--set`` (``train.epochs``), so a refusal names what to change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairtui.runs.runfolder import RunView
+
+MEASUREMENT = ("dataset", "attack", "eps", "split", "test part (images a class)", "n_per_class")
+SCHEDULE_KEYS = ("train.epochs", "train.lr schedule")
+
+
+def measurement(view: RunView, result: dict) -> dict[str, Any]:
+    data = view.config.get("data", {})
+    setting = result.get("setting") or {}
+    eps = setting.get("eps", result.get("eps"))
+    return {"dataset": data.get("dataset"), "attack": result.get("attack"),
+            "eps": None if eps is None else round(float(eps), 6), "split": result.get("split"),
+            "test part (images a class)": data.get("test_per_class") or "whole split",
+            "n_per_class": setting.get("n_per_class", result.get("n_per_class", 0))}
+
+
+def budget(view: RunView) -> dict[str, Any]:
+    """The training budget of a run, by profile key (the run's resolved profile; milestones as epochs)."""
+    cfg = view.config
+    data, model, train, attack = (cfg.get(k) or {} for k in ("data", "model", "train", "attack"))
+    sizes = (view.started or {}).get("split_sizes", {}).get("train")
+    return {"data.train_per_class": sum(sizes) if sizes else data.get("train_per_class"),
+            "model.arch": f"{model.get('arch')} (base width {model.get('base_width', 'default')})",
+            "data.batch_size": data.get("batch_size"),
+            "train.epochs": train.get("epochs"),
+            "train.lr schedule": schedule_text(train),
+            "attack.norm": attack.get("norm", "linf"), "attack.steps": attack.get("steps"),
+            "attack.eps": _round(attack.get("eps")), "attack.step": _round(attack.get("step"))}
+
+
+def schedule_text(train: dict) -> str:
+    """"lr 0.025, piecewise x0.1 after epochs 12, 14"; relative milestones ("75%") as the epochs they resolve to."""
+    import math
+
+    from engine.contract.profile_schema import parse_percent
+
+    epochs, kind = train.get("epochs") or 0, train.get("schedule", "piecewise")
+    text = f"lr {train.get('lr')}, {kind}"
+    if kind == "piecewise":
+        ms = [math.ceil(parse_percent(m) / 100 * epochs) if isinstance(m, str) else m for m in train.get("milestones") or []]
+        text += f" x{train.get('gamma', 0.1)} after epoch{'s' if len(ms) != 1 else ''} {', '.join(map(str, ms))}" if ms \
+            else " (no milestones)"
+    return text
+
+
+def _round(x) -> Any:
+    try:
+        return round(float(x), 6)
+    except (TypeError, ValueError):
+        return x
+
+
+def protocol(view: RunView, result: dict) -> dict[str, Any]:
+    """The run's protocol, measurement and training budget, in one dict (what `compare --json` shows of a group)."""
+    return {**measurement(view, result), **budget(view)}
+
+
+def is_fine_tune(view: RunView) -> bool:
+    return bool((view.config.get("method") or {}).get("init_from"))
+
+
+def differences(a: RunView, ra: dict, b: RunView, rb: dict) -> tuple[str | None, list[str]]:
+    """How two runs' protocols differ: the first measurement difference (never paired) or None, and one line per
+    training-budget difference ("train.epochs differs (5 against 30)")."""
+    ma, mb = measurement(a, ra), measurement(b, rb)
+    for key in ma:
+        if ma[key] != mb[key]:
+            return f"{key} differs ({ma[key]} against {mb[key]})", []
+    ba, bb = budget(a), budget(b)
+    skip = SCHEDULE_KEYS if is_fine_tune(a) != is_fine_tune(b) else ()
+    return None, [f"{key} differs ({ba[key]} against {bb[key]})" for key in ba if key not in skip and ba[key] != bb[key]]
