@@ -95,7 +95,7 @@ class Runtime:
             name = torch.cuda.get_device_name(self.device)
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
             return f"cuda ({name}; CUDA_VISIBLE_DEVICES={visible}){options}"
-        return "cpu" + options
+        return cpu_text() + options
 
     def options(self) -> str:
         """The settings that shape the arithmetic, as the `runtime` of run_started and run_resumed records them:
@@ -105,6 +105,13 @@ class Runtime:
         opts += ["channels-last"] if self.channels_last else []
         opts += [f"compiled ({self.compile_mode})"] if self.compile_mode else []
         return ", ".join(opts) if opts else RUNTIME_FP32
+
+
+def cpu_text() -> str:
+    """The CPU device with its resolved thread count: "cpu (1 thread of 16 cores)", "cpu (16 threads of 16 cores)"
+    (train.threads = 0 is PyTorch's one a core: the line says how many that was)."""
+    threads, cores = torch.get_num_threads(), os.cpu_count() or 1
+    return f"cpu ({threads} thread{'s' if threads != 1 else ''} of {cores} core{'s' if cores != 1 else ''})"
 
 
 def apply_determinism(cfg: TrainConfig) -> None:

@@ -59,6 +59,10 @@ def sweep(
         raw = apply_overrides(written, list(set_))
         chosen = [int(s) for s in seed_list.split(",")] if seed_list else None
         spec = build_spec(profile, table, grid, seeds, chosen, launcher)
+        one_thread = spec.launcher == "local" and on_cpu(gpus) and "threads" not in (raw.get("train") or {}) \
+            and "threads" not in spec.grid and "train.threads" not in spec.grid
+        if one_thread:  # the CPU's slots: one-thread children side by side (fairtui.launch.queue)
+            raw = apply_overrides(raw, ["train.threads=1"])
         children = expand(profile, raw, spec)
         pinned = [w for child, _ in children for w in pinned_form_keys(apply_overrides(raw, child.overrides),
                                                                          str(profile), written)]
@@ -84,6 +88,8 @@ def sweep(
     from fairtui.runs.usertext import count
 
     typer.echo(f"sweep {record['sweep_id']}: {count(len(record['runs']), 'run')} ({spec.launcher})", err=True)
+    if one_thread:
+        typer.echo(cpu_slots_line(), err=True)
     if spec.launcher == "slurm":
         from fairtui.launch.slurm import submit_sweep
 
@@ -98,12 +104,25 @@ def sweep(
                                 json_out))
 
 
+def on_cpu(gpus: Optional[str]) -> bool:
+    """Whether local runs given ``--gpus`` train on the CPU (no --gpus: the CPU)."""
+    return not gpus or gpus.strip().lower() == "cpu"
+
+
+def cpu_slots_line() -> str:
+    import os
+
+    cores = os.cpu_count() or 1
+    return (f"on the CPU: one thread a run, up to {cores} at once on {cores} core{'s' if cores != 1 else ''} "
+            "(--set train.threads=N to change; 0: one run on every core)")
+
+
 def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach: bool, json_out: bool) -> int:
     import json
 
     from fairtui.launch.sweep_run import queue_locally, stop_children, wait_local
 
-    pool = ["cpu"] if not gpus or gpus.strip().lower() == "cpu" else [g.strip() for g in gpus.split(",")]
+    pool = ["cpu"] if on_cpu(gpus) else [g.strip() for g in gpus.split(",")]
     queue = queue_locally(home_dir, record, pool, per_gpu)  # with the detached worker: it outlives us
     if detach:
         if json_out:

@@ -2,7 +2,10 @@
 
 The queue lives in ``<home>/queue.json`` under a file lock, so it survives the
 app and is shared by every process that schedules (the app, headless sweeps).
-``cpu`` counts as one device with the same limit.
+The CPU is ``cores`` slots, not one device: a run takes as many as its resolved thread count
+(``train.threads``; 0, PyTorch's default, is one a core: all of them), so on 8 cores eight
+one-thread runs train side by side where one all-core run trains alone. A run that wants more
+cores than are free waits; one that wants more than the machine has starts when the CPU is idle.
 
 Queued runs must start even when whoever queued them has gone (the app quit, the SSH
 connection dropped). So a queue made with ``worker=True`` makes sure, after each
@@ -48,16 +51,31 @@ def devices_of(label: str | None) -> list[str]:
 WORKER_LOCK = "queue.worker.lock"
 
 
+def cpu_threads(run_dir: Path, cores: int) -> int:
+    """The CPU slots a run takes: its resolved ``train.threads`` (with ``deterministic`` and 0: 1, as the engine
+    settles it), 0 meaning one a core; a run whose profile cannot be read takes the whole CPU."""
+    from engine.contract.profile_io import read_toml
+
+    try:
+        train = read_toml(run_dir / "profile.toml").get("train") or {}
+        threads = int(train.get("threads") or (1 if train.get("deterministic") else 0))
+    except Exception:  # no profile yet, or not one: the safe assumption is every core
+        return cores
+    return min(threads, cores) if threads > 0 else cores
+
+
 def _fault_point(step: str) -> None:
     """Called after each step of a start ("starting", "spawned", "pid", "running"); tests replace it to
     kill the worker there."""
 
 
 class LocalQueue:
-    def __init__(self, home: Path, per_gpu: int = 1, worker: bool = False):
+    def __init__(self, home: Path, per_gpu: int = 1, worker: bool = False, cores: int | None = None):
         """``worker``: make sure a detached worker runs after every submit (what commands that queue
-        for a user do; tests that drive the queue by hand leave it off)."""
+        for a user do; tests that drive the queue by hand leave it off). ``cores``: the CPU's slots (default
+        this machine's cores)."""
         self.home, self.per_gpu, self.worker = home, per_gpu, worker
+        self.cores = cores or os.cpu_count() or 1
         self.path, self.lock_path = home / "queue.json", home / "queue.lock"
 
     @contextlib.contextmanager
@@ -113,9 +131,16 @@ class LocalQueue:
             entries[:] = [e for e in entries if e["run_id"] != run_id]
             return len(entries) < before
 
-    def _devices_for(self, entry: dict, counts: dict[str, int], reserved: set[str]) -> list[str] | None:
-        """The devices this entry can start on now, or None (and its devices are reserved: FIFO)."""
-        free = lambda d: d not in reserved and counts.get(d, 0) < self.per_gpu  # noqa: E731
+    def _devices_for(self, entry: dict, counts: dict[str, int], reserved: set[str], need: int) -> list[str] | None:
+        """The devices this entry can start on now, or None (and its devices are reserved: FIFO). ``counts``:
+        runs per GPU, and the CPU's slots in use under ``cpu``; ``need``: the CPU slots this run takes."""
+        def free(d: str) -> bool:
+            if d in reserved:
+                return False
+            if d == CPU:
+                return counts.get(CPU, 0) == 0 or counts.get(CPU, 0) + need <= self.cores
+            return counts.get(d, 0) < self.per_gpu
+
         if entry.get("pool"):
             for d in entry["pool"]:
                 if free(d):
@@ -128,18 +153,29 @@ class LocalQueue:
         reserved.update(devs)
         return None
 
+    def _take(self, counts: dict[str, int], devs: list[str], need: int) -> None:
+        for d in devs:
+            counts[d] = counts.get(d, 0) + (need if d == CPU else 1)
+
     def wait_reasons(self) -> dict[str, str]:
-        """Why each queued run has not started: "waits for cpu: 2 running, 1 ahead (1 a device: fairtui
-        --per-gpu N)", short enough for 80 columns with its fix. Empty when nothing is queued (no folder is read)."""
+        """Why each queued run has not started: "waits for 0: 2 running, 1 ahead (2 a device: fairtui --per-gpu
+        N)", or on the CPU "waits for cpu: 2 of 2 cores busy, needs 1, 1 ahead (train.threads)", short enough
+        for 80 columns with its fix. Empty when nothing is queued (no folder is read)."""
         entries = self.entries()
         if not entries:
             return {}
         counts, out = self.busy(), {}
+        used = self.usage()[1]
         for i, entry in enumerate(entries):
             devs = entry.get("pool") or devices_of(entry["gpus"])
             ahead = sum(1 for e in entries[:i] if set(e.get("pool") or devices_of(e["gpus"])) & set(devs))
-            running = sum(counts.get(d, 0) for d in devs)
             any_of = "any of " if entry.get("pool") and len(devs) > 1 else ""
+            if devs == [CPU]:
+                need = cpu_threads(self.home / "runs" / entry["run_id"], self.cores)
+                out[entry["run_id"]] = (f"waits for cpu: {used} of {self.cores} cores busy, needs {need}, {ahead} "
+                                        "ahead (train.threads)")
+                continue
+            running = sum(counts.get(d, 0) for d in devs)
             out[entry["run_id"]] = (f"waits for {any_of}{','.join(devs)}: {running} running, {ahead} ahead "
                                     f"({self.per_gpu} a device: fairtui --per-gpu N)")
         return out
@@ -148,9 +184,14 @@ class LocalQueue:
         """Runs per device among the running runs of this home, an engine still starting included: it holds
         the run's engine.lock from before it exists, and writes engine.json only once torch has loaded (seconds
         on a busy CPU). A tick that missed those started a sweep's children all at once, each one tick apart."""
+        return self.usage()[0]
+
+    def usage(self) -> tuple[dict[str, int], int]:
+        """Runs per device (:meth:`busy`), and the CPU slots the running CPU runs take (:func:`cpu_threads`)."""
         from engine.contract.protocol import ENGINE_LOCK
 
         counts: dict[str, int] = {}
+        slots = 0
         runs = self.home / "runs"
         for run_dir in (runs.iterdir() if runs.is_dir() else []):
             if (run_dir / "queued").exists():
@@ -164,7 +205,8 @@ class LocalQueue:
                 view = view or RunView.load(run_dir)
                 for d in devices_of(view.meta.get("gpus")):
                     counts[d] = counts.get(d, 0) + 1
-        return counts
+                    slots += cpu_threads(run_dir, self.cores) if d == CPU else 0
+        return counts, slots
 
     def tick(self, start: Callable = start_engine) -> list[str]:
         """Start every queued run whose devices have room, in order; return the started run ids.
@@ -177,7 +219,8 @@ class LocalQueue:
     def _tick(self, start: Callable) -> list[str]:
         started = []
         with self._locked() as entries:
-            counts = self.busy()
+            counts, slots = self.usage()
+            counts[CPU] = slots  # the CPU's slots in use, not its runs
             reserved: set[str] = set()
             keep = []
             for entry in entries:
@@ -187,11 +230,11 @@ class LocalQueue:
                 if entry.get("state") == "starting" and _was_started(run_dir, entry):
                     # a worker died after starting its engine: finish the start, never start a second one
                     (run_dir / "queued").unlink(missing_ok=True)
-                    for d in (entry.get("devices") or CPU).split(","):
-                        counts[d] = counts.get(d, 0) + 1
+                    self._take(counts, (entry.get("devices") or CPU).split(","), cpu_threads(run_dir, self.cores))
                     started.append(entry["run_id"])
                     continue
-                devs = self._devices_for(entry, counts, reserved)
+                need = cpu_threads(run_dir, self.cores)
+                devs = self._devices_for(entry, counts, reserved, need)
                 if devs is None:
                     keep.append(entry)
                     continue
@@ -214,8 +257,7 @@ class LocalQueue:
                 # Only now: a reader between the two steps must see "queued" or "running", never "lost".
                 (run_dir / "queued").unlink(missing_ok=True)
                 _fault_point("running")
-                for d in devs:
-                    counts[d] = counts.get(d, 0) + 1
+                self._take(counts, devs, need)
                 started.append(entry["run_id"])
             entries[:] = keep
         if started:

@@ -77,7 +77,7 @@ def test_a_run_started_beside_a_busy_loop_says_so_in_its_log(tmp_path, tiny_prof
             proc = subprocess.Popen([sys.executable, "-m", "engine", "train", str(run_dir)], env=env, cwd=ROOT,
                                     stdout=subprocess.DEVNULL, stderr=err)
             end = time.time() + HANG_S
-            while proc.poll() is None and time.time() < end and " INFO run run on cpu" not in (tmp_path / "engine.err").read_text():
+            while proc.poll() is None and time.time() < end and " INFO run run on cpu (" not in (tmp_path / "engine.err").read_text():
                 time.sleep(0.1)
     finally:
         for loop in loops:  # the check is made as the run starts: the rest of it trains on free cores

@@ -1,5 +1,7 @@
 """Every registered model: right output shape, normalisation as the first layer."""
 
+import os
+
 import pytest
 import torch
 
@@ -70,7 +72,11 @@ def test_the_cpu_trains_in_bf16_when_asked_or_by_auto_where_it_has_bf16_units(mo
 
     fast = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=True))
     assert fast.autocast_dtype == torch.bfloat16 and fast.channels_last
-    assert fast.describe() == "cpu; autocast bfloat16, channels-last"
+    from engine.utils import cpu_text
+
+    assert fast.describe() == f"{cpu_text()}; autocast bfloat16, channels-last"
+    threads, cores = torch.get_num_threads(), os.cpu_count()
+    assert cpu_text() == f"cpu ({threads} thread{'s' * (threads > 1)} of {cores} core{'s' * (cores > 1)})"
     assert fast.options() == "autocast bfloat16, channels-last"  # the run_started's `runtime`
     assert fast.for_evaluation().autocast_dtype is None  # the test split stays fp32
     flat = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=False))
@@ -85,7 +91,7 @@ def test_the_cpu_trains_in_bf16_when_asked_or_by_auto_where_it_has_bf16_units(mo
         monkeypatch.setattr(utils, "cpu_has_bf16", lambda flags=None, units=units: units)
         auto = make_runtime(TrainConfig(device="cpu", amp="auto", channels_last=True))
         assert auto.autocast_dtype == dtype and auto.channels_last == units
-        assert auto.describe() == ("cpu; autocast bfloat16, channels-last" if units else "cpu")
+        assert auto.describe() == (f"{cpu_text()}; autocast bfloat16, channels-last" if units else cpu_text())
         none = make_runtime(TrainConfig(device="cpu", amp="none", channels_last=True))
         assert none.autocast_dtype is None and not none.channels_last and none.options() == "fp32"
     monkeypatch.setattr(utils, "CPU_AUTO_BF16", False)  # the switch that turns the CPU's "auto" back to fp32

@@ -2,6 +2,7 @@
 the launch dialog's first view at 80x24 (Pilot)."""
 
 import json
+import os
 
 from fairtui.app import make_app
 from fairtui.app.widgets.plot import LinePlot
@@ -35,7 +36,7 @@ async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_
     from fairtui.launch.launcher import GpuChoice
     from fairtui.launch.queue import LocalQueue
 
-    monkeypatch.setattr(LocalQueue, "busy", lambda self: {"cpu": 2})
+    monkeypatch.setattr(LocalQueue, "usage", lambda self: ({"cpu": 2}, os.cpu_count()))
     monkeypatch.setattr(LocalQueue, "tick", lambda self, start=None: [])  # the CPU stays busy
     home = tmp_path / "home"
     run = make_run(home, "20260101-000000-q1q1q1", name="waiting", status="running", epochs=0)
@@ -46,7 +47,8 @@ async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_
     async with app.run_test(size=(80, 24)) as pilot:
         line = app.screen.query_one("#status-line")
         await wait_until(pilot, lambda: "waits for cpu" in str(line.render()), timeout=HANG_S)
-        assert str(line.render()) == "waits for cpu: 2 running, 0 ahead (1 a device: fairtui --per-gpu N): waiting"
+        cores = os.cpu_count()
+        assert str(line.render()) == f"waits for cpu: {cores} of {cores} cores busy, needs {cores}, 0 ahead (train.threads): waiting"
         await pilot.press("enter")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=HANG_S)
         summary = app.screen.query_one("#run-summary")

@@ -1,5 +1,6 @@
 """GPU inventory at its boundary (NVML and nvidia-smi faked) and the per-GPU run queue."""
 
+import os
 import sys
 import types
 
@@ -49,7 +50,7 @@ def test_queue_respects_per_gpu_limit_and_order(tmp_path, monkeypatch):
         started.append(run_dir.name)
 
     running = {"0": 0, "1": 0}
-    monkeypatch.setattr(queue, "busy", lambda: dict(running))
+    monkeypatch.setattr(queue, "usage", lambda: (dict(running), 0))
     runs = [make_run(tmp_path, f"r{i}", status="running") for i in range(4)]
     queue.submit(runs[0], GpuChoice(devices=(0,)))
     queue.submit(runs[1], GpuChoice(devices=(0,)))
@@ -225,17 +226,74 @@ def test_a_run_on_several_gpus_starts_one_engine_with_a_rank_per_gpu(tmp_path, m
 def test_a_queued_run_says_what_it_waits_for(tmp_path, monkeypatch):
     """Two CPU runs queued behind a running one: each names its device, what runs there, what is ahead of
     it, and how to allow more (the runs table's status line and the run screen show this)."""
-    queue = LocalQueue(tmp_path, per_gpu=1)
-    monkeypatch.setattr(queue, "busy", lambda: {"cpu": 1})
+    queue = LocalQueue(tmp_path, per_gpu=1, cores=2)
+    monkeypatch.setattr(queue, "usage", lambda: ({"cpu": 1}, 2))
     assert queue.wait_reasons() == {}  # nothing queued: nothing read
     runs = [make_run(tmp_path, f"r{i}", status="running") for i in range(3)]
     queue.submit(runs[0], GpuChoice(cpu=True))
     queue.submit(runs[1], GpuChoice(cpu=True))
     queue.submit(runs[2], GpuChoice(devices=(0,)))
     waits = queue.wait_reasons()
-    assert waits["r0"] == "waits for cpu: 1 running, 0 ahead (1 a device: fairtui --per-gpu N)"
-    assert waits["r1"].startswith("waits for cpu: 1 running, 1 ahead")
-    assert waits["r2"].startswith("waits for 0: 0 running, 0 ahead")
+    assert waits["r0"] == "waits for cpu: 2 of 2 cores busy, needs 2, 0 ahead (train.threads)"
+    assert waits["r1"].startswith("waits for cpu: 2 of 2 cores busy, needs 2, 1 ahead")
+    assert waits["r2"] == "waits for 0: 0 running, 0 ahead (1 a device: fairtui --per-gpu N)"
+
+
+def test_the_cpu_is_as_many_slots_as_cores_and_a_run_takes_its_threads(tmp_path):
+    """Item 2 of #70: on 4 cores four one-thread runs start together; a run of train.threads = 0 (one thread a
+    core) takes them all and waits for an idle CPU; a two-thread run fits beside two one-thread runs, not three;
+    a run asking more threads than the machine has still starts once the CPU is idle (never stranded)."""
+    from engine.contract.config import Profile, TrainConfig
+
+    from fairtui.launch.queue import cpu_threads
+
+    def run(name, threads, deterministic=False):
+        train = TrainConfig(threads=threads, deterministic=deterministic)
+        run_dir = make_run(tmp_path, name, status="running", profile=Profile(name=name, train=train))
+        (run_dir / "engine.json").unlink(missing_ok=True)
+        return run_dir
+
+    assert cpu_threads(run("t0", 0), 4) == 4 and cpu_threads(run("t8", 8), 4) == 4
+    assert cpu_threads(run("d0", 0, deterministic=True), 4) == 1  # the engine's rule: deterministic runs on one
+    assert cpu_threads(tmp_path / "runs" / "nothing", 4) == 4  # unreadable: the whole CPU
+    started: list[str] = []
+
+    held = {}
+
+    def start(run_dir, choice):  # an engine starting: it holds the run's lock (as in the test above)
+        from fairtui.launch.launcher import change_meta, hold_engine_lock
+
+        change_meta(run_dir, lambda m: m.update(gpus="cpu"))
+        held[run_dir.name] = hold_engine_lock(run_dir)
+        started.append(run_dir.name)
+
+    queue = LocalQueue(tmp_path, cores=4)
+    ones = [run(f"one{i}", 1) for i in range(4)]
+    whole = run("whole", 0)
+    for r in [*ones, whole]:
+        queue.submit(r, GpuChoice(cpu=True))
+    assert queue.tick(start=start) == ["one0", "one1", "one2", "one3"]
+    assert queue.usage() == ({"cpu": 4}, 4)
+    assert queue.tick(start=start) == []  # the all-core run waits for the CPU to be idle
+    assert queue.wait_reasons()["whole"].startswith("waits for cpu: 4 of 4 cores busy, needs 4")
+    held.pop("one0").close()  # one run ended: one core free, not four
+    assert queue.tick(start=start) == []
+    for name in ("one1", "one2", "one3"):
+        held.pop(name).close()
+    assert queue.tick(start=start) == ["whole"] and queue.usage()[1] == 4
+    held.pop("whole").close()
+    # a two-thread run fits beside two one-thread runs, not beside three; more threads than cores start alone
+    mixed = [run("a1", 1), run("b1", 1), run("c2", 2), run("d1", 1), run("e8", 8)]
+    for r in mixed:
+        queue.submit(r, GpuChoice(cpu=True))
+    assert queue.tick(start=start) == ["a1", "b1", "c2"] and queue.usage()[1] == 4
+    for name in ("a1", "b1", "c2"):
+        held.pop(name).close()
+    assert queue.tick(start=start) == ["d1"]  # FIFO: e8 waits behind nothing but the busy core
+    held.pop("d1").close()
+    assert queue.tick(start=start) == ["e8"]
+    held.pop("e8").close()
+
 
 
 @pytest.mark.timeout(300)

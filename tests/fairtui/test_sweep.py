@@ -15,13 +15,20 @@ FAST = TINY.replace("train_per_class = 30", "train_per_class = 20").replace("epo
 
 def test_local_grid_of_2x2_with_2_seeds(tmp_path):
     profile = tmp_path / "p.toml"
-    profile.write_text(FAST)
+    profile.write_text(FAST.replace("threads = 1\n", ""))  # the thread count left to the sweep
     home = tmp_path / "home"
     out = fairtui_cmd("sweep", str(profile), "--grid", "attack.eps=0.1,0.2", "--grid", "method.name=pgd_at,trades",
                       "--seeds", "2", "--per-gpu", "2", "--gpus", "cpu", "--json", home=home)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert len(doc["runs"]) == 8 and set(doc["statuses"].values()) == {"completed"}
+    # on the CPU the children train with one thread each, side by side in the CPU's slots; the run says its threads
+    assert "on the CPU: one thread a run" in out.stderr
+    from engine.contract.profile_io import read_toml
+
+    assert {read_toml(home / "runs" / r / "profile.toml")["train"]["threads"] for r in doc["runs"]} == {1}
+    started = json.loads((home / "runs" / doc["runs"][0] / "events.jsonl").read_text().splitlines()[0])
+    assert started["device"].startswith("cpu (1 thread of ")
     listed = json.loads(fairtui_cmd("ls", "--json", "--sweep", doc["sweep_id"], home=home).stdout)
     assert len(listed) == 8 and all(f"sweep:{doc['sweep_id']}" in d["tags"] for d in listed)
     short = doc["sweep_id"].rsplit("-", 1)[-1]  # the short form the runs table shows
