@@ -1,6 +1,5 @@
 """GPU inventory at its boundary (NVML and nvidia-smi faked) and the per-GPU run queue."""
 
-import os
 import sys
 import types
 
