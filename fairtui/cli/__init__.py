@@ -14,6 +14,7 @@ from fairtui.cli import compare as _compare
 from fairtui.cli import eval as _eval
 from fairtui.cli import export as _export
 from fairtui.cli import import_ as _import
+from fairtui.cli import judge as _judge
 from fairtui.cli import ls as _ls
 from fairtui.cli import manage as _manage
 from fairtui.cli import plot as _plot
@@ -33,6 +34,7 @@ app.command("import", help=_import.HELP)(_import.import_model)
 app.command("ls", help=_ls.HELP)(_ls.ls)
 app.command("show", help=_show.HELP)(_show.show)
 app.command("compare", help=_compare.HELP)(_compare.compare)
+app.command("judge", help=_judge.HELP)(_judge.judge)
 app.command("export", help=_export.HELP)(_export.export)
 app.command("plot", help=_plot.HELP)(_plot.plot)
 app.command("stop", help=_manage.STOP_HELP)(_manage.stop)

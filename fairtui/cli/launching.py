@@ -62,3 +62,49 @@ def submit(run_dir, settings, json_out: bool, verb: str = "submitted") -> int:
 
         typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "slurm_job_id": str(job.job_id)}))
     return 0
+
+
+# -- local runs on the CPU's slots, and their progress (sweep and judge) ----------------------------------------
+
+def on_cpu(gpus: Optional[str]) -> bool:
+    """Whether local runs given ``--gpus`` train on the CPU (no --gpus: the CPU)."""
+    return not gpus or gpus.strip().lower() == "cpu"
+
+
+def cpu_slots_line() -> str:
+    import os
+
+    cores = os.cpu_count() or 1
+    return (f"on the CPU: one thread a run, up to {cores} at once on {cores} core{'s' if cores != 1 else ''} "
+            "(--set train.threads=N to change; 0: one run on every core)")
+
+
+def sweep_bars(console):
+    """The sweep's bar and its running child's line. The text takes the width a short bar leaves: at 80
+    columns a long line is cut at its end, never squeezed to "…" with the bars pushed off the line."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Column
+
+    return Progress(TextColumn("{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+                    BarColumn(bar_width=12), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                    transient=True, expand=True)
+
+
+def child_line(home_dir, running: list[str]) -> str:
+    """The running children's progress, the first one's, its ETA first: "  s1-lr0.1: ETA 12 s, train
+    epoch 3 40% (+1 more running)"."""
+    import json
+
+    from fairtui.runs.runfolder import RunView
+    from fairtui.runs.runstate import progress_brief
+
+    if not running:
+        return ""
+    run_dir = home_dir / "runs" / running[0]
+    try:
+        p = json.loads((run_dir / "progress.json").read_text())
+    except (OSError, ValueError):
+        p = {}
+    text = progress_brief(p) or ("training done; test evaluation" if p.get("phase") == "done" else "starting")
+    more = f" (+{len(running) - 1} more running)" if len(running) > 1 else ""
+    return f"  {RunView.load(run_dir).name}: {text}{more}"

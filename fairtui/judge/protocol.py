@@ -31,10 +31,15 @@ def measurement(view: RunView, result: dict) -> dict[str, Any]:
 
 
 def budget(view: RunView) -> dict[str, Any]:
-    """The training budget of a run, by profile key (the run's resolved profile; milestones as epochs)."""
-    cfg = view.config
+    """The training budget of a run, by profile key (the run's resolved profile; milestones as epochs; the training
+    set as the images it trained on)."""
+    return budget_of(view.config, (view.started or {}).get("split_sizes", {}).get("train"))
+
+
+def budget_of(cfg: dict, sizes: list[int] | None = None) -> dict[str, Any]:
+    """The training budget of a resolved profile table (``sizes``: the training split's class sizes, where a run
+    recorded them; else the profile's ``data.train_per_class``)."""
     data, model, train, attack = (cfg.get(k) or {} for k in ("data", "model", "train", "attack"))
-    sizes = (view.started or {}).get("split_sizes", {}).get("train")
     return {"data.train_per_class": sum(sizes) if sizes else data.get("train_per_class"),
             "model.arch": f"{model.get('arch')} (base width {model.get('base_width', 'default')})",
             "data.batch_size": data.get("batch_size"),
@@ -85,3 +90,21 @@ def differences(a: RunView, ra: dict, b: RunView, rb: dict) -> tuple[str | None,
     ba, bb = budget(a), budget(b)
     skip = SCHEDULE_KEYS if is_fine_tune(a) != is_fine_tune(b) else ()
     return None, [f"{key} differs ({ba[key]} against {bb[key]})" for key in ba if key not in skip and ba[key] != bb[key]]
+
+
+def planned_differences(method: dict, baseline: dict) -> list[str]:
+    """Before anything trains (`fairtui judge`): how a method's resolved profile table and its baseline's differ in
+    what they measure (data set, headline attack and eps, fixed test part) and in the training budget, one line
+    each; the method's runs would not be paired with the baseline's. A fine-tune's own schedule is not compared."""
+    def measured(cfg: dict) -> dict[str, Any]:
+        data, ev, attack = (cfg.get(k) or {} for k in ("data", "eval", "attack"))
+        eps = ev.get("eps") or attack.get("eps")
+        return {"data.dataset": data.get("dataset"), "eval.attacks": (ev.get("attacks") or ["?"])[0],
+                "eval.eps": _round(eps), "data.test_per_class": data.get("test_per_class") or "whole split"}
+
+    out = []
+    for a, b in ((measured(method), measured(baseline)), (budget_of(method), budget_of(baseline))):
+        out += [f"{key} differs ({a[key]} against {b[key]})" for key in a if a[key] != b[key]]
+    fine = [bool((cfg.get("method") or {}).get("init_from")) for cfg in (method, baseline)]
+    skip = SCHEDULE_KEYS if fine[0] != fine[1] else ()
+    return [line for line in out if line.split(" differs")[0] not in skip]

@@ -9,7 +9,10 @@ difference that do not change what was trained:
   among the runs that recorded it, so a profile's seeds trained before and after a release stay one row;
 - the runtime *requested* (``train.amp``, ``train.channels_last``, ``train.compile``, ``train.device``): the
   runtime that *ran*, as the run's ``run_started`` describes it (autocast, channels-last, compiled), is compared
-  instead, so "auto" and "none" on a CPU where both ran fp32 are one configuration, and bf16 is not fp32.
+  instead, so "auto" and "none" on a CPU where both ran fp32 are one configuration, and bf16 is not fp32;
+- the thread count (``train.threads``): like the machine, it changes only how reductions are split, so one-thread
+  seeds trained side by side (`fairtui judge`, sweeps on the CPU's slots) join the all-core seeds of their profile;
+  the provenance warnings name seeds of one configuration trained with other threads.
 
 A fine-tune's ``method.init_from`` names its own seed's base run, so it counts as the base run's profile, not its
 path. A base whose folder is not at hand (committed files from another machine) is "a run"; where the profile's
@@ -32,7 +35,7 @@ MIRROR_KEYS = ("train.log_to", "train.wandb_project", "train.wandb_entity", "tra
 # What a run asked of its runtime; what it got is in its run_started's device (RUNTIME)
 RUNTIME_REQUEST_KEYS = ("train.amp", "train.channels_last", "train.compile", "train.device")
 RUNTIME = "runtime"
-IGNORED = ("seed", "name", "description", *MIRROR_KEYS, *RUNTIME_REQUEST_KEYS)
+IGNORED = ("seed", "name", "description", "train.threads", *MIRROR_KEYS, *RUNTIME_REQUEST_KEYS)
 LABEL_KEYS = 3  # the differing keys a label names, unless two configurations need more to be told apart
 
 

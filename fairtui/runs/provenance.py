@@ -41,6 +41,13 @@ def _commit_text(record: dict) -> str:
     return f"commit {commit_label(record.get('code') or {})}"
 
 
+def cpu_kind(view: RunView) -> str:
+    """The CPU that trained the run, as its first training session recorded it ("cpu AMD EPYC (avx2, fma, ...)"),
+    or "cpu not recorded" (engines before provenance)."""
+    record = first_session(view).get("provenance") or {}
+    return _cpu_text(record) if record.get("cpu") else "cpu not recorded"
+
+
 def first_session(view: RunView) -> dict:
     """The session that started the run's numbers (its run_started; the first one that trained, where a run lost
     before its first epoch was started again), or the run's first run_started."""

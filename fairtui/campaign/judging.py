@@ -1,0 +1,308 @@
+"""`fairtui judge PROFILE --baseline LABEL`: train a method's runs for the baseline's seeds (and the baseline's
+own seeds where it has no committed run), on the local queue's slots, and read the paired comparison as pairs land.
+
+A judgement is identified by its **key**: the method's resolved profile up to the seed, the name and the thread
+count, and the baseline's label. Its runs carry the tag ``judge:<key>`` and, in meta.json, ``judge = {key, role,
+seed}``; its record, ``<home>/judges/<key>.json``, holds the order in which the pairs landed (the looks of the
+sequential test). So the same command after Ctrl-C, a lost terminal or a reboot finds its runs again: a completed
+seed is never trained again, a stopped or lost one resumes from its checkpoint, a queued one keeps its place.
+
+With ``until_decided`` the seeds are taken in order, as many at once as the slots allow, and after each pair lands
+the safe t-test (fairtui.judge.stats.sequential) decides whether the answer is known; once it is, the runs still
+training are stopped (the same command resumes them if ever wanted) and nothing more is started."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.contract.config import profile_from_table
+from fairtui.judge import stats
+from fairtui.judge.groups import GroupComparison, compare_groups
+from fairtui.launch.launcher import create_run
+from fairtui.launch.queue import LocalQueue
+from fairtui.runs.configurations import first_of_each_seed, seed_key
+from fairtui.runs.runfolder import RunView
+from fairtui.runs.store import RunIndex
+
+METHOD, BASELINE = "method", "baseline"
+KEY_IGNORES = ("seed", "name", "description")
+
+
+@dataclass
+class Side:
+    """The method or the baseline: its label, the resolved profile table its new runs train (with their seed), the
+    file it came from, and (the baseline) its committed runs by seed."""
+
+    label: str
+    table: dict
+    profile_path: str
+    committed: dict[int, RunView] = field(default_factory=dict)
+
+
+@dataclass
+class Spec:
+    method: Side
+    baseline: Side
+    seeds: list[int]  # the seeds to judge; with until_decided, the order to take them in (0 .. max - 1)
+    until_decided: bool = False
+    metric: str = "worst_robust"
+    checkpoint: str = "best"
+    effect: float = stats.EFFECT
+    allow_protocol_difference: bool = False
+    bases: dict = field(default_factory=dict)
+    pool: list[str] = field(default_factory=lambda: ["cpu"])
+
+    @property
+    def key(self) -> str:
+        method = {k: v for k, v in self.method.table.items() if k not in KEY_IGNORES}
+        method["train"] = {k: v for k, v in (method.get("train") or {}).items() if k != "threads"}
+        text = json.dumps({"method": method, "baseline": self.baseline.label}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+@dataclass
+class Look:
+    """The paired comparison after the pairs landed so far, in their landing order."""
+
+    comparison: GroupComparison | None  # None before the first pair
+    seeds: list[int]  # landed, in order
+    sequential: stats.Sequential | None
+    final: bool = False
+    metric: str = "worst_robust"
+
+    @property
+    def pairing(self):
+        return self.comparison.pairings[0] if self.comparison and self.comparison.pairings else None
+
+    def differences(self) -> list[float]:
+        p = self.pairing
+        if p is None or p.reason is not None:
+            return []
+        by_seed = {a.seed: a.summary[self.metric] - b.summary[self.metric] for a, b in p.pairs}
+        return [by_seed[s] for s in self.seeds if s in by_seed]
+
+
+def slots(pool: list[str], threads: int) -> int:
+    """Runs at once: on the CPU its cores // the runs' threads (at least one); on GPUs one a GPU."""
+    if pool == ["cpu"]:
+        cores = os.cpu_count() or 1
+        return max(1, cores // max(1, threads or cores))
+    return len(pool)
+
+
+class Campaign:
+    def __init__(self, home: Path, spec: Spec, queue: LocalQueue | None = None):
+        self.home, self.spec = home, spec
+        self.queue = queue or LocalQueue(home, worker=True)
+        self.path = home / "judges" / f"{spec.key}.json"
+        self.record = self._load()
+        threads = int((spec.method.table.get("train") or {}).get("threads") or 0)
+        self.slots = slots(spec.pool, threads)
+        self.failed: dict[int, str] = {}
+
+    # -- the record and the runs ------------------------------------------------------------------------------
+
+    def _load(self) -> dict:
+        try:
+            record = json.loads(self.path.read_text())
+            if isinstance(record, dict) and isinstance(record.get("landed"), list):
+                return record
+        except (OSError, ValueError):
+            pass
+        return {"key": self.spec.key, "method": self.spec.method.label, "baseline": self.spec.baseline.label,
+                "profile": self.spec.method.profile_path, "landed": [], "created": time.time()}
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(self.record, indent=1))
+        tmp.replace(self.path)
+
+    def runs(self) -> dict[tuple[str, int], Path]:
+        """The judgement's own runs by (role, seed): the newest of each (an older one failed and was replaced)."""
+        out: dict[tuple[str, int], tuple[float, Path]] = {}
+        tag = f"judge:{self.spec.key}"
+        for doc in RunIndex(self.home).read():
+            if tag not in (doc.get("tags") or []):
+                continue
+            run_dir = self.home / "runs" / doc["run_id"]
+            meta = RunView.load(run_dir).meta
+            info = meta.get("judge") or {}
+            key = (info.get("role"), info.get("seed"))
+            if key not in out or meta.get("created", 0) > out[key][0]:
+                out[key] = (meta.get("created", 0), run_dir)
+        return {k: v for k, (_, v) in out.items()}
+
+    def views(self, seed: int, runs: dict) -> tuple[RunView | None, RunView | None]:
+        """The method's and the baseline's run of ``seed`` (the baseline's committed run first)."""
+        method = RunView.load(runs[(METHOD, seed)]) if (METHOD, seed) in runs else None
+        base = self.spec.baseline.committed.get(seed)
+        if base is None and (BASELINE, seed) in runs:
+            base = RunView.load(runs[(BASELINE, seed)])
+        return method, base
+
+    # -- starting ------------------------------------------------------------------------------------------
+
+    def start(self, seed: int, runs: dict) -> list[str]:
+        """Queue what seed ``seed`` still needs: a new run of each side without one, a resume of a stopped or lost
+        one; the run ids queued."""
+        from fairtui.launch.control import ControlError, check_resumable
+
+        queued = []
+        roles = [METHOD] + ([BASELINE] if seed not in self.spec.baseline.committed else [])
+        for role in roles:
+            run_dir = runs.get((role, seed))
+            status = RunView.load(run_dir).status() if run_dir else None
+            if status in ("completed", "running", "queued") or status == "failed":
+                continue
+            if run_dir is not None:  # stopped or lost: it continues from its checkpoint
+                try:
+                    check_resumable(run_dir)
+                except ControlError:
+                    continue
+            else:
+                run_dir = self._create(role, seed)
+            self.queue.submit(run_dir, None, pool=self.spec.pool)
+            queued.append(run_dir.name)
+        return queued
+
+    def _create(self, role: str, seed: int) -> Path:
+        side = self.spec.method if role == METHOD else self.spec.baseline
+        table = {**side.table, "seed": seed}
+        profile = profile_from_table(table, side.profile_path)
+        run_dir = create_run(self.home, profile, side.profile_path, f"{profile.name}-s{seed}",
+                             [f"judge:{self.spec.key}"], None,
+                             extra_meta={"judge": {"key": self.spec.key, "role": role, "seed": seed}})
+        RunIndex(self.home).register(run_dir)
+        return run_dir
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def state(self, seed: int, runs: dict) -> str:
+        """"landed" (both sides completed), "failed" (a side failed: named in ``failed``), "training" (a side is
+        queued or running), "stopped" (a side stopped or lost: the next start resumes it) or "new"."""
+        method, base = self.views(seed, runs)
+        sides = [(self.spec.method.label, method), (self.spec.baseline.label, base)]
+        statuses = [v.status() if v else None for _, v in sides]
+        if statuses == ["completed", "completed"]:
+            return "landed"
+        for (label, view), status in zip(sides, statuses):
+            if status == "failed":
+                self.failed[seed] = f"{label} seed {seed} [{view.run_id}] failed"
+                return "failed"
+        if any(s in ("queued", "running") for s in statuses):
+            return "training"
+        return "stopped" if any(s in ("stopped", "lost") for s in statuses) else "new"
+
+    def look(self, runs: dict, final: bool = False) -> Look:
+        seeds = [s for s in self.record["landed"] if s in self.spec.seeds]
+        if not seeds:
+            return Look(None, [], stats.sequential([], len(self.spec.seeds)) if self.spec.until_decided else None,
+                        final, self.spec.metric)
+        method, base = [], []
+        for seed in seeds:
+            m, b = self.views(seed, runs)
+            method.append(m)
+            base.append(b)
+        named = {self.spec.method.label: method, self.spec.baseline.label: base}
+        cmp = compare_groups(named, self.spec.baseline.label, None, self.spec.checkpoint, 0, self.spec.bases,
+                             allow_protocol_difference=self.spec.allow_protocol_difference, effect=self.spec.effect)
+        look = Look(cmp, seeds, None, final, self.spec.metric)
+        if self.spec.until_decided:
+            look.sequential = stats.sequential(look.differences(), len(self.spec.seeds))
+        return look
+
+    # -- the loop --------------------------------------------------------------------------------------------
+
+    def run(self, on_tick: Callable[[list[Path]], None], on_look: Callable[[Look], None],
+            interval: float = 1.0) -> Look:
+        """Start, follow and read until the verdict: every seed landed or failed, or (until_decided) the
+        sequential test decided or the seeds ran out. Calls ``on_look`` after each landed pair and ``on_tick``
+        with the running runs."""
+        while True:
+            runs = self.runs()
+            states = {s: self.state(s, runs) for s in self.spec.seeds}
+            new = [s for s in self.spec.seeds if states[s] == "landed" and s not in self.record["landed"]]
+            if new:
+                self.record["landed"] += new
+                self._save()
+                for i in range(len(new)):  # one look per pair, in the order recorded
+                    on_look(self._look_upto(runs, len(self.record["landed"]) - len(new) + i + 1))
+            look = self.look(runs)
+            done = all(states[s] in ("landed", "failed") for s in self.spec.seeds)
+            if (look.sequential is not None and look.sequential.decided) or done:
+                if not done:
+                    self.stop_rest(runs)
+                look.final = True
+                return look
+            self._start_more(states, runs)
+            self.queue.tick()
+            on_tick([d for d in runs.values() if RunView.load(d).status() == "running"])
+            time.sleep(interval)
+
+    def _look_upto(self, runs: dict, n: int) -> Look:
+        landed = self.record["landed"]
+        self.record["landed"] = landed[:n]
+        try:
+            return self.look(runs)
+        finally:
+            self.record["landed"] = landed
+
+    def _start_more(self, states: dict[int, str], runs: dict) -> None:
+        """Fixed seeds: every seed at once (the queue runs them as the slots allow). Until decided: the next seeds
+        in order while runs in flight fit the slots."""
+        flight = sum(1 for d in runs.values() if RunView.load(d).status() in ("queued", "running"))
+        for seed in self.spec.seeds:
+            if states[seed] not in ("new", "stopped"):
+                continue
+            if self.spec.until_decided and flight >= self.slots:
+                break
+            flight += len(self.start(seed, runs))
+
+    def stop_rest(self, runs: dict | None = None) -> list[str]:
+        """Take the judgement's queued runs off the queue and stop its running ones after their batch (Ctrl-C, or a
+        decision): each resumes with the same command. The run ids stopped."""
+        from fairtui.launch.control import StopError, stop_run, unqueue
+
+        out = []
+        for run_dir in (runs or self.runs()).values():
+            status = RunView.load(run_dir).status()
+            if status == "queued" and unqueue(run_dir) is not None:
+                out.append(run_dir.name)
+                continue
+            if RunView.load(run_dir).status() == "running":  # running, or started as it was taken off the queue
+                try:
+                    stop_run(run_dir, wait=False)
+                    out.append(run_dir.name)
+                except StopError:
+                    pass
+        return out
+
+
+def committed_by_seed(views: list[RunView]) -> tuple[dict[int, RunView], list[str]]:
+    """A baseline group's runs by seed (the first run of each seed: fairtui.runs.configurations), and a line for
+    each run set aside."""
+    out: dict[int, RunView] = {}
+    aside = []
+    for view in sorted(views, key=first_of_each_seed):
+        seed = seed_key(view)
+        if seed is None or seed in out:
+            aside.append(f"{view.name} [{view.run_id}]: " + ("no seed" if seed is None else f"a second run of seed {seed}"))
+            continue
+        out[seed] = view
+    return out, aside
+
+
+def to_json(look: Look, spec: Spec, failed: dict[int, str]) -> dict[str, Any]:
+    doc = look.comparison.to_json() if look.comparison else None
+    return {"judge": spec.key, "method": spec.method.label, "baseline": spec.baseline.label,
+            "metric": spec.metric, "checkpoint": spec.checkpoint, "seeds_landed": look.seeds,
+            "until_decided": spec.until_decided, "max_seeds": len(spec.seeds) if spec.until_decided else None,
+            "sequential": look.sequential.to_json() if look.sequential else None,
+            "failed": [failed[s] for s in sorted(failed)], "comparison": doc}

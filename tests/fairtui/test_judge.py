@@ -1,0 +1,139 @@
+"""`fairtui judge PROFILE --baseline LABEL` (fairtui.campaign.judging): both sides trained on the CPU's slots with
+one thread each, interim pairs and a verdict; Ctrl-C and the same command continue without retraining a landed
+seed; --until-decided stops at its limit with the words for it; what cannot be paired is refused before anything
+trains."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd
+
+
+def profiles(tmp_path: Path, epochs: int = 2) -> tuple[Path, Path]:
+    """A tiny PGD-AT baseline and a TRADES method, the thread count left to the judge."""
+    base = TINY.replace('name = "tiny"', 'name = "tinybase"').replace("threads = 1\n", "")
+    base = base.replace("epochs = 2", f"epochs = {epochs}")
+    method = base.replace('name = "tinybase"', 'name = "tinytrades"').replace('name = "pgd_at"', 'name = "trades"')
+    (tmp_path / "base.toml").write_text(base)
+    (tmp_path / "method.toml").write_text(method)
+    return tmp_path / "method.toml", tmp_path / "base.toml"
+
+
+def judge_runs(home: Path) -> dict[tuple[str, int], list[str]]:
+    out: dict[tuple[str, int], list[str]] = {}
+    for meta in (home / "runs").glob("*/meta.json"):
+        info = json.loads(meta.read_text())["judge"]
+        out.setdefault((info["role"], info["seed"]), []).append(meta.parent.name)
+    return out
+
+
+def spans(home: Path) -> list[tuple[float, float]]:
+    """Each run's training time span, from its first and last event."""
+    out = []
+    for events in (home / "runs").glob("*/events.jsonl"):
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        out.append((lines[0]["t"], lines[-1]["t"]))
+    return out
+
+
+def test_judge_trains_both_sides_on_the_slots_and_ends_with_a_verdict(tmp_path):
+    method, base = profiles(tmp_path)
+    home = tmp_path / "home"
+    out = fairtui_cmd("judge", str(method), "--baseline", str(base), "--seeds", "0-2", "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["method"], doc["baseline"], doc["metric"]) == ("tinytrades", "tinybase", "worst_robust")
+    assert sorted(doc["seeds_landed"]) == [0, 1, 2] and doc["sequential"] is None
+    (entry,) = [e for e in doc["comparison"]["paired"] if e["metric"] == "worst_robust"]
+    assert entry["n"] == 3 and "detectable" in entry and "seeds_for_effect" in entry and "seeds_needed" not in entry
+    # one run of each side and seed, each with one thread; never more at once than the CPU has cores
+    runs = judge_runs(home)
+    assert sorted(runs) == [(role, s) for role in ("baseline", "method") for s in range(3)]
+    assert all(len(ids) == 1 for ids in runs.values())
+    for ids in runs.values():
+        started = json.loads((home / "runs" / ids[0] / "events.jsonl").read_text().splitlines()[0])
+        assert started["config"]["train"]["threads"] == 1 and started["device"].startswith("cpu (1 thread of ")
+    cores = os.cpu_count() or 1
+    times = spans(home)
+    most = max(sum(1 for a, b in times if a <= t < b) for t, _ in times)
+    assert most <= cores
+    # three interim looks, then the verdict; the same command again trains nothing and says the same
+    assert out.stderr.count("interim, ") == 3 and "interim, 3 pairs (seeds " in out.stderr
+    again = fairtui_cmd("judge", str(method), "--baseline", str(base), "--seeds", "0-2", home=home)
+    assert again.returncode == 0 and judge_runs(home) == runs
+    assert "verdict: " in again.stdout and "paired by seed: seeds 0, 1, 2" in again.stdout
+    # the judge's runs are the profile's seeds for compare too: one configuration whatever their thread count
+    groups = json.loads(fairtui_cmd("compare", "--by", "profile", "--json", home=home).stdout)["groups"]
+    assert sorted(g["label"] for g in groups) == ["tinybase", "tinytrades"]
+
+
+def test_ctrl_c_then_the_same_command_continues_without_retraining_a_landed_seed(tmp_path):
+    method, base = profiles(tmp_path, epochs=8)
+    home = tmp_path / "home"
+    command = [sys.executable, "-c", "from fairtui.cli import main; main()", "judge", str(method), "--baseline",
+               str(base), "--seeds", "0-3", "--home", str(home)]
+    proc = subprocess.Popen(command, env=engine_env(), cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + HANG_S
+    record = home / "judges"
+    while time.time() < deadline:  # the first pair landed: its seed is in the record
+        files = list(record.glob("*.json")) if record.is_dir() else []
+        if files and json.loads(files[0].read_text())["landed"]:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 130, err
+    assert "the same command continues" in err
+    landed = json.loads(files[0].read_text())["landed"]
+    before = judge_runs(home)
+    def status(run_id):
+        return json.loads(fairtui_cmd("show", run_id, "--json", home=home).stdout)["status"]
+
+    statuses = {k: status(ids[0]) for k, ids in before.items()}
+    finished = {k: before[k][0] for k, s in statuses.items() if s == "completed"}
+    assert "stopped" in statuses.values()  # a run was cut short (or taken off the queue): it must continue
+    again = fairtui_cmd("judge", str(method), "--baseline", str(base), "--seeds", "0-3", "--json", home=home)
+    assert again.returncode == 0, again.stderr
+    after = judge_runs(home)
+    assert all(len(ids) == 1 for ids in after.values())  # stopped runs resumed in their folders, none made again
+    for key, run_id in finished.items():  # a finished run was not trained again: one run_started, same folder
+        events = [json.loads(line) for line in (home / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+        assert after[key] == [run_id] and sum(e["type"] == "run_resumed" for e in events) == 0
+    doc = json.loads(again.stdout)
+    assert doc["seeds_landed"][:len(landed)] == landed and sorted(doc["seeds_landed"]) == [0, 1, 2, 3]
+
+
+def test_until_decided_stops_at_its_limit_saying_so(tmp_path):
+    """At two seeds the safe t-test (prior N(0, 4)) cannot reach 20, so two seeds end undecided at the limit."""
+    method, base = profiles(tmp_path)
+    out = fairtui_cmd("judge", str(method), "--baseline", str(base), "--until-decided", "--max-seeds", "2",
+                      home=tmp_path / "home")
+    assert out.returncode == 0, out.stderr
+    assert "verdict: not distinguishable at 2 seeds (the most asked for) (safe t-test, anytime-valid" in out.stdout
+    assert "decides at 20" in out.stderr
+
+
+def test_what_cannot_be_paired_is_refused_before_anything_trains(tmp_path):
+    home = tmp_path / "home"
+    digits = ROOT / "experiments" / "results" / "digits"
+    short = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-trades.toml"), "--baseline", "digits-trades",
+                        "--results", str(digits), "--set", "train.epochs=5", home=home)
+    assert short.returncode == 2
+    assert short.stderr.strip().splitlines()[-1].startswith(
+        "fairtui: digits-trades (train.epochs=5) against digits-trades: train.epochs differs (5 against 30)")
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    unknown = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-dafa.toml"), "--baseline", "nosuch", "--results",
+                          str(digits), home=home)
+    assert unknown.returncode == 2 and "digits-trades" in unknown.stderr and "no profile file" in unknown.stderr
+    for bad in (["--seeds", "0-x"], ["--seeds", "1,1"], ["--seeds", "0-2", "--until-decided"], ["--metric", "cv"]):
+        out = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-dafa.toml"), "--baseline", "digits-trades",
+                          "--results", str(digits), *bad, home=home)
+        assert out.returncode == 2, bad
