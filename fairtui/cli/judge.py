@@ -80,7 +80,8 @@ def build_spec(profile, baseline, results, bases, overrides, seeds, until_decide
     written = apply_overrides(read_toml(profile), overrides)
     one_thread = pool == ["cpu"] and "threads" not in (written.get("train") or {})
     method_profile = load_profile(profile, overrides + (["train.threads=1"] if one_thread else []))
-    label = method_profile.name + (f" ({', '.join(overrides)})" if overrides else "")
+    shown = [o for o in overrides if not o.replace(" ", "").startswith("data.root=")]  # a location, not a setting
+    label = method_profile.name + (f" ({', '.join(shown)})" if shown else "")
     method = Side(label, method_profile.to_table(), str(profile))
     baseline, base_views, base_table, base_path = find_baseline(baseline, results, home)
     committed, aside = committed_by_seed(base_views)

@@ -52,7 +52,7 @@ def detectable_text(r) -> str:
 def planning_text(r) -> str:
     """The planning line of a paired result: "80% power for 1.9 points at these seeds; 8 seeds for 2.0 points"."""
     return (f"80% power for {detectable_text(r)} points at these seeds; {needed_text(r.seeds_for_effect)} seeds for "
-            f"{100 * r.effect:.1f}")
+            f"{100 * r.effect:.1f} points")
 
 
 def needed_text(n: int | None) -> str:
