@@ -57,6 +57,7 @@ class Spec:
     allow_protocol_difference: bool = False
     bases: dict = field(default_factory=dict)
     pool: list[str] = field(default_factory=lambda: ["cpu"])
+    request: dict = field(default_factory=dict)  # what was asked (fairtui.campaign.spec.Request), kept in the record
 
     @property
     def key(self) -> str:
@@ -102,6 +103,9 @@ class Campaign:
         self.queue = queue or LocalQueue(home, worker=True)
         self.path = home / "judges" / f"{spec.key}.json"
         self.record = self._load()
+        if spec.request and self.record.get("request") != spec.request:  # the app reopens it with what was asked
+            self.record["request"] = spec.request
+            self._save()
         threads = int((spec.method.table.get("train") or {}).get("threads") or 0)
         self.slots = slots(spec.pool, threads)
         self.failed: dict[int, str] = {}
@@ -116,7 +120,8 @@ class Campaign:
         except (OSError, ValueError):
             pass
         return {"key": self.spec.key, "method": self.spec.method.label, "baseline": self.spec.baseline.label,
-                "profile": self.spec.method.profile_path, "landed": [], "created": time.time()}
+                "profile": self.spec.method.profile_path, "request": self.spec.request, "landed": [],
+                "created": time.time()}
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,30 +225,38 @@ class Campaign:
 
     # -- the loop --------------------------------------------------------------------------------------------
 
+    def step(self, on_look: Callable[[Look], None] = lambda look: None) -> tuple[Look, list[Path]]:
+        """One look at the judgement, never waiting: record the pairs that landed (``on_look`` for each, in order),
+        then either end it (the returned look is ``final``: every seed landed or failed, or the sequential test
+        decided, and then the runs still training are stopped) or start what the slots allow. The look and the
+        running runs."""
+        runs = self.runs()
+        states = {s: self.state(s, runs) for s in self.spec.seeds}
+        new = [s for s in self.spec.seeds if states[s] == "landed" and s not in self.record["landed"]]
+        if new:
+            self.record["landed"] += new
+            self._save()
+            for i in range(len(new)):  # one look per pair, in the order recorded
+                on_look(self._look_upto(runs, len(self.record["landed"]) - len(new) + i + 1))
+        look = self.look(runs)
+        done = all(states[s] in ("landed", "failed") for s in self.spec.seeds)
+        if (look.sequential is not None and look.sequential.decided) or done:
+            if not done:
+                self.stop_rest(runs)
+            look.final = True
+            return look, []
+        self._start_more(states, runs)
+        self.queue.tick()
+        return look, [d for d in runs.values() if RunView.load(d).status() == "running"]
+
     def run(self, on_tick: Callable[[list[Path]], None], on_look: Callable[[Look], None],
             interval: float = 1.0) -> Look:
-        """Start, follow and read until the verdict: every seed landed or failed, or (until_decided) the
-        sequential test decided or the seeds ran out. Calls ``on_look`` after each landed pair and ``on_tick``
-        with the running runs."""
+        """:meth:`step` until the verdict, ``on_tick`` with the running runs between steps."""
         while True:
-            runs = self.runs()
-            states = {s: self.state(s, runs) for s in self.spec.seeds}
-            new = [s for s in self.spec.seeds if states[s] == "landed" and s not in self.record["landed"]]
-            if new:
-                self.record["landed"] += new
-                self._save()
-                for i in range(len(new)):  # one look per pair, in the order recorded
-                    on_look(self._look_upto(runs, len(self.record["landed"]) - len(new) + i + 1))
-            look = self.look(runs)
-            done = all(states[s] in ("landed", "failed") for s in self.spec.seeds)
-            if (look.sequential is not None and look.sequential.decided) or done:
-                if not done:
-                    self.stop_rest(runs)
-                look.final = True
+            look, running = self.step(on_look)
+            if look.final:
                 return look
-            self._start_more(states, runs)
-            self.queue.tick()
-            on_tick([d for d in runs.values() if RunView.load(d).status() == "running"])
+            on_tick(running)
             time.sleep(interval)
 
     def _look_upto(self, runs: dict, n: int) -> Look:

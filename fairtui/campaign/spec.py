@@ -1,0 +1,162 @@
+"""What a judgement was asked (a :class:`Request`: `fairtui judge`'s options, or the app's launch dialog) and what it
+resolves to (fairtui.campaign.judging.Spec): the method's and the baseline's profiles, the baseline's committed runs
+by seed, the seeds. The request is kept in the judgement's record, so the app and the command line reopen it alike.
+What cannot be judged is a ValueError (or ProfileError) naming why, before anything is created."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from fairtui.campaign.judging import Side, Spec, committed_by_seed
+from fairtui.runs.runfolder import RunView
+
+
+@dataclass
+class Request:
+    profile: str
+    baseline: str
+    results: list[str] = field(default_factory=list)
+    bases: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+    seeds: str | None = None  # "0-4", "0,2,5"; None: the baseline's committed seeds
+    until_decided: bool = False
+    max_seeds: int = 10
+    metric: str = "worst_robust"
+    checkpoint: str = "best"
+    effect: float = 0.02
+    allow_protocol_difference: bool = False
+    gpus: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Request":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+def parse_seeds(text: str) -> list[int]:
+    """"0-4" -> 0..4, "0,2,5", "0-2,7"; ValueError naming the option otherwise."""
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        if not (lo.isdigit() and (not sep or hi.isdigit())):
+            raise ValueError(f"--seeds {text!r}: write seeds as 0-4 or 0,2,5")
+        out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"--seeds {text!r}: no seeds, or a seed named twice")
+    return out
+
+
+def on_cpu(gpus: str | None) -> bool:
+    return not gpus or gpus.strip().lower() == "cpu"
+
+
+def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambda line: None) -> Spec:
+    """The judgement's sides, seeds and settings (``warn``: the lines a user should read, such as runs set aside)."""
+    from engine.contract.profile_io import apply_overrides, load_profile, read_toml
+
+    if request.until_decided and request.seeds:
+        raise ValueError("give --seeds or --until-decided (seeds 0 to --max-seeds - 1, in order), not both")
+    pool = ["cpu"] if on_cpu(request.gpus) else [g.strip() for g in request.gpus.split(",")]
+    written = apply_overrides(read_toml(request.profile), request.overrides)
+    one_thread = pool == ["cpu"] and "threads" not in (written.get("train") or {})
+    method_profile = load_profile(request.profile, request.overrides + (["train.threads=1"] if one_thread else []))
+    shown = [o for o in request.overrides if not o.replace(" ", "").startswith("data.root=")]  # a location
+    label = method_profile.name + (f" ({', '.join(shown)})" if shown else "")
+    method = Side(label, method_profile.to_table(), request.profile)
+    baseline, base_views, base_table, base_path = find_baseline(request.baseline, request.results, home)
+    committed, aside = committed_by_seed(base_views)
+    for line in aside:
+        warn(f"left out of {baseline}: {line}")
+    base_table = baseline_table(base_table, method.table, one_thread)
+    for line in check_protocol(method.table, base_table, label, baseline, request.allow_protocol_difference):
+        warn(line)
+    if label == baseline:
+        raise ValueError(f"the method and the baseline are both {baseline!r}: name a variant with --set, or another "
+                         "profile")
+    if request.until_decided:
+        seeds = list(range(request.max_seeds))
+    elif request.seeds:
+        seeds = parse_seeds(request.seeds)
+    elif committed:
+        seeds = sorted(committed)
+    else:
+        raise ValueError(f"{baseline} has no committed runs to take the seeds from: give --seeds 0-4 or "
+                         "--until-decided")
+    bases = {v.run_id: v for folder in request.bases for v in folder_runs(Path(folder))}
+    return Spec(method, Side(baseline, base_table, base_path, committed), seeds, request.until_decided,
+                request.metric, request.checkpoint, request.effect, request.allow_protocol_difference, bases, pool,
+                request.to_json())
+
+
+def folder_runs(folder: Path) -> list[RunView]:
+    """The runs of a folder of committed run files (ValueError when it is none)."""
+    from fairtui.judge.compare import CompareError
+    from fairtui.judge.sources import results_runs
+
+    try:
+        return [RunView.load(d) for d in results_runs(folder)]
+    except CompareError as err:
+        raise ValueError(str(err)) from None
+
+
+def completed_views(results: list[str], home: Path) -> list[RunView]:
+    """The completed runs of the ``results`` folders and of the home, less any judgement's own runs."""
+    from fairtui.runs.store import RunIndex
+
+    views = [v for folder in results for v in folder_runs(Path(folder))]
+    if (home / "runs").is_dir():
+        views += [RunView.load(home / "runs" / d["run_id"]) for d in RunIndex(home).read()
+                  if d.get("status") == "completed"]
+    return [v for v in views if v.status() == "completed"
+            and not any(str(t).startswith("judge:") for t in v.meta.get("tags") or [])]
+
+
+def find_baseline(label: str, results: list[str], home: Path) -> tuple[str, list[RunView], dict, str]:
+    """The baseline's label, its committed runs (a `--by profile` group of ``results`` and the home, never a
+    judgement's own runs), the resolved profile its new seeds train, and where that came from. A label that is no
+    group is taken as a profile (a file, or profiles/<label>.toml), labelled by its name."""
+    from engine.contract.profile_io import load_profile, read_toml
+    from fairtui.judge.sources import grouped
+
+    groups = grouped(completed_views(results, home), "profile")
+    if label in groups:
+        first = groups[label][0]
+        return label, groups[label], read_toml(first.run_dir / "profile.toml"), str(first.run_dir / "profile.toml")
+    for candidate in (Path(label), Path("profiles") / f"{label}.toml"):
+        if candidate.is_file():
+            profile = load_profile(candidate)
+            return profile.name, [], profile.to_table(), str(candidate)
+    known = ", ".join(groups) or "none"
+    raise ValueError(f"--baseline {label!r} is no group of the runs searched ({len(results)} --results folder(s) "
+                     f"and the home: {known}) and no profile file")
+
+
+def baseline_table(table: dict, method: dict, one_thread: bool) -> dict:
+    """The table the baseline's new seeds train: its own profile, on the method's data folder (a location, not a
+    setting) and, on the CPU's slots, one thread."""
+    out = {**table, "data": dict(table.get("data") or {}), "train": dict(table.get("train") or {})}
+    mine = method.get("data") or {}
+    if mine.get("dataset") == out["data"].get("dataset") and mine.get("root"):
+        out["data"]["root"] = mine["root"]
+    if one_thread:
+        out["train"]["threads"] = 1
+    return out
+
+
+def check_protocol(method: dict, baseline: dict, label: str, base_label: str, allow: bool) -> list[str]:
+    """Refuse (ValueError), before anything trains, a method whose runs could not be paired with the baseline's: one
+    line naming each difference (the measurement always; the training budget unless allowed). The allowed
+    differences, as warnings."""
+    from fairtui.judge.protocol import planned_differences
+
+    lines = planned_differences(method, baseline)
+    measured = [line for line in lines if line.startswith(("data.dataset", "eval.", "data.test_per_class"))]
+    if measured or (lines and not allow):
+        hint = "" if measured else " (the training budget: --allow-protocol-difference pairs them, naming it)"
+        raise ValueError(f"{label} against {base_label}: " + "; ".join(measured or lines) + hint)
+    return [f"warning: {label} against {base_label}: {line} (allowed)" for line in lines]
