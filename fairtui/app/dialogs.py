@@ -21,13 +21,16 @@ Runs screen
   x      export: table, figure, TB  d      delete (asks first)
   /      filter as you type         o / O  sort by next column / reverse
   g      group a sweep's children    y      the study of a trial
+  j      the judgement of a seed (fairtui judge)
 Run screen
   [ / ]  per-class curves (accuracy, eps, beta...)  c  robust / clean
   left / right  highlight a class   pgup / pgdn  more classes
   p      per-class test tables      e  evaluate   a  notes   s  stop
 Compare screen: b  the next run is the baseline
 Study screen:   enter  the trial's run
+Judge screen:   s  stop its runs (reopen to continue)
 Launch dialog:  tab  next field   ctrl+l  launch   escape  cancel
+                "judge against": a baseline, and the launch judges
 Everywhere:     ?  help   escape  back   q  quit (runs keep training)
 """
 

@@ -103,7 +103,7 @@ class Campaign:
         self.queue = queue or LocalQueue(home, worker=True)
         self.path = home / "judges" / f"{spec.key}.json"
         self.record = self._load()
-        if spec.request and self.record.get("request") != spec.request:  # the app reopens it with what was asked
+        if not self.path.exists() or self.record.get("request") != spec.request:  # reopened with what was asked
             self.record["request"] = spec.request
             self._save()
         threads = int((spec.method.table.get("train") or {}).get("threads") or 0)

@@ -71,3 +71,38 @@ def cpu_lines(p) -> list[str]:
         return []
     return [f"  CPUs: {p.group} on {'; '.join(mine)}, {p.baseline} on {'; '.join(theirs)}: the paired differences "
             "may include the kernels' effect (docs/results-and-guarantees.md)"]
+
+
+def forest_lines(look, width: int = 36) -> list[str]:
+    """The paired differences as a text forest plot (the app's judge screen): a row per landed seed, its difference
+    as a dot, and the mean with its interval (the anytime-valid one with --until-decided, else the 95% t-interval),
+    on one scale with 0 marked: "seed 3    +4.2  ........|....o....."."""
+    diffs = look.differences()
+    if not diffs:
+        return ["no pair has landed yet"]
+    mean = sum(diffs) / len(diffs)
+    if look.sequential is not None:
+        lo, hi = look.sequential.interval
+    else:
+        lo, hi = look.pairing.results[look.metric].ci95
+    finite = [x for x in (*diffs, lo, hi, 0.0) if not (math.isnan(x) or math.isinf(x))]
+    span = max(abs(x) for x in finite) or 0.01
+    at = lambda x: round((min(max(x, -span), span) + span) / (2 * span) * (width - 1))  # noqa: E731
+
+    def row(label: str, value: float, interval: tuple[float, float] | None = None) -> str:
+        cells = ["."] * width
+        cells[at(0.0)] = "|"
+        if interval is not None:
+            a, b = (at(x) if not math.isinf(x) and not math.isnan(x) else (0 if x < 0 else width - 1)
+                    for x in interval)
+            for i in range(a, b + 1):
+                cells[i] = "-"
+            cells[a], cells[b] = "[", "]"
+        cells[at(value)] = "o"
+        return f"{label:<9} {pct(value, True):>6}  {''.join(cells)}"
+
+    out = [row(f"seed {s}", d) for s, d in zip(look.seeds, diffs)]
+    out.append(row("mean", mean, (lo, hi)))
+    word = "anytime-valid 95%" if look.sequential is not None else "95% t"
+    out.append(f"{'':<9} {'':>6}  {pct(-span, True)} to {pct(span, True)} points; [ ]: the {word} interval")
+    return out

@@ -51,6 +51,8 @@ class LaunchDialog(ModalScreen[str | None]):
                 yield LineInput(placeholder="tags, space-separated", id="tags")
                 yield LineInput(placeholder="sweep (optional): method.eta=0.05,0.1 train.lr=0.1,0.05", id="grid")
                 yield LineInput(placeholder="seeds (optional, a sweep over seeds): 3", id="seeds")
+                yield LineInput(placeholder="judge against (optional): BASELINE [results=DIR] [until-decided]",
+                                id="judge")
                 yield Button("launch (ctrl+l)", id="launch", variant="primary")
             yield Static("", id="launch-error", markup=False)
             yield Label("type: filter  tab: next field  ctrl+l: launch  escape: cancel", classes="hint")
@@ -147,6 +149,13 @@ class LaunchDialog(ModalScreen[str | None]):
             return
         grid = self.query_one("#grid", Input).value.split()
         seeds = self.query_one("#seeds", Input).value.strip()
+        judge = self.query_one("#judge", Input).value.strip()
+        if judge:
+            if grid:
+                error.update("a judgement trains one configuration: leave the sweep field empty")
+                return
+            self.launch_judge(path, overrides, judge, seeds, choice)
+            return
         if grid or seeds:
             self.launch_sweep(path, overrides + choice.overrides(), grid, seeds, name, choice)
             return
@@ -156,6 +165,23 @@ class LaunchDialog(ModalScreen[str | None]):
         self.app.tick_queue()
         remember_profile(self.app.home, path.name)
         self.dismiss(run_dir.name)
+
+    def launch_judge(self, path, overrides: list[str], text: str, seeds: str, choice) -> None:
+        """The dialog's judgement (`fairtui judge`'s checks): its record made, its screen opened, where it runs."""
+        from engine.contract.profile_schema import ProfileError
+        from fairtui.campaign.judging import Campaign
+        from fairtui.campaign.spec import build_spec
+
+        error = self.query_one("#launch-error", Static)
+        gpus = "cpu" if choice.cpu else ",".join(str(d) for d in choice.devices)
+        try:
+            spec = build_spec(judge_request(path, overrides, text, seeds, gpus), self.app.home)
+        except (ProfileError, ValueError, OSError) as err:
+            error.update(str(err))
+            return
+        Campaign(self.app.home, spec, self.app.queue)  # its record: the judge screen reopens it
+        remember_profile(self.app.home, path.name)
+        self.dismiss(f"judge:{spec.key}")
 
     def launch_sweep(self, path, overrides: list[str], grid: list[str], seeds: str, name, choice) -> None:
         """The dialog's sweep: the same expansion and checks as `fairtui sweep`, on the local queue."""
@@ -180,6 +206,27 @@ class LaunchDialog(ModalScreen[str | None]):
         self.app.tick_queue()
         remember_profile(self.app.home, path.name)
         self.dismiss(record["runs"][0] if record["runs"] else None)
+
+
+def judge_request(path, overrides: list[str], text: str, seeds: str, gpus: str | None):
+    """The launch dialog's judgement: "BASELINE [results=DIR]... [until-decided] [max=N]" and the seeds field ("0-4",
+    or N for 0 to N - 1); ValueError naming what is wrong."""
+    from fairtui.campaign.spec import Request
+
+    words = text.split()
+    baseline, results, until, most = words[0], [], False, 10
+    for word in words[1:]:
+        if word.startswith("results="):
+            results.append(word.split("=", 1)[1])
+        elif word == "until-decided":
+            until = True
+        elif word.startswith("max=") and word[4:].isdigit():
+            most = int(word[4:])
+        else:
+            raise ValueError(f"judge against: {word!r}? write BASELINE [results=DIR] [until-decided] [max=N]")
+    if seeds.isdigit():
+        seeds = f"0-{int(seeds) - 1}" if int(seeds) > 0 else ""
+    return Request(str(path), baseline, results, [], list(overrides), seeds or None, until, most, gpus=gpus)
 
 
 def short_gpu_label(gpu) -> str:

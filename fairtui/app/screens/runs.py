@@ -34,6 +34,7 @@ class RunsScreen(Screen):
         Binding("d", "delete", "delete", show=False), Binding("slash", "filter", "filter"),
         Binding("o", "sort", "sort", show=False), Binding("O", "reverse", "reverse", show=False),
         Binding("g", "group", "group sweeps", show=False), Binding("y", "study", "study", show=False),
+        Binding("j", "judge", "judgement", show=False),
         Binding("escape", "clear_filter", "clear", show=False),
     ]
 
@@ -251,13 +252,27 @@ class RunsScreen(Screen):
 
         self.app.push_screen(StudyScreen(name))
 
+    def action_judge(self) -> None:
+        from fairtui.app.screens.judge import JudgeScreen, judge_key
+
+        key = judge_key(next((d for d in self.docs if d["run_id"] == self.selected_id()), {}))
+        if key is None:
+            return self.notify("this run is not a seed of a judgement (fairtui judge)", severity="warning")
+        self.app.push_screen(JudgeScreen(key))
+
     def action_new_run(self) -> None:
         from fairtui.app.screens.launch import LaunchDialog
 
         self.app.push_screen(LaunchDialog(), self.launched)
 
     def launched(self, run_id: str | None) -> None:
-        """The dialog's new run (a sweep's first): queued, and selected, so that enter opens it."""
+        """The dialog's new run (a sweep's first): queued, and selected, so that enter opens it; a new judgement
+        ("judge:<key>") opens its screen."""
+        if run_id and run_id.startswith("judge:"):
+            from fairtui.app.screens.judge import JudgeScreen
+
+            self.app.push_screen(JudgeScreen(run_id.split(":", 1)[1]))
+            return
         if run_id:
             self.notify(f"run {run_id} queued")
             self.select_next = run_id

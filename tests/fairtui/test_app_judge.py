@@ -1,0 +1,42 @@
+"""The judge screen (Pilot): a judgement started from the launch dialog's "judge against" field trains both sides,
+shows each seed's runs and the forest of paired differences as they land, ends with the verdict, and reopens from
+the runs screen (j) without training anything again."""
+
+from engine.contract.profile_io import read_toml
+from fairtui.app import make_app
+from tests.conftest import HANG_S, TINY
+from tests.fairtui.app_helpers import engine_on_path, wait_until  # noqa: F401,F811 (fixtures)
+
+
+async def test_judge_from_the_launch_dialog_and_reopen_it_with_j(tmp_path, engine_on_path):  # noqa: F811
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    method = TINY.replace('name = "tiny"', 'name = "tinytrades"').replace('name = "pgd_at"', 'name = "trades"')
+    (profiles / "tinytrades.toml").write_text(method)
+    (tmp_path / "base.toml").write_text(TINY.replace('name = "tiny"', 'name = "tinybase"'))
+    home = tmp_path / "home"
+    app = make_app(home=home, profiles_dir=profiles, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("enter", "tab", "tab", "tab", "tab", "2", "tab", *str(tmp_path / "base.toml"))
+        await pilot.press("ctrl+l")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "JudgeScreen", timeout=HANG_S)
+        title = app.screen.query_one("#judge-title")
+        await wait_until(pilot, lambda: "verdict" in str(title.render()), timeout=HANG_S)
+        assert "tinytrades against tinybase (fixed seeds): verdict" in str(title.render())
+        forest = str(app.screen.query_one("#judge-forest").render())
+        assert "seed 0" in forest and "seed 1" in forest and "mean" in forest and "verdict: " in forest
+        table = app.screen.query_one("#judge-runs")
+        assert table.row_count == 2 and all(table.get_row_at(i)[1] == "completed" for i in range(2))
+        runs = sorted((home / "runs").iterdir())
+        assert len(runs) == 4  # two seeds of each side, each one thread
+        assert {read_toml(r / "profile.toml")["train"]["threads"] for r in runs} == {1}
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunsScreen", timeout=HANG_S)
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 4, timeout=HANG_S)
+        await pilot.press("j")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "JudgeScreen", timeout=HANG_S)
+        title = app.screen.query_one("#judge-title")
+        await wait_until(pilot, lambda: "verdict" in str(title.render()), timeout=HANG_S)
+    assert sorted((home / "runs").iterdir()) == runs  # reopened: nothing trained again
