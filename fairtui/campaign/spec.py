@@ -72,7 +72,13 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     committed, aside = committed_by_seed(base_views)
     for line in aside:
         warn(f"left out of {baseline}: {line}")
-    base_table = baseline_table(base_table, method.table, one_thread)
+    runtime = ran_as(list(committed.values()))
+    base_table = baseline_table(base_table, method.table, one_thread, runtime)
+    amp = (method.table.get("train") or {}).get("amp")
+    if runtime.get("amp") == "none" and amp != "none":
+        warn(f"warning: {label} asks train.amp = {amp!r} (bf16 on a CPU with bf16 units, and on GPUs); {baseline}'s "
+             "committed runs trained fp32: the paired differences would hold the precision's effect (--set "
+             "train.amp=none judges the method alone)")
     for line in check_protocol(method.table, base_table, label, baseline, request.allow_protocol_difference):
         warn(line)
     if label == baseline:
@@ -136,10 +142,25 @@ def find_baseline(label: str, results: list[str], home: Path) -> tuple[str, list
                      f"and the home: {known}) and no profile file")
 
 
-def baseline_table(table: dict, method: dict, one_thread: bool) -> dict:
-    """The table the baseline's new seeds train: its own profile, on the method's data folder (a location, not a
-    setting) and, on the CPU's slots, one thread."""
-    out = {**table, "data": dict(table.get("data") or {}), "train": dict(table.get("train") or {})}
+# the runtime a committed run trained with -> the requests that give it again on any machine
+RUNTIME_REQUESTS = {"fp32": {"amp": "none"}, "autocast bfloat16, channels-last": {"amp": "bf16", "channels_last": True},
+                    "autocast bfloat16": {"amp": "bf16", "channels_last": False}}
+
+
+def ran_as(views: list[RunView]) -> dict:
+    """The train keys that make new runs train as the committed ``views`` did, where they all ran one runtime this
+    machine can ask for: a committed row of ``amp = "auto"`` trained fp32 on a CPU without bf16 units, and its new
+    seeds must too, here or on a CPU with them (#57). {} when they ran several, or none is committed."""
+    from fairtui.runs.configurations import runtime_ran
+
+    ran = {runtime_ran(v) for v in views}
+    return dict(RUNTIME_REQUESTS.get(ran.pop(), {})) if len(ran) == 1 else {}
+
+
+def baseline_table(table: dict, method: dict, one_thread: bool, runtime: dict | None = None) -> dict:
+    """The table the baseline's new seeds train: its own profile, in the runtime its committed seeds ran
+    (:func:`ran_as`), on the method's data folder (a location, not a setting) and, on the CPU's slots, one thread."""
+    out = {**table, "data": dict(table.get("data") or {}), "train": {**(table.get("train") or {}), **(runtime or {})}}
     mine = method.get("data") or {}
     if mine.get("dataset") == out["data"].get("dataset") and mine.get("root"):
         out["data"]["root"] = mine["root"]

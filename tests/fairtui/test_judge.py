@@ -137,3 +137,23 @@ def test_what_cannot_be_paired_is_refused_before_anything_trains(tmp_path):
         out = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-dafa.toml"), "--baseline", "digits-trades",
                           "--results", str(digits), *bad, home=home)
         assert out.returncode == 2, bad
+
+
+def test_the_baselines_new_seeds_train_as_its_committed_seeds_ran(tmp_path):
+    """The committed digits-trades runs asked amp = "auto" and trained fp32 (their CPU had no bf16 units); on a CPU
+    with them "auto" is bf16. Their new seeds must train fp32 wherever the judge runs, or every pair of those seeds
+    would hold bf16's effect."""
+    from fairtui.campaign.spec import Request, build_spec, ran_as
+
+    said: list[str] = []
+    spec = build_spec(Request(str(ROOT / "profiles" / "digits-dafa.toml"), "digits-trades",
+                              [str(ROOT / "experiments" / "results" / "digits")]), tmp_path, warn=said.append)
+    committed = list(spec.baseline.committed.values())
+    assert {v.config["train"]["amp"] for v in committed} == {"auto"} and ran_as(committed) == {"amp": "none"}
+    assert spec.baseline.table["train"]["amp"] == "none" and spec.baseline.table["train"]["threads"] == 1
+    assert spec.method.table["train"]["amp"] == "none" and not said
+    auto = build_spec(Request(str(ROOT / "profiles" / "digits-dafa.toml"), "digits-trades",
+                              [str(ROOT / "experiments" / "results" / "digits")], overrides=["train.amp=auto"]),
+                      tmp_path, warn=said.append)
+    assert auto.baseline.table["train"]["amp"] == "none"
+    assert len(said) == 1 and "--set train.amp=none judges the method alone" in said[0]
