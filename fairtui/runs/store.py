@@ -72,9 +72,13 @@ def write_listing(home: Path, docs: list[dict]) -> None:
     folder = runs_dir(home)
     watch = {d["run_id"]: [d.get("status"), d.get("epoch"), d.get("seen")] for d in docs
              if d.get("status") in LIVE_STATUSES + ("lost",)}
+    names = os.listdir(folder) if folder.is_dir() else []
+    # an index that does not hold every run folder (written by `tag` in a home whose runs were copied in) is never
+    # printed as the listing: -1 matches no folder count, so `ls` reads the folders and indexes them
+    complete = len(docs) >= sum(1 for n in names if not n.startswith("."))
     atomic_write_text(home / "runs.listing.json", json.dumps(docs, separators=(",", ":")) + "\n")
     atomic_write_text(home / "runs.listing.meta", json.dumps(
-        {"folders": len(os.listdir(folder)) if folder.is_dir() else 0, "watch": watch, "numbers": NUMBERS,
+        {"folders": len(names) if complete else -1, "watch": watch, "numbers": NUMBERS,
          "seen": {d["run_id"]: d.get("seen") for d in docs}}))
 
 
@@ -209,6 +213,8 @@ class RunIndex:
             yield
 
     def upsert(self, doc: dict) -> None:
+        if not self.path.exists() and runs_dir(self.home).is_dir():
+            self.read()  # never an index of part of a home: its other folders are indexed first (#71)
         with self.transaction() as db:
             _apply(db, [doc])
 
@@ -326,8 +332,13 @@ class RunIndex:
             db.insert_multiple(docs)
         return len(docs), max(0, before - len(docs))
 
-    def names(self) -> dict[str, str]:
-        return {d["run_id"]: d.get("name", d["run_id"]) for d in self._read_all()}
+    def names(self) -> dict[str, str] | None:
+        """Run id -> name from the index, or None when it may not hold every run folder (more folders than entries:
+        runs copied in, an index deleted): then names are read from the folders (fairtui.runs.home.named_runs)."""
+        names = {d["run_id"]: d.get("name", d["run_id"]) for d in self._read_all()}
+        folder = runs_dir(self.home)
+        present = [n for n in os.listdir(folder) if not n.startswith(".")] if folder.is_dir() else []
+        return names if not set(present) - set(names) else None
 
 
 def _apply(db: TinyDB, put: list[dict], drop: list[str] = ()) -> None:

@@ -15,7 +15,7 @@ import pytest
 from fairtui.runs.runfolder import RunView
 from fairtui.runs.store import RunIndex, document_for
 from fairtui.runs.synthetic import make_run
-from tests.conftest import HANG_S, ROOT
+from tests.conftest import HANG_S, ROOT, fairtui_cmd
 from tests.fairtui import store_workers
 
 
@@ -380,3 +380,26 @@ def test_the_index_keeps_numbers_as_measured_so_ls_rounds_once(tmp_path):
         db.insert(old)
     (read,) = index.read()
     assert read["summary"]["best/pgd20"]["avg_robust"] == 0.72149
+
+
+@pytest.mark.parametrize("how", ["never indexed", "runs copied into an indexed home"])
+def test_an_index_of_part_of_a_home_is_never_trusted(tmp_path, how):
+    """#71 item 2, the probe's sequence: run folders copied in (or runs.json deleted), then `tag` writes the index.
+    Every command still sees every run: `ls --json` lists them all, `show NAME` finds a run by its name, and an
+    ambiguous `rm NAME --yes` is refused with nothing deleted."""
+    home = tmp_path / "home"
+    if how == "runs copied into an indexed home":
+        make_run(home, "20260101-000000-first0", name="first")
+        assert fairtui_cmd("ls", "--json", home=home).returncode == 0  # indexed, with its listing
+    for i in range(3):
+        make_run(home, f"20260102-00000{i}-share{i}", name="shared")
+    make_run(home, "20260102-000009-other9", name="other")
+    assert fairtui_cmd("tag", "other", "x", home=home).returncode == 0
+    every = sorted(p.name for p in (home / "runs").iterdir())
+    listed = json.loads(fairtui_cmd("ls", "--json", home=home).stdout)
+    assert sorted(d["run_id"] for d in listed) == every
+    shown = fairtui_cmd("show", "shared", home=home)
+    assert shown.returncode == 0 and "20260102-000002-share2" in shown.stdout
+    refused = fairtui_cmd("rm", "shared", "--yes", home=home)
+    assert refused.returncode == 2 and "names 3 runs" in refused.stderr
+    assert sorted(p.name for p in (home / "runs").iterdir()) == every
