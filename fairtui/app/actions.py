@@ -108,7 +108,11 @@ def delete(screen: Screen, run_dir: Path, name: str, deleted: Callable[[], None]
             return
         deleted()
 
-    screen.app.push_screen(ConfirmDialog(f"delete run {name} [{run_dir.name}] and its folder?"), apply)
+    from fairtui.launch.control import dependents
+
+    needed = dependents(run_dir)
+    warned = f" It is the start of: {'; '.join(needed)}; they would fail." if needed else ""
+    screen.app.push_screen(ConfirmDialog(f"delete run {name} [{run_dir.name}] and its folder?{warned}"), apply)
 
 
 def evaluate(screen: Screen, run_dir: Path) -> None:

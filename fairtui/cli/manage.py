@@ -48,8 +48,9 @@ def _json(json_out: bool, doc: dict) -> None:
 
 
 def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Option(False, "--yes", "-y"),
+       force: bool = typer.Option(False, "--force", help="delete a run that live runs or a study fine-tune from"),
        home: HomeT = Home, json_out: bool = Json) -> None:
-    from fairtui.launch.control import ControlError, check_deletable, delete_run
+    from fairtui.launch.control import ControlError, check_deletable, delete_run, dependents
     from fairtui.runs.runfolder import RunView
 
     run_dir = resolve_run(home, run_ref, unique_name=True)  # a deletion is not undone: never guess between runs
@@ -58,6 +59,10 @@ def rm(run_ref: str = typer.Argument(..., metavar="RUN"), yes: bool = typer.Opti
         check_deletable(run_dir)  # before asking: a refusal after a yes would waste it
     except ControlError as err:
         raise fail(str(err)) from None
+    needed = dependents(run_dir)
+    if needed and not force:
+        raise fail(f"run {inert(view.name)} [{run_dir.name}] is the start of: {'; '.join(inert(n) for n in needed)}. "
+                   "Deleting it would fail them; --force deletes it anyway")
     if not yes:
         if not typer.confirm(f"delete run {inert(view.name)} [{run_dir.name}] and its folder {run_dir}?", err=True):
             raise typer.Exit(1)

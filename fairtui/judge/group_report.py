@@ -123,6 +123,10 @@ def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
     head = f"{p.group} against {p.baseline}"
     if p.reason is not None:
         return [f"{head}: not paired, {p.reason}"]
+    if not p.pairs:  # every pair left out (a fine-tune whose starts are gone): say why, not "seeds ;" and dashes
+        why = p.starts_left_out or ([f"the runs {_seeds_word(p.bases_missing)} started from are not at hand"]
+                                    if p.bases_missing else ["no seed is in both groups"])
+        return [f"{head}: nothing paired", *(f"  left out: {line}" for line in why)]
     how = "each run with the run it started from" if p.by_init else "by seed"
     if p.against == "start":
         how = "each run with the checkpoint it started from"

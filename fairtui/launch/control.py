@@ -86,6 +86,31 @@ def check_deletable(run_dir: Path) -> None:
         raise ControlError(f"run {run_dir.name} is running; `fairtui stop {run_dir.name}` first")
 
 
+def dependents(run_dir: Path) -> list[str]:
+    """What would lose its start if the run went: a queued or running run that fine-tunes from it
+    (``method.init_from`` names its folder or a checkpoint inside it), and a study whose driver is alive with a trial
+    that does (its next trials start from the same run). One line each."""
+    from engine.contract.locks import is_locked
+    from fairtui.runs.store import RunIndex
+
+    home, run_id = run_dir.parent.parent, run_dir.name
+    out, studies = [], set()
+    for doc in RunIndex(home).read():
+        if doc["run_id"] == run_id:
+            continue
+        other = home / "runs" / doc["run_id"]
+        ref = str((RunView.load(other).config.get("method") or {}).get("init_from") or "")
+        if not ref or run_id not in Path(ref).parts:
+            continue
+        if doc.get("status") in ("queued", "running"):
+            out.append(f"run {doc.get('name')} [{doc['run_id']}] ({doc['status']}) fine-tunes from it")
+        studies.update(t.split(":", 1)[1] for t in doc.get("tags") or [] if str(t).startswith("study:"))
+    for study in sorted(studies):
+        if is_locked(home / "studies" / f"{study}.driver"):  # its driver holds it: the study is adding trials
+            out.append(f"study {study} (its driver is running) fine-tunes from it in every trial")
+    return out
+
+
 def delete_run(run_dir: Path) -> str:
     """Delete a run, the same from the CLI (`rm`) and the app (`d`): its queue entry is cancelled, a run
     that trains is refused, a run linked in from elsewhere loses the link and keeps its target, and it

@@ -65,6 +65,7 @@ class Driver:
         params = {d.key: d.suggest(trial) for d in self.req.space}
         sets = [*self.req.base, *(override(k, v) for k, v in params.items()), "eval.test_at_end=false"]
         profile = load_profile(self.req.profile_path, sets)
+        self._check_start(trial, profile)
         gpus = GpuChoice.parse(self.req.gpus)
         run_dir = create_run(self.req.home, profile, self.req.profile_path, f"{self.req.study}-t{trial.number}",
                              [f"study:{self.req.study}", f"trial:{trial.number}"], gpus,
@@ -73,6 +74,21 @@ class Driver:
         self._launch(run_dir)
         self.active[trial.number] = {"trial": trial, "run_id": run_dir.name, "reported": 0}
         self.say(f"trial {trial.number}: run {run_dir.name} {shown_params(params)}")
+
+    def _check_start(self, trial, profile) -> None:
+        """A fine-tune's trials start from ``method.init_from``: where it is gone (the base run deleted), every trial
+        would fail on it and spend the budget. The study stops with one line instead; this trial does not count."""
+        from engine.contract.profile_schema import ProfileError
+        from fairtui.launch.launcher import resolve_init_from
+
+        try:
+            resolve_init_from(profile, self.req.profile_path, self.req.home)
+        except ProfileError as err:
+            trial.set_user_attr("no_run", True)
+            self.study.tell(trial.number, state=optuna().trial.TrialState.FAIL)
+            raise TuneError("STUDY", f"{self.req.study}: stopped before trial {trial.number}, whose start is gone "
+                            f"({err.problem}): every trial would fail on it. None of the budget was spent on it; "
+                            f"restore the run and `fairtui tune {self.req.study} --resume`") from None
 
     def _adopt(self, frozen) -> None:
         """A trial a crashed driver left running: follow its run, resuming it if it stopped."""

@@ -414,3 +414,38 @@ def test_a_misspelt_status_is_refused_with_the_close_one(tmp_path):
     assert out.returncode == 2 and "did you mean 'running'?" in out.stderr and out.stdout == ""
 
 
+
+
+def test_rm_refuses_the_start_of_a_live_fine_tune_or_study(tmp_path):
+    """#71 item 8: deleting a run that a queued fine-tune, or a study whose driver is running, starts from would fail
+    them (a FAAL study spent its budget on trials failing on the missing base). `rm` names them and refuses;
+    `--force` deletes; a finished fine-tune or an ended study does not hold the base."""
+    from engine.contract.locks import try_lock
+
+    home = tmp_path / "home"
+    base = make_run(home, "20260101-000000-base01", name="base")
+    waiting = make_run(home, "20260101-000001-fine01", name="fine", status="running", init_from=str(base))
+    (waiting / "queued").touch()
+    make_run(home, "20260101-000002-trial0", name="trial", init_from=str(base / "checkpoints" / "best.pt"),
+             tags=("study:faal-lr",))
+    (home / "studies").mkdir()
+    driver = try_lock(home / "studies" / "faal-lr.driver")  # the study's driver is running
+    refused = fairtui_cmd("rm", "base", "--yes", home=home)
+    assert refused.returncode == 2 and base.is_dir()
+    assert "run fine [20260101-000001-fine01] (queued) fine-tunes from it" in refused.stderr
+    assert "study faal-lr (its driver is running)" in refused.stderr and "--force" in refused.stderr
+    (waiting / "queued").unlink()
+    (waiting / "events.jsonl").write_text((waiting / "events.jsonl").read_text() + json.dumps(
+        {"v": 1, "seq": 99, "t": 0, "run_id": waiting.name, "type": "run_finished", "status": "completed"}) + "\n")
+    still = fairtui_cmd("rm", "base", "--yes", home=home)
+    assert still.returncode == 2 and "fine [" not in still.stderr and "study faal-lr" in still.stderr
+    driver.close()  # the study ended: nothing holds the base any more
+    assert fairtui_cmd("rm", "base", "--yes", home=home).returncode == 0 and not base.exists()
+
+
+def test_rm_force_deletes_the_start_of_a_live_fine_tune(tmp_path):
+    home = tmp_path / "home"
+    base = make_run(home, "20260101-000000-base01", name="base")
+    waiting = make_run(home, "20260101-000001-fine01", name="fine", status="running", init_from=str(base))
+    (waiting / "queued").touch()
+    assert fairtui_cmd("rm", "base", "--yes", "--force", home=home).returncode == 0 and not base.exists()

@@ -588,3 +588,15 @@ def test_the_measurement_is_never_paired_across_and_a_fine_tunes_schedule_is_its
     assert set(reasons) == {"loose"} and reasons["loose"].startswith("eps differs")
     ft = next(e for e in out["paired"] if e["group"] == "ft" and e["metric"] == "worst_robust")
     assert ft["protocol_differences"] == [] and ft["n"] == 2
+
+
+def test_a_pairing_with_every_pair_left_out_says_why_not_seeds_and_dashes():
+    """#71 item 8: `compare --against-start` with the fine-tunes' base deleted printed "seeds ;" and dashes."""
+    from fairtui.judge.group_report import pairing_lines
+    from fairtui.judge.groups import Pairing
+
+    gone = Pairing("faal", "at", against="start", starts_left_out=["faal-s0 [r0]: no start recorded"])
+    gone.results = {m: stats.paired([]) for m in ("worst_robust", "avg_robust")}
+    assert pairing_lines(gone) == ["faal against at: nothing paired", "  left out: faal-s0 [r0]: no start recorded"]
+    missing = Pairing("faal", "at", bases_missing=[0, 1])
+    assert pairing_lines(missing)[1] == "  left out: the runs seeds 0, 1 started from are not at hand"

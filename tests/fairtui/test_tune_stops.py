@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import HANG_S, ROOT, engine_env, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd
 
 optuna = pytest.importorskip("optuna")
 
@@ -244,3 +244,20 @@ def test_a_trial_left_marked_queued_with_no_queue_entry_is_queued_again_by_its_d
     assert RunView.load(run_dir).status() == "queued" and not driver.queue.holds(entry["run_id"])
     _drive(driver)
     assert _states(study) == ["COMPLETE"] and RunView.load(run_dir).status() == "completed"
+
+
+def test_a_study_whose_start_is_gone_stops_in_one_line_without_spending_its_budget(tmp_path, tiny_profile):
+    """#71 item 8: a fine-tune study's base run deleted (`rm --force`) while it was between trials: every trial would
+    fail on the missing `method.init_from`. The driver stops before making the trial's run, and the trial does not
+    count against the budget."""
+    home = tmp_path / "home"
+    base = tmp_path / "gone-base"  # the base run's folder, deleted
+    profile = tiny_profile(name="frl.toml", base=TINY.replace('name = "pgd_at"', f'name = "frl"\ninit_from = "{base}"'))
+    req = _request(home, profile, "ft", epochs=1, trials=3)
+    study = t.create(req)
+    with pytest.raises(ts.TuneError) as err:
+        td.Driver(study, req).run()
+    assert "ft: stopped before trial 0, whose start is gone" in str(err.value)
+    assert "None of the budget was spent" in str(err.value) and "--resume" in str(err.value)
+    assert not (home / "runs").exists() or not [p for p in (home / "runs").iterdir() if not p.name.startswith(".")]
+    assert [tr.user_attrs.get("no_run") for tr in t.load(home, "ft")[0].get_trials()] == [True]
