@@ -103,7 +103,47 @@ def _root(ctx: typer.Context,
         run_app(home=home, profiles_dir=profiles, per_gpu=per_gpu)
 
 
+class _Watched:
+    """A stream that remembers whether anything was written to it, and its last line (for `--json`'s answer)."""
+
+    def __init__(self, stream):
+        self.stream, self.written, self.last = stream, False, ""
+
+    def write(self, text: str) -> int:
+        if text:
+            self.written = True
+            lines = [line for line in text.strip().splitlines() if line.strip()]
+            self.last = lines[-1] if lines else self.last
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def main() -> None:
+    """The command line. With ``--json`` every path answers with exactly one document on stdout: a command that
+    ended without writing one (an error, a refusal, nothing to do) writes ``{"error": LINE, "exit": CODE}``, LINE
+    being what it said on stderr (``"error"`` is null on success)."""
+    if "--json" not in sys.argv[1:]:
+        return _main()
+    out, err = _Watched(sys.stdout), _Watched(sys.stderr)
+    sys.stdout, sys.stderr = out, err
+    code = 0
+    try:
+        _main()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        raise
+    finally:
+        sys.stdout, sys.stderr = out.stream, err.stream
+        if not out.written:
+            import json
+
+            said = err.last.removeprefix("fairtui: ") if err.last else None
+            print(json.dumps({"error": said if code else None, "message": None if code else said, "exit": code}))
+
+
+def _main() -> None:
     from fairtui.runs.home import EngineRunning, HomeNotAFolder, ReadOnlyHome
 
     try:

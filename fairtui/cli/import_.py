@@ -112,8 +112,8 @@ def import_model(
     dataset: str = typer.Option(..., "--dataset", help="the data set the model classifies (cifar10, ...)"),
     arch: Optional[str] = typer.Option(None, "--arch", help="fairtui's architecture of a --state-dict "
                                        "(preact_resnet18, resnet18, wide_resnet, small_cnn, mlp)"),
-    depth: int = typer.Option(34, "--depth", help="WideResNet depth"),
-    width: int = typer.Option(10, "--width", help="WideResNet widen factor"),
+    depth: int = typer.Option(34, "--depth", min=1, help="WideResNet depth"),
+    width: int = typer.Option(10, "--width", min=1, help="WideResNet widen factor"),
     threat: str = typer.Option("linf", "--threat", help="RobustBench threat model and the eval norm: linf or l2"),
     model_dir: str = typer.Option("models", "--model-dir", help="RobustBench's model folder: weights are read "
                                   "from MODEL_DIR/DATASET/THREAT/NAME.pt, never downloaded"),

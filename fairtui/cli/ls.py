@@ -21,7 +21,7 @@ def ls(
     tag: Optional[str] = typer.Option(None, "--tag"),
     name: Optional[str] = typer.Option(None, "--name", help="a glob pattern, e.g. 'cfa-*'"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="the children of a sweep (id, prefix or short id)"),
-    limit: int = typer.Option(50, "--limit", help="rows to show (0: all); --json always lists all"),
+    limit: int = typer.Option(50, "--limit", min=0, help="rows to show (0: all); --json always lists all"),
     wide: bool = typer.Option(False, "--wide", help="every column, the full run id included, nothing cut"),
     json_out: bool = Json,
     home: HomeT = Home,

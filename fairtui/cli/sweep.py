@@ -157,7 +157,7 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
     return 0 if not failed else 1
 
 
-def queue_worker(per_gpu: int = typer.Option(1, "--per-gpu"), home: HomeT = Home) -> None:
+def queue_worker(per_gpu: int = typer.Option(1, "--per-gpu", min=1), home: HomeT = Home) -> None:
     """The detached queue worker: start queued runs as their devices free, exit when the queue is empty."""
     from fairtui.runs.home import resolve_home
     from fairtui.launch.queue import run_worker

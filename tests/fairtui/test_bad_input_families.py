@@ -280,3 +280,24 @@ def test_three_mistakes_a_new_user_made_get_their_fix(tmp_path, tiny_profile):
                       home=tmp_path / "h")
     assert out.returncode == 2 and f"give the folder that holds it: --set data.root={own.parent}" in out.stderr
     assert not (tmp_path / "h" / "runs").exists() or not any((tmp_path / "h" / "runs").iterdir())
+
+
+def test_json_answers_every_path_with_exactly_one_document(tmp_path):
+    """#71 item 9: with --json an error printed no document at all, and `resume --json` of a completed run exited 0
+    with an empty stdout. Every path now answers with one document; an error's is {"error": LINE, "exit": CODE}."""
+    import json
+
+    from fairtui.runs.synthetic import make_run
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-done01", name="done")
+    cases = [(["show", "nosuch"], 2, "no run 'nosuch'"), (["ls", "--limit", "-1"], 2, "'--limit'"),
+             (["resume", "done"], 0, "has completed; nothing to resume"),
+             (["compare", "done"], 2, "compare takes 2 to 20 runs")]
+    for args, code, said in cases:
+        out = fairtui_cmd(*args, "--json", home=home)
+        assert out.returncode == code, (args, out.stderr)
+        (doc,) = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+        assert doc["exit"] == code and said in (doc["error"] if code else doc["message"]), (args, doc)
+    ok = json.loads(fairtui_cmd("show", "done", "--json", home=home).stdout)  # a document of its own: nothing added
+    assert ok["name"] == "done" and "exit" not in ok

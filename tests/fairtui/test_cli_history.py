@@ -402,8 +402,10 @@ def test_tag_note_rm_stop_and_reindex_print_one_json_document_with_json(tmp_path
         docs[args[0]] = json.loads(out.stdout)  # one document, nothing else on stdout
     assert docs["tag"]["tags"] == ["x", "y"] and docs["note"]["notes"] == "hello"
     assert docs["reindex"] == {"indexed": 2, "dropped": 0} and docs["rm"]["deleted"] is True
-    refused = fairtui_cmd("stop", "a", "--json", home=home)  # a finished run: refused, and stdout stays empty
-    assert refused.returncode == 2 and refused.stdout == "" and "not running" in refused.stderr
+    refused = fairtui_cmd("stop", "a", "--json", home=home)  # a finished run: refused, its one document the error
+    assert refused.returncode == 2 and "not running" in refused.stderr
+    assert json.loads(refused.stdout) == {"error": "run 20260101-000000-aaaaaa is not running (status completed)",
+                                          "message": None, "exit": 2}
     assert not (home / "runs" / "20260101-000001-bbbbbb").exists()
 
 
