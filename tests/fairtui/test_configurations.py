@@ -168,3 +168,21 @@ def test_the_recorded_runtime_is_read_before_the_device_text_and_older_runs_stil
     assert configuration(plain)["runtime"] == "fp32"
     assert [[v.run_id[-1] for v in members] for _, members in by_configuration([recorded, older, plain])] == \
         [["0", "1"], ["2"]]
+
+
+def test_labels_that_differ_only_at_their_end_stay_apart_at_80_columns(tmp_path):
+    """#70 item 5: at 80 columns `digits-trades (method.b…` hid what told two groups apart. A long label folds onto
+    a second line of its cell; every label is shown whole in the groups table."""
+    home = tmp_path / "home"
+    for seed in (0, 1):
+        run(home, f"2026010{seed}-000000-aaaaa{seed}", "cifar10-cpu-quick-cfa-trades", seed,
+            lambda c: c["method"].update(beta=6.0))
+        run(home, f"2026010{seed}-000001-bbbbb{seed}", "cifar10-cpu-quick-cfa-trades", seed,
+            lambda c: c["method"].update(beta=3.0))
+    out = fairtui_cmd("compare", "--by", "profile", home=home, env_extra={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+    table = out.stdout.split("Per-class")[0]
+    joined = "".join(line.split("  ")[0].strip() for line in table.splitlines())  # the group cells, unfolded
+    for beta in ("3.0", "6.0"):
+        assert f"(method.beta={beta})" in joined, out.stdout
