@@ -87,7 +87,9 @@ class TrainConfig:
     weight_decay: float = field(5e-4, min=0.0)
     schedule: str = field("piecewise", choices=("piecewise", "cosine", "constant"))
     # The lr drops after each milestone epoch. An item may be a share of the run, "50%": epoch
-    # ceil(0.5 * epochs), the CFA authors' `t / epochs < 0.5` rule (the saved profile has the epochs).
+    # ceil(0.5 * epochs), the CFA authors' `t / epochs < 0.5` rule; or a count back from the end, "-10": the
+    # rate is lower from epoch epochs - 10 on (the DAFA authors' `epoch >= epochs - 10` on 1-based epochs), so
+    # it drops after epoch epochs - 11. The saved profile has the epochs.
     milestones: tuple[int, ...] = field((), items_min=1, percent=True)
     gamma: float = field(0.1, gt=0.0, max=1.0)
     # EMA of the weights, evaluated as the `ema` checkpoint. Unset: the method's form decides (CFA's EMA
@@ -275,6 +277,11 @@ def profile_from_table(raw: dict, file: str) -> Profile:
     return _resolve(profile, file)
 
 
+# Methods whose training reads the validation split (a profile without one is refused, never trained on zeros)
+NEEDS_VALIDATION = {"wat": "the Hedge weights' validation costs", "frl": "the validation errors that move its "
+                    "multipliers", "cfa": "FAWA's check of each epoch's weights; method.fawa = false needs none"}
+
+
 def _resolve(p: Profile, file: str) -> Profile:
     """Fill derived defaults and check the relations between sections."""
     _check_attack_names(p.eval.attacks, file, "eval.attacks")
@@ -284,7 +291,12 @@ def _resolve(p: Profile, file: str) -> Profile:
             raise ProfileError(file, "eval.checkpoints", f"unknown checkpoint {ckpt!r}; choose from "
                                f"{', '.join(CHECKPOINTS)}")
     _check_eps(p.attack.eps, p.attack.norm, file, "attack.eps")
+    relative = [m for m in p.train.milestones if isinstance(m, str) and m.startswith("-")]
     p = dataclasses.replace(p, train=dataclasses.replace(p.train, milestones=milestone_epochs(p.train)))
+    early = [m for m, e in zip(relative, milestone_epochs(p.train)) if e < 1] if relative else []
+    if any(e < 1 for e in p.train.milestones):
+        raise ProfileError(file, "train.milestones", f"{', '.join(map(str, early)) or 'a milestone'} falls before "
+                           f"the first of {p.train.epochs} epochs: raise train.epochs or remove it")
     if list(p.train.milestones) != sorted(p.train.milestones):
         raise ProfileError(file, "train.milestones", f"must be increasing, got {list(p.train.milestones)}")
     pretrain = getattr(p.method, "pretrain_epochs", 0)
@@ -293,6 +305,11 @@ def _resolve(p: Profile, file: str) -> Profile:
                            f"epoch in train.epochs ({p.train.epochs}): lower it (--set method.pretrain_epochs=N) "
                            "or raise train.epochs")
     p.method.validate_profile(p, file)
+    needs = p.method.name in NEEDS_VALIDATION and (p.method.name != "cfa" or getattr(p.method, "fawa", False))
+    if not p.data.val_per_class and not p.data.val_fraction and needs:
+        raise ProfileError(file, "data.val_fraction", f"{p.method.name} updates its class-wise state from the "
+                           f"validation split every epoch ({NEEDS_VALIDATION[p.method.name]}): it needs one "
+                           "(data.val_per_class or data.val_fraction above 0)")
     if not p.eval.attacks:
         raise ProfileError(file, "eval.attacks", "needs at least one attack (else the run ends with no result)")
     if not p.eval.checkpoints:
@@ -323,12 +340,21 @@ def _resolve(p: Profile, file: str) -> Profile:
 
 
 def milestone_epochs(train: TrainConfig) -> tuple[int, ...]:
-    """The milestones as epochs: "p%" is ceil(p / 100 * epochs), the first epoch with
-    (epoch - 1) / epochs >= p / 100 being the first at the lower lr (exact, in fractions)."""
-    from engine.contract.profile_schema import parse_percent
+    """The milestones as epochs (:func:`milestone_epoch`): "p%" is ceil(p / 100 * epochs), the first epoch with
+    (epoch - 1) / epochs >= p / 100 being the first at the lower lr (exact, in fractions); "-k" is epochs - k - 1."""
+    return tuple(milestone_epoch(m, train.epochs) for m in train.milestones)
 
-    return tuple(math.ceil(parse_percent(m) / 100 * train.epochs) if isinstance(m, str) else m
-                 for m in train.milestones)
+
+def milestone_epoch(m: int | str, epochs: int) -> int:
+    """One milestone as the epoch after which the rate drops: an epoch as it is, "p%" (ceil(p / 100 * epochs)), or
+    "-k" (epochs - k - 1: the rate is lower from epoch epochs - k on)."""
+    from engine.contract.profile_schema import parse_from_end, parse_percent
+
+    if not isinstance(m, str):
+        return m
+    if m.strip().startswith("-"):
+        return epochs - parse_from_end(m) - 1
+    return math.ceil(parse_percent(m) / 100 * epochs)
 
 
 def profile_warnings(p: Profile) -> list[str]:
@@ -365,10 +391,11 @@ def training_attack_mode(p: Profile) -> str:
 
 
 def trades_kl_form(p: Profile) -> str:
-    """``attack.kl`` resolved: "textbook" (the authors' codes' KLDivLoss) when the method's form is "code", else
-    "log_space", unless the profile names one."""
+    """``attack.kl`` resolved: "textbook" (the authors' codes' KLDivLoss) when the method's form is "code" (WAT's
+    ``loss_form``), else "log_space", unless the profile names one."""
     if p.attack.kl != "auto":
         return p.attack.kl
     params = p.method
     resolved = params.resolved() if hasattr(params, "resolved") else params
-    return "textbook" if getattr(resolved, "form", None) == "code" else "log_space"
+    code = "code" in (getattr(resolved, "form", None), getattr(resolved, "loss_form", None))
+    return "textbook" if code else "log_space"

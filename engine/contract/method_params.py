@@ -66,6 +66,11 @@ class TRADESParams(MethodParams):
     beta_per_class: tuple[float, ...] = field((), items_min=0.0)  # empty: beta for every class
     # The CFA authors' code divides the TRADES loss by (1 + beta); the original does not.
     scale_by_one_plus_beta: bool = field(False)
+    # "code": yaodongyu/TRADES's trades_loss: three train-mode forwards (x for the CE, x' and x again for the KL,
+    # whose target is that third forward) and its KLDivLoss (attack.kl "auto" -> "textbook"). "paper": two
+    # forwards (x, x'), the KL's target the first, in log space. Loss and gradient agree; BatchNorm's running
+    # statistics, which evaluation reads, do not.
+    form: str = field("paper", choices=("paper", "code"))
 
 
 # FRL's values that differ between the paper (Sec. 5.1, Eq. 11) and the authors' code

@@ -93,11 +93,12 @@ class TRADES(Method):
         self.beta_per_class.copy_(torch.tensor(betas) if betas else torch.full_like(self.beta_per_class,
                                                                                     params.beta))
         self.scale = bool(getattr(params, "scale_by_one_plus_beta", False))
-        # The forwards of the CFA and FRL authors' TRADES losses (`form = "code"`), which matter for
+        # The forwards of the TRADES, CFA and FRL authors' TRADES losses (`form = "code"`), which matter for
         # BatchNorm's running statistics: the KL's target f(x) from a third train-mode forward of the
         # clean batch (clean, adversarial, clean), and (CFA's train_epoch) a train-mode forward of the
-        # clean batch after the optimiser step, which also gives the training clean accuracy.
-        self.kl_target_forward = False
+        # clean batch after the optimiser step, which also gives the training clean accuracy. CFA and FRL
+        # set them for their own forms.
+        self.kl_target_forward = getattr(params, "name", "") == "trades" and getattr(params, "form", "paper") == "code"
         self.clean_after_step = False
 
     def loss(self, model: torch.nn.Module, x: Tensor, y: Tensor, draws: Draws = WHOLE) -> StepOutput:

@@ -36,6 +36,9 @@ MIRROR_KEYS = ("train.log_to", "train.wandb_project", "train.wandb_entity", "tra
 RUNTIME_REQUEST_KEYS = ("train.amp", "train.channels_last", "train.compile", "train.device")
 RUNTIME = "runtime"
 IGNORED = ("seed", "name", "description", "train.threads", *MIRROR_KEYS, *RUNTIME_REQUEST_KEYS)
+# Keys that older engines did not record, where what they trained with is known: TRADES had one form (two
+# forwards) before `method.form` existed, so a code-form run is never taken for a seed of those runs.
+UNRECORDED_DEFAULTS = {"method.form": ("trades", "paper")}
 LABEL_KEYS = 3  # the differing keys a label names, unless two configurations need more to be told apart
 
 
@@ -87,6 +90,9 @@ def device_kind(event: dict) -> str | None:
 def configuration(view: RunView) -> dict[str, Any]:
     """The run's resolved profile as the grouping compares it (see the module's docstring)."""
     flat = {k: v for k, v in flatten(view.config).items() if k not in IGNORED}
+    for key, (method, before) in UNRECORDED_DEFAULTS.items():  # what an engine before the key trained with
+        if flat.get("method.name") == method:
+            flat.setdefault(key, before)
     if flat.get("method.init_from"):
         flat["method.init_from"] = base_profile(str(flat["method.init_from"]))
     flat[RUNTIME] = runtime_ran(view)

@@ -138,11 +138,54 @@ def test_wat_forwards_x_then_x_adv():
 
 
 @pytest.mark.parametrize("params, expected", [
-    ("pgd_at", ["x'"]), ("trades", ["x", "x'"]), ("tian", ["x", "x'"])])
+    ("pgd_at", ["x'"]), ("trades", ["x", "x'"]), ("tian", ["x", "x'"]), ("trades_code", ["x", "x'", "x"])])
 def test_the_baselines_forwards(params, expected):
-    """PGD-AT, TRADES and Tian et al.'s class-wise-beta TRADES follow no authors' code: fairtui's forwards, recorded
-    in the docs' table so that a change of them is a decision."""
+    """PGD-AT, TRADES's paper form and Tian et al.'s class-wise-beta TRADES: fairtui's forwards, recorded in the
+    docs' table so that a change of them is a decision. TRADES's code form: yaodongyu/TRADES trades.py's
+    trades_loss, model(x_natural) for the CE, then model(x_adv) and model(x_natural) again for the KL."""
     from engine.contract.method_params import PGDATParams, TRADESParams
 
-    made = {"pgd_at": PGDATParams(), "trades": TRADESParams(), "tian": TRADESParams(beta_per_class=(6.0, 3.0, 6.0))}
+    made = {"pgd_at": PGDATParams(), "trades": TRADESParams(), "tian": TRADESParams(beta_per_class=(6.0, 3.0, 6.0)),
+            "trades_code": TRADESParams(form="code")}
     assert one_step(made[params]) == expected
+
+
+def test_trades_code_form_is_the_authors_trades_loss_in_float64():
+    """yaodongyu/TRADES trades.py, trades_loss after the attack (transcribed here as the oracle): in train mode,
+    logits = model(x); loss_natural = CE(logits, y); loss_robust = (1 / B) KLDivLoss(sum)(log_softmax(model(x')),
+    softmax(model(x))); loss = loss_natural + beta loss_robust. In float64 the code form's loss, gradient and
+    BatchNorm running statistics equal it exactly (the statistics are what evaluation reads); the paper form's
+    statistics differ (two forwards), its loss does not."""
+    import torch.nn.functional as F
+
+    from engine.contract.method_params import TRADESParams
+
+    x, y, named = batch()
+    x, named = x.double(), {k: v.double() for k, v in named.items()}
+    base = Recorder(named).double()
+    results = {}
+    for form in ("code", "paper"):
+        model = copy.deepcopy(base)
+        profile = Profile(attack=AttackConfig(eps=0.1, step=0.03, steps=2), method=TRADESParams(form=form))
+        method = build_method(MethodContext(3, profile, torch.device("cpu"), attack_model=model))
+        assert method.ctx.kl == ("textbook" if form == "code" else "log_space")
+        stub_attacks(method, named)
+        method.start_epoch(1, None)
+        model.train()
+        out = method.loss(model, x, y)
+        out.loss.backward()
+        results[form] = (out.loss.detach(), model.conv.weight.grad.clone(), model.bn.running_mean.clone(),
+                         model.bn.running_var.clone())
+    theirs = copy.deepcopy(base)
+    theirs.train()
+    logits = theirs(x)
+    loss_natural = F.cross_entropy(logits, y)
+    loss_robust = (1.0 / len(x)) * torch.nn.KLDivLoss(reduction="sum")(F.log_softmax(theirs(named["x'"]), dim=1),
+                                                                     F.softmax(theirs(x), dim=1))
+    loss = loss_natural + 6.0 * loss_robust
+    loss.backward()
+    expected = (loss.detach(), theirs.conv.weight.grad, theirs.bn.running_mean, theirs.bn.running_var)
+    for got, want in zip(results["code"], expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14)
+    torch.testing.assert_close(results["paper"][0], expected[0], rtol=0, atol=1e-12)  # the same loss ...
+    assert (results["paper"][2] - expected[2]).abs().max() > 1e-3  # ... and other running statistics
