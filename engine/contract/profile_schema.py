@@ -11,8 +11,8 @@ A field's `metadata` may carry:
 - ``max_len``: the longest string (default MAX_STRING); ``allow_inf``: a float may be +inf;
 - ``one_line``: a string that is shown as a name (a profile's ``name``): no control character (an escape
   sequence would act on the terminal that prints it), no bidirectional or zero-width control;
-- ``percent``: an item of an integer tuple may also be a percentage string, ``"50%"`` (kept as it is
-  for the caller to resolve, e.g. milestones as a share of the epochs).
+- ``percent``: an item of an integer tuple may also be a percentage string, ``"50%"``, or a count back from the
+  end, ``"-10"`` (each kept as it is for the caller to resolve, e.g. milestones relative to the epochs).
 Every float must be finite unless ``allow_inf``.
 """
 
@@ -54,6 +54,15 @@ def parse_fraction(value: Any) -> float:
         except (ValueError, ZeroDivisionError):
             raise ValueError(f"expected a number or a fraction like \"8/255\", got {value!r}") from None
     raise ValueError(f"expected a number, got {type(value).__name__}")
+
+
+def parse_from_end(value: str) -> int:
+    """``"-10"`` -> 10: a count back from the end (a milestone relative to the last epoch), a whole number >= 0."""
+    text = value.strip()
+    if not (text.startswith("-") and text[1:].strip().isdigit()):
+        raise ValueError(f"expected an integer, a percentage like \"50%\" or a count from the end like \"-10\", "
+                         f"got {value!r}")
+    return int(text[1:])
 
 
 def parse_percent(value: str) -> Fraction:
@@ -135,7 +144,8 @@ def coerce(value: Any, tp: Any, meta: dict) -> Any:
         for i, item in enumerate(value):
             try:
                 if meta.get("percent") and isinstance(item, str):
-                    items.append(f"{parse_percent(item)}%")
+                    items.append(f"-{parse_from_end(item)}" if item.strip().startswith("-")
+                                 else f"{parse_percent(item)}%")
                     continue
                 converted = coerce(item, item_tp, {"fraction": meta.get("fraction"), "choices": meta.get("items_choices")})
                 _check_range(converted, meta, "items_")
@@ -203,6 +213,6 @@ def field(default: Any, **meta: Any) -> Any:
 
 
 __all__ = [
-    "ProfileError", "build", "coerce", "field", "parse_fraction", "parse_percent", "to_table",
+    "ProfileError", "build", "coerce", "field", "parse_fraction", "parse_from_end", "parse_percent", "to_table",
     "unknown_key_message", "_type_name",
 ]
