@@ -63,5 +63,21 @@ def determinism() -> dict:
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
         "cudnn_deterministic": torch.backends.cudnn.deterministic, "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "env": {key: os.environ.get(key) for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")},
+        "env": arithmetic_env(),
     }
+
+
+# The environment variables that change which CPU or CUDA kernels run, or how they round: torch's and oneDNN's
+# instruction-set caps, MKL's and OpenMP's threading and code paths, cuBLAS's workspace and TF32.
+ARITHMETIC_ENV = ("ATEN_CPU_CAPABILITY", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")
+ARITHMETIC_ENV_PREFIXES = ("ONEDNN_", "DNNL_", "MKL_", "OMP_", "KMP_", "CUBLAS_", "GOMP_")
+
+
+def arithmetic_env(environ: dict | None = None) -> dict[str, str | None]:
+    """The variables of ARITHMETIC_ENV and ARITHMETIC_ENV_PREFIXES that are set, with the three thread and
+    workspace keys always present (None when unset), sorted."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, str | None] = {key: environ.get(key) for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                                   "CUBLAS_WORKSPACE_CONFIG")}
+    out.update({k: v for k, v in environ.items() if k in ARITHMETIC_ENV or k.startswith(ARITHMETIC_ENV_PREFIXES)})
+    return dict(sorted(out.items()))

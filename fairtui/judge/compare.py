@@ -156,7 +156,11 @@ def compare(views: list[RunView], attack: str | None = None, checkpoint: str = "
             c.rho = metrics.rho(c.summary["avg_robust"], c.summary["worst_robust"], base["avg_robust"],
                                 base["worst_robust"])
     # what ran, beside what was asked: two runs of "auto" on different CPUs may have trained in fp32 and bf16
-    diff = config_diff([{**v.config, "runtime": runtime_ran(v)} for v in views], ignore=("description",))
+    # and where the arithmetic came from (fairtui.runs.provenance.provenance_keys): CPU, kernels, env, code
+    from fairtui.runs.provenance import provenance_keys
+
+    diff = config_diff([{**v.config, "runtime": runtime_ran(v), "provenance": provenance_keys(v)} for v in views],
+                       ignore=("description",))
     return Comparison(names, attack or columns[0].result["attack"], checkpoint, columns, baseline, diff)
 
 

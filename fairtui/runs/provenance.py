@@ -16,6 +16,24 @@ def _setup(record: dict, fingerprint: dict | None) -> tuple:
             det.get("cpu_capability"), det.get("threads"), code.get("git_commit"), code.get("git_dirty"))
 
 
+def provenance_keys(view: RunView) -> dict:
+    """What the run's first training session recorded about its arithmetic, as keys `compare RUN RUN` lists where
+    two runs differ: the CPU and its kernel-selecting flags, torch's version and kernel level, the threads, the
+    environment variables that change kernels (ONEDNN_MAX_CPU_ISA, ...), and the code's commit with a hash of its
+    uncommitted changes. Nothing for a run that recorded none."""
+    record = first_session(view).get("provenance") or {}
+    if not record:
+        return {}
+    cpu, det, code = record.get("cpu") or {}, record.get("determinism") or {}, record.get("code") or {}
+    out = {"cpu": _cpu_text(record)[4:] if cpu else None, "torch": record.get("torch"),
+           "kernels": det.get("cpu_capability"), "threads": det.get("threads"),
+           "code": (code.get("git_commit") or "?")[:10] + (f" + changes {code['git_diff_sha256'][:10]}"
+                                                           if code.get("git_diff_sha256") else
+                                                           " + changes" if code.get("git_dirty") else "")}
+    out.update({f"env.{k}": v for k, v in (det.get("env") or {}).items() if v is not None})
+    return out
+
+
 def _data_text(fp: dict) -> str:
     return "data " + "/".join(fp.get(k, "?")[:8] for k in ("train", "val", "test"))
 

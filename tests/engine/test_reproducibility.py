@@ -1,10 +1,13 @@
 """What a run records about its determinism, and the deterministic mode's promise on one machine."""
 
 import hashlib
+import json
+import subprocess
+import sys
 
 import torch
 
-from tests.conftest import events_of, train_tiny
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, events_of, train_tiny
 
 
 def model_digest(run_dir) -> str:
@@ -80,3 +83,29 @@ def test_the_cpu_record_reads_model_and_kernel_flags_from_cpuinfo():
     record = cpu(info)
     assert record["model"] == "Intel(R) Xeon(R) Platinum 8480+" and record["model_id"] == "143"
     assert record["flags"] == ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"]
+
+
+def test_an_environment_variable_that_changes_kernels_is_recorded_and_compare_names_it(tmp_path):
+    """#72 item 7: a run with ONEDNN_MAX_CPU_ISA set trained to other numbers and recorded the same run_started as
+    one without. run_started now records it (and torch's kernel level, and a hash of the checkout's uncommitted
+    changes), and `fairtui compare RUN RUN` lists the provenance keys that differ."""
+    from tests.conftest import fairtui_cmd, make_run_dir
+
+    profile = tmp_path / "tiny.toml"
+    profile.write_text(TINY)
+    home = tmp_path / "home"
+    plain = make_run_dir(home, profile, name="plain")
+    capped = make_run_dir(home, profile, name="capped")
+    for run_dir, extra in ((plain, {}), (capped, {"ONEDNN_MAX_CPU_ISA": "SSE41"})):
+        proc = subprocess.run([sys.executable, "-m", "engine", "train", str(run_dir)],
+                              env={**engine_env(), **extra}, capture_output=True, text=True, timeout=HANG_S, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    det = [events_of(r)[0]["provenance"]["determinism"] for r in (plain, capped)]
+    assert "ONEDNN_MAX_CPU_ISA" not in det[0]["env"] and det[1]["env"]["ONEDNN_MAX_CPU_ISA"] == "SSE41"
+    assert det[0]["cpu_capability"] and det[0]["cpu_capability"] == det[1]["cpu_capability"]
+    shown = fairtui_cmd("compare", "plain", "capped", "--json", home=home)
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["config_diff"]["provenance.env.ONEDNN_MAX_CPU_ISA"] == [None, "SSE41"], doc["config_diff"]
+    text = fairtui_cmd("compare", "plain", "capped", home=home, env_extra={"COLUMNS": "200"}).stdout
+    assert "provenance.env.ONEDNN_MAX_CPU_ISA" in text and "SSE41" in text
