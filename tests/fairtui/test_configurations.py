@@ -186,3 +186,14 @@ def test_labels_that_differ_only_at_their_end_stay_apart_at_80_columns(tmp_path)
     joined = "".join(line.split("  ")[0].strip() for line in table.splitlines())  # the group cells, unfolded
     for beta in ("3.0", "6.0"):
         assert f"(method.beta={beta})" in joined, out.stdout
+
+
+def test_a_trades_code_form_run_is_never_a_seed_of_runs_from_before_the_form(tmp_path):
+    """Runs from before `method.form` (TRADES had one form: the paper's) did not record it; a code-form run of the
+    same profile is its own configuration, a paper-form one joins them."""
+    old = run(tmp_path, "20260101-000000-aaaaa0", "t", 0, lambda c: c["method"].update(name="trades"))
+    paper = run(tmp_path, "20260101-000001-aaaaa1", "t", 1, lambda c: c["method"].update(name="trades", form="paper"))
+    code = run(tmp_path, "20260101-000002-aaaaa2", "t", 2, lambda c: c["method"].update(name="trades", form="code"))
+    assert "form" not in old.config["method"]
+    groups = by_configuration([old, paper, code])
+    assert [[v.run_id for v in views] for _, views in groups] == [[old.run_id, paper.run_id], [code.run_id]]
