@@ -24,7 +24,7 @@ HomeT = Optional[str]
 # Slurm (fairtui run and fairtui sweep with --launcher slurm; fairtui.launch.slurm.SlurmSettings)
 Launcher = typer.Option(None, "--launcher", help="local (default) or slurm")
 Nodes = typer.Option(None, "--nodes", help="slurm: nodes for one run (DDP across them, torchrun on each)")
-GpusPerNode = typer.Option(None, "--gpus-per-node", help="slurm: GPUs of each node (one rank each)")
+GpusPerNode = typer.Option(None, "--gpus-per-node", help="slurm: GPUs of each node (one rank each; 0: a CPU job)")
 Partition = typer.Option(None, "--partition", help="slurm: the partition")
 TimeMin = typer.Option(None, "--time", help="slurm: minutes per job (at the limit the run stops cleanly, is requeued and resumes)")
 Cpus = typer.Option(None, "--cpus", help="slurm: CPUs per task (one task per node)")

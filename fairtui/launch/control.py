@@ -204,10 +204,7 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
     view = RunView.load(run_dir)
     if view.meta.get("launcher") == "slurm" and view.meta.get("slurm_cluster", "slurm") == "slurm" \
             and view.status() in ("running", "queued"):
-        from fairtui.launch.slurm import cancel
-
-        cancel(run_dir)
-        return "cancelled (scancel)"
+        return _stop_slurm(run_dir, view.status(), wait, timeout)
     if view.status() == "queued" and not engine_alive(run_dir):
         left = unqueue(run_dir)
         if left is not None:
@@ -232,6 +229,37 @@ def stop_run(run_dir: Path, wait: bool = True, timeout: float = 600.0) -> str:
 
     RunIndex(run_dir.parent.parent).register(run_dir)
     return status
+
+
+def _stop_slurm(run_dir: Path, status: str, wait: bool, timeout: float) -> str:
+    """A Slurm run's stop. A job still in Slurm's queue is cancelled, and the run recorded stopped. A running one is
+    asked through the run folder (the engine polls ``stop.requested`` between batches, on whichever node it runs):
+    it stops after its batch, keeps its checkpoint and records ``stopped``, and the job ends by itself. scancel's
+    signal reached the engine too late, if at all: the job step was killed with the batch script and the run read
+    lost (seen on a real Slurm, 22.05). A job whose engine does not stop within ``timeout`` is cancelled."""
+    from engine.contract.protocol import STOP_MARKER, record_end
+    from fairtui.launch.slurm import cancel
+    from fairtui.runs.store import RunIndex
+
+    if status == "queued":
+        cancel(run_dir, graceful=False)
+        (run_dir / "queued").unlink(missing_ok=True)
+        if RunView.load(run_dir).finished is None:
+            record_end(run_dir, "stopped", "cancelled in Slurm's queue before it started; `fairtui resume` submits "
+                                           "it again")
+        RunIndex(run_dir.parent.parent).register(run_dir)
+        return "stopped (its job left Slurm's queue)"
+    (run_dir / STOP_MARKER).touch()
+    if not wait:
+        return "stopping after its batch (the job then ends)"
+    end = time.time() + timeout
+    while time.time() < end and RunView.load(run_dir).status() == "running":
+        time.sleep(0.5)
+    if RunView.load(run_dir).status() == "running":
+        cancel(run_dir)
+        return "cancelled (scancel): the engine did not stop when asked"
+    RunIndex(run_dir.parent.parent).register(run_dir)
+    return RunView.load(run_dir).status()
 
 
 UNQUEUED = "removed from the queue before it started; `fairtui resume` queues it again"

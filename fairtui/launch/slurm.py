@@ -128,8 +128,9 @@ class SlurmSettings:
             value = getattr(settings, key)
             if key == "mem_gb" and value is None:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ProfileError(OPTIONS[key], str(value), "must be a whole number, 1 or more")
+            least = 0 if key == "gpus_per_node" else 1  # 0 GPUs: a CPU job, for clusters (or partitions) without
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ProfileError(OPTIONS[key], str(value), f"must be a whole number, {least} or more")
         if settings.cluster not in ("slurm", "local", "debug"):
             raise ProfileError("--cluster", settings.cluster, "choose slurm, or local / debug (submitit's "
                                "executors that run the job's tasks on this machine)")
@@ -150,7 +151,8 @@ class SlurmSettings:
         return self
 
     def describe(self) -> str:
-        gpus = f"{self.gpus_per_node} GPU{'s' if self.gpus_per_node > 1 else ''}"
+        gpus = f"{self.gpus_per_node} GPU{'s' if self.gpus_per_node > 1 else ''}" if self.gpus_per_node else \
+            f"{self.cpus} CPUs, no GPU"
         return f"{self.nodes} nodes x {gpus}" if self.nodes > 1 else gpus
 
 
@@ -299,8 +301,9 @@ def _executor(home: Path, name: str, settings: SlurmSettings, array: bool) -> An
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     executor = submitit.AutoExecutor(folder=home / "slurm" / name, cluster=settings.cluster)
-    params: dict[str, Any] = {"timeout_min": settings.time_min, "gpus_per_node": settings.gpus_per_node,
-                              "cpus_per_task": settings.cpus, "name": name}
+    params: dict[str, Any] = {"timeout_min": settings.time_min, "cpus_per_task": settings.cpus, "name": name}
+    if settings.gpus_per_node:  # 0: a CPU job, no GPU asked for (a cluster without GPUs refuses any gres)
+        params["gpus_per_node"] = settings.gpus_per_node
     if settings.cluster == "slurm":
         params.update({"nodes": settings.nodes, "tasks_per_node": 1})
     else:
@@ -366,10 +369,13 @@ def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
     return jobs
 
 
-def cancel(run_dir: Path) -> None:
-    """`fairtui stop` for a Slurm run: scancel sends SIGTERM, and the engine stops cleanly."""
+def cancel(run_dir: Path, graceful: bool = True) -> None:
+    """scancel the run's job: ``graceful`` sends SIGTERM to all its processes (the last resort of `fairtui stop`,
+    which asks the engine through the run folder first: fairtui.launch.control), else cancels it outright (a job
+    that has not started)."""
     meta = json.loads((run_dir / "meta.json").read_text())
     job_id = meta.get("slurm_job_id")
     if not job_id:
         raise ProfileError(str(run_dir), "slurm_job_id", "this run has no Slurm job id")
-    subprocess.run(["scancel", "--signal=TERM", "--full", str(job_id)], check=True, timeout=60)
+    command = ["scancel", "--signal=TERM", "--full", str(job_id)] if graceful else ["scancel", str(job_id)]
+    subprocess.run(command, check=True, timeout=60)
