@@ -40,6 +40,8 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     if lock is None:
         print(f"{run_dir}: another engine is already running this folder", file=sys.stderr)
         return EXIT_USAGE
+    if group.owns_folder and not group.active and stop():
+        return _stopped_before_training(run_dir, stop)
     if group.owns_folder and group.active:
         clear_failures(run_dir)  # an earlier attempt's: the ranks' failure files name this one's
     events, progress = group.writers(run_dir)
@@ -60,6 +62,22 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     if group.active or any(mirror.abandoned for mirror in mirrors):
         exit_now(code)  # a dashboard call that never returned would hold the interpreter's exit (its atexit hooks)
     return code
+
+
+def _stopped_before_training(run_dir: Path, stop: Any) -> int:
+    """A stop asked while the engine started (Ctrl-C in the first seconds): nothing trained in this session, the
+    run is recorded stopped beside its stream (engine.contract.protocol.record_end), and the next resume starts
+    clean. Exit 130, as any stop."""
+    from engine.contract.protocol import record_end
+    from engine.process import EXIT_STOPPED
+
+    started = (run_dir / "events.jsonl").exists() and (run_dir / "events.jsonl").stat().st_size > 0
+    record_end(run_dir, "stopped", "stopped before training " + ("resumed" if started else "began")
+               + ": `fairtui resume` starts it")
+    (run_dir / STOP_MARKER).unlink(missing_ok=True)
+    log.warning("stopped before training %s (a stop was asked while the engine started)",
+                "resumed" if started else "began")
+    return EXIT_STOPPED
 
 
 def _checked_profile(run_dir: Path, group: Any) -> Any:

@@ -50,9 +50,17 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
     interrupted = {"n": 0}
 
     def on_sigint(signum: int, frame: Any) -> None:
+        from engine.contract.protocol import STOP_MARKER
+        from fairtui.runs.runfolder import engine_process
+
         interrupted["n"] += 1
-        # The engine is in its own session: pass the Ctrl-C on, twice for a hard stop.
-        proc.send_signal(signal.SIGINT)
+        # The engine is in its own session: pass the Ctrl-C on, twice for a hard stop. While it starts (no signal
+        # handler yet: its imports take seconds) the stop goes through the run folder, which it reads before
+        # training: a Ctrl-C then would have killed it mid-import, with a traceback and a lost run.
+        if interrupted["n"] > 1 or (engine_process(run_dir) or {}).get("signals"):
+            proc.send_signal(signal.SIGINT)
+        else:
+            (run_dir / STOP_MARKER).touch()
         err.print("[yellow]stopping: the engine finishes its batch and keeps its last checkpoint[/]")
 
     previous = signal.signal(signal.SIGINT, on_sigint)

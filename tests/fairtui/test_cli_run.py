@@ -192,3 +192,32 @@ def test_an_init_from_name_shared_by_several_runs_is_refused_with_their_ids(tmp_
     assert out.returncode == 2, out.stderr
     assert "'base' names 2 runs (20260101-000000-aaaaaa, 20260101-000001-bbbbbb): give one by its id" in out.stderr
     assert sorted(p.name for p in (home / "runs").iterdir()) == ["20260101-000000-aaaaaa", "20260101-000001-bbbbbb"]
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.8])
+def test_ctrl_c_while_the_engine_starts_stops_it_before_training_with_no_traceback(tmp_path, delay):
+    """#73 item 6: Ctrl-C in the first second of `fairtui run` killed the engine mid-import: a KeyboardInterrupt
+    traceback in engine.log and a lost run. Now the run reads stopped ("stopped before training began"), its log
+    has no traceback, and `fairtui resume` trains it to the end."""
+    from tests.conftest import TINY
+
+    profile = tmp_path / "p.toml"
+    profile.write_text(TINY)
+    home = tmp_path / "home"
+    proc = subprocess.Popen([sys.executable, "-c", "from fairtui.cli import main; main()", "run", str(profile),
+                             "--home", str(home)], env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(home.glob("runs/*/engine.lock")):  # the engine is starting
+        time.sleep(0.02)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 130, err
+    (run_dir,) = (home / "runs").iterdir()
+    doc = json.loads(fairtui_cmd("show", run_dir.name, "--json", home=home).stdout)
+    assert doc["status"] == "stopped", doc["status"]
+    assert "Traceback" not in (run_dir / "engine.log").read_text()
+    resumed = fairtui_cmd("resume", run_dir.name, home=home)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(fairtui_cmd("show", run_dir.name, "--json", home=home).stdout)["status"] == "completed"
