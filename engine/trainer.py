@@ -164,7 +164,9 @@ class Trainer(StopPoints):
                 raise StopRequested(kept)
             if self.progress.due():
                 self._check_finite(stats, epoch)
-                self.progress.update("train", epoch, b + 1, batches)
+                # first_batch: where this session began the epoch (a resumed one: after its kept batches), so a
+                # reader's ETA counts only the batches trained at this session's rate
+                self.progress.update("train", epoch, b + 1, batches, first_batch=first)
         y_all = torch.cat(labels)
         if clean_hits:
             stats.clean.add(y_all, torch.cat(clean_hits))

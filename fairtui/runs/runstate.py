@@ -166,8 +166,9 @@ def _phase(p: dict, now: float | None = None) -> tuple[str, int, int, str, str] 
             "test": f"test {p.get('attack', '')}", "eval": f"evaluate {p.get('attack', '')}"}.get(phase, phase)
     eta = stale = ""
     started, t = p.get("started"), p.get("t")
-    if batch and started is not None and t and t > started:
-        left = (t - started) / batch * (batches - batch)
+    first = int(p.get("first_batch") or 0)  # a resumed epoch began at its kept batches: those took no time here
+    if batch > first and started is not None and t and t > started:
+        left = (t - started) / (batch - first) * (batches - batch)
         age = max(0.0, (now or time.time()) - t)
         eta = f"ETA {format_seconds(max(0.0, left - age))}"
         if age > 120:

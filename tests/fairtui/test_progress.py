@@ -34,6 +34,15 @@ def test_phase_eta_from_the_rate_since_the_phase_began():
     assert fraction == 0.25 and text == "train epoch 2: 10/40 batches, 25%, ETA 30 s"
 
 
+def test_a_resumed_epochs_eta_counts_only_the_batches_trained_since_the_resume():
+    """#73 item 5: "261/313 batches, ETA 5 s" with two minutes left: the 250 batches kept from before the stop were
+    counted at the new session's rate. Resumed at batch 250, 11 batches in 11 s: 52 left at 1 s each."""
+    p = {"phase": "train", "epoch": 2, "batch": 261, "batches": 313, "started": 100.0, "t": 111.0, "first_batch": 250}
+    text, _ = progress_line(p, now=111.0)
+    assert text.endswith("ETA 52 s"), text
+    assert progress_line({**p, "batch": 250}, now=111.0)[0] == "train epoch 2: 250/313 batches, 80%"  # no rate yet
+
+
 def test_runs_table_shows_a_running_runs_eta_and_its_validation_numbers_marked():
     from fairtui.app.screens.runs_table import row_for
 
