@@ -84,10 +84,14 @@ def others_busy(start: tuple[float, float, float, float] | None, end: tuple[floa
 def busy_warning(threads: int, cores: int, others: float | None) -> str | None:
     """The warning for a CPU run of ``threads`` threads on ``cores`` cores, ``others`` of them kept busy
     by other processes; None when its threads have cores of their own."""
-    if others is None or others < 0.5 or threads <= max(1, round(cores - others)):
+    if others is None or others < 0.5 or threads <= round(cores - others):
         return None
     free = max(1, round(cores - others))
     plural = "s" if cores > 1 else ""
+    if threads == 1:  # no core is free: even one thread shares one (#73: a one-thread run at load 11.6 said nothing)
+        return (f"the CPU is busy: other processes keep {others:.1f} of its {cores} core{plural} busy, and no core is "
+                f"free for this run's {threads} thread{'s' if threads > 1 else ''}: it shares them (epochs can be "
+                "several times slower than on a quiet machine)")
     return (f"the CPU is busy: other processes keep {others:.1f} of its {cores} core{plural} busy, and this run's "
             f"{threads} threads will wait on them (epochs can be many times slower). "
             f"--set train.threads={free} trains on the free core{'s' if free > 1 else ''} "

@@ -13,7 +13,7 @@ def default_profiles_dir() -> Path:
 
 
 def make_app(home: str | Path | None = None, profiles_dir: str | Path | None = None,
-             gpu_inventory: Callable | None = None, poll_interval: float = 1.0, per_gpu: int = 1,
+             gpu_inventory: Callable | None = None, poll_interval: float = 1.0, per_gpu: int | None = None,
              open_run: str | None = None, compare: list[str] | None = None, queue_worker: bool = True):
     from fairtui.app.app import FairtuiApp
     from fairtui.launch.gpus import inventory

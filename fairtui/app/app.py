@@ -19,7 +19,7 @@ class FairtuiApp(App):
     BINDINGS = [Binding("question_mark", "help", "help"), Binding("q", "quit", "quit")]
 
     def __init__(self, home: Path, profiles_dir: Path, gpu_inventory: Callable[[], list[GpuInfo]] = inventory,
-                 poll_interval: float = 1.0, per_gpu: int = 1, open_run: str | None = None,
+                 poll_interval: float = 1.0, per_gpu: int | None = None, open_run: str | None = None,
                  compare: list[str] | None = None, queue_worker: bool = True):
         super().__init__()
         self.home = home

@@ -91,7 +91,8 @@ def _root(ctx: typer.Context,
                                        help="print fairtui's version, commit, Python, torch and platform, and exit"),
           home: str = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)"),
           profiles: str = typer.Option(None, "--profiles", help="the folder the launch dialog lists"),
-          per_gpu: int = typer.Option(1, "--per-gpu", min=1, help="runs at once on each GPU")) -> None:
+          per_gpu: int = typer.Option(None, "--per-gpu", min=1, help="runs at once on each GPU, for every "
+                                      "worker of the home (stored with its queue; default: the home's, else 1)")) -> None:
     """Without a command: open the terminal app."""
     if home:  # `fairtui --home DIR COMMAND` means the same as `fairtui COMMAND --home DIR`
         import os
@@ -100,7 +101,12 @@ def _root(ctx: typer.Context,
     if ctx.invoked_subcommand is None:
         from fairtui.app import run_app
 
-        run_app(home=home, profiles_dir=profiles, per_gpu=per_gpu)
+        if per_gpu is not None:  # one limit per home: every worker of it uses it from its next tick
+            from fairtui.launch.queue import set_home_limit
+            from fairtui.runs.home import resolve_home
+
+            set_home_limit(resolve_home(home), per_gpu)
+        run_app(home=home, profiles_dir=profiles)
 
 
 class _Watched:

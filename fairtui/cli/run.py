@@ -53,6 +53,9 @@ def run(
         raise fail(str(err)) from None
     if settings is not None:
         raise typer.Exit(submit(run_dir, settings, json_out))
+    shared = cpu_shared_line(resolve_home(home), choice)
+    if shared:
+        typer.echo(shared, err=True)
     proc = start_engine(run_dir, choice)
     from fairtui.runs.store import RunIndex
 
@@ -65,3 +68,25 @@ def run(
             typer.echo(json.dumps({"run_id": run_dir.name, "run_dir": str(run_dir), "pid": proc.pid}))
         raise typer.Exit(0)
     raise typer.Exit(follow(run_dir, proc, json_out, said=said))  # the engine logs them again: said once
+
+
+def cpu_shared_line(home_dir, choice) -> str | None:
+    """A line when this run will train on the CPU beside other running runs of the home (`fairtui run` starts at
+    once, unlike the queue): how many, and the cores their threads take."""
+    if choice is not None and not choice.cpu:
+        return None
+    if choice is None:
+        from fairtui.launch.gpus import inventory
+
+        if inventory():  # the engine's choice: a GPU
+            return None
+    from fairtui.launch.queue import LocalQueue
+
+    queue = LocalQueue(home_dir)
+    counts, slots = queue.usage()
+    running = counts.get("cpu", 0)
+    if not running:
+        return None
+    return (f"note: {running} other run{'s' if running > 1 else ''} of this home train{'s' if running == 1 else ''} "
+            f"on the CPU, their threads on {min(slots, queue.cores)} of its {queue.cores} cores: this run shares "
+            "them (fairtui sweep and judge queue runs for the free cores instead)")

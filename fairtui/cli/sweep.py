@@ -23,7 +23,8 @@ def sweep(
     name: Optional[str] = typer.Option(None, "--name", help="base name of the children"),
     launcher: Optional[str] = Launcher,
     gpus: Optional[str] = typer.Option(None, "--gpus", help="local: the GPUs to spread over, or cpu"),
-    per_gpu: int = typer.Option(1, "--per-gpu", min=1, help="local: runs at once on each GPU"),
+    per_gpu: Optional[int] = typer.Option(None, "--per-gpu", min=1, help="local: runs at once on each GPU, for "
+                                          "every worker of the home (stored with its queue)"),
     nodes: Optional[int] = Nodes,
     gpus_per_node: Optional[int] = GpusPerNode,
     gpus_per_task: Optional[int] = typer.Option(None, "--gpus-per-task", hidden=True),  # the older name
@@ -101,11 +102,17 @@ def sweep(
         if json_out:
             typer.echo(json.dumps({"sweep_id": record["sweep_id"], "runs": record["runs"]}))
         raise typer.Exit(0)
-    raise typer.Exit(_run_local(home_dir, record, gpus, spec.per_gpu if per_gpu == 1 else per_gpu, detach,
+    limit = per_gpu if per_gpu is not None else table.get("per_gpu")
+    if limit is not None:  # given here or in the profile's [sweep] table: the home's limit from now on
+        from fairtui.launch.queue import set_home_limit
+
+        set_home_limit(home_dir, int(limit))
+    raise typer.Exit(_run_local(home_dir, record, gpus, None, detach,
                                 json_out))
 
 
-def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach: bool, json_out: bool) -> int:
+def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: Optional[int], detach: bool,
+               json_out: bool) -> int:
     import json
 
     from fairtui.launch.sweep_run import queue_locally, stop_children, wait_local
@@ -157,7 +164,7 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: int, detach
     return 0 if not failed else 1
 
 
-def queue_worker(per_gpu: int = typer.Option(1, "--per-gpu", min=1), home: HomeT = Home) -> None:
+def queue_worker(per_gpu: Optional[int] = typer.Option(None, "--per-gpu", min=1), home: HomeT = Home) -> None:
     """The detached queue worker: start queued runs as their devices free, exit when the queue is empty."""
     from fairtui.runs.home import resolve_home
     from fairtui.launch.queue import run_worker

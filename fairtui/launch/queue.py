@@ -69,14 +69,39 @@ def _fault_point(step: str) -> None:
     kill the worker there."""
 
 
+LIMIT = "queue.limit.json"  # the home's one limit of runs a GPU, whichever worker or command reads it
+
+
+def home_limit(home: Path) -> int:
+    """The runs at once on each GPU of this home (``fairtui --per-gpu N``, `sweep --per-gpu N` store it); 1."""
+    try:
+        value = json.loads((home / LIMIT).read_text()).get("per_gpu")
+    except (OSError, ValueError, AttributeError):
+        return 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def set_home_limit(home: Path, per_gpu: int) -> None:
+    """Store the home's limit (a command given --per-gpu): every worker of the home uses it from its next tick."""
+    from engine.contract.atomic import atomic_write_json
+
+    home.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(home / LIMIT, {"per_gpu": int(per_gpu)})
+
+
 class LocalQueue:
-    def __init__(self, home: Path, per_gpu: int = 1, worker: bool = False, cores: int | None = None):
-        """``worker``: make sure a detached worker runs after every submit (what commands that queue
-        for a user do; tests that drive the queue by hand leave it off). ``cores``: the CPU's slots (default
-        this machine's cores)."""
-        self.home, self.per_gpu, self.worker = home, per_gpu, worker
+    def __init__(self, home: Path, per_gpu: int | None = None, worker: bool = False, cores: int | None = None):
+        """``per_gpu``: runs at once on each GPU for this queue alone (a study's --parallel, tests); None, the
+        home's stored limit (:func:`home_limit`), read at every use, so every worker and command of a home agree.
+        ``worker``: make sure a detached worker runs after every submit (what commands that queue for a user do;
+        tests that drive the queue by hand leave it off). ``cores``: the CPU's slots (default this machine's)."""
+        self.home, self._per_gpu, self.worker = home, per_gpu, worker
         self.cores = cores or os.cpu_count() or 1
         self.path, self.lock_path = home / "queue.json", home / "queue.lock"
+
+    @property
+    def per_gpu(self) -> int:
+        return self._per_gpu if self._per_gpu is not None else home_limit(self.home)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[list[dict]]:
@@ -107,7 +132,7 @@ class LocalQueue:
             entries.append({"run_id": run_dir.name, "gpus": gpus.label() if gpus else None, "pool": pool,
                             "enqueued": time.time()})
         if self.worker:
-            ensure_worker(self.home, self.per_gpu)
+            ensure_worker(self.home)
 
     def entries(self) -> list[dict]:
         with self._locked() as entries:
@@ -158,7 +183,7 @@ class LocalQueue:
             counts[d] = counts.get(d, 0) + (need if d == CPU else 1)
 
     def wait_reasons(self) -> dict[str, str]:
-        """Why each queued run has not started: "waits for 0: 2 running, 1 ahead (2 a device: fairtui --per-gpu
+        """Why each queued run has not started: "waits for 0: 2 running, 1 ahead (2 a GPU: fairtui --per-gpu
         N)", or on the CPU "waits for cpu: 2 of 2 cores busy, needs 1, 1 ahead (train.threads)", short enough
         for 80 columns with its fix. Empty when nothing is queued (no folder is read)."""
         entries = self.entries()
@@ -177,7 +202,7 @@ class LocalQueue:
                 continue
             running = sum(counts.get(d, 0) for d in devs)
             out[entry["run_id"]] = (f"waits for {any_of}{','.join(devs)}: {running} running, {ahead} ahead "
-                                    f"({self.per_gpu} a device: fairtui --per-gpu N)")
+                                    f"({self.per_gpu} a GPU: fairtui --per-gpu N)")
         return out
 
     def busy(self) -> dict[str, int]:
@@ -292,7 +317,7 @@ def _try_worker_lock(home: Path):
     return try_lock(home / WORKER_LOCK)
 
 
-def ensure_worker(home: Path, per_gpu: int = 1) -> bool:
+def ensure_worker(home: Path) -> bool:
     """Start the detached queue worker unless one is running; True if one was started. Two callers at
     once may both start one: the second finds the lock taken and exits without doing anything."""
     import subprocess
@@ -303,14 +328,14 @@ def ensure_worker(home: Path, per_gpu: int = 1) -> bool:
         return False
     lock.close()  # closing releases it: the worker takes it
     with open(home / "queue.worker.log", "ab") as log:
-        subprocess.Popen([sys.executable, "-m", "fairtui", "queue-worker", "--per-gpu", str(per_gpu),
-                          "--home", str(home)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True)
+        subprocess.Popen([sys.executable, "-m", "fairtui", "queue-worker", "--home", str(home)],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     return True
 
 
-def run_worker(home: Path, per_gpu: int = 1, interval: float = 2.0, start: Callable = start_engine) -> int:
-    """The worker's loop: tick until the queue is empty; 0 also when another worker already runs."""
+def run_worker(home: Path, per_gpu: int | None = None, interval: float = 2.0, start: Callable = start_engine) -> int:
+    """The worker's loop: tick until the queue is empty; 0 also when another worker already runs. ``per_gpu``
+    None: the home's limit, read at every tick."""
     lock = _try_worker_lock(home)
     if lock is None:
         return 0

@@ -37,7 +37,7 @@ def create_children(home: Path, profile_path: str, children: list, spec: SweepSp
     return record
 
 
-def queue_locally(home: Path, record: dict, pool: list[str], per_gpu: int, worker: bool = True) -> LocalQueue:
+def queue_locally(home: Path, record: dict, pool: list[str], per_gpu: int | None = None, worker: bool = True) -> LocalQueue:
     queue = LocalQueue(home, per_gpu=per_gpu, worker=worker)
     for run_id in record["runs"]:
         queue.submit(home / "runs" / run_id, None, pool=pool)

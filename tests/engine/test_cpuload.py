@@ -39,7 +39,8 @@ def test_only_the_cores_this_process_may_run_on_are_counted(monkeypatch):
     monkeypatch.setattr(cpuload, "_sample", lambda: (1.0, 80.0, 100.0, 0.0))
     assert cpuload.check(threads=2).startswith("the CPU is busy: other processes keep 0.8 of its 1 core busy, and "
                                                "this run's 2 threads")
-    assert cpuload.check(threads=1) is None  # one thread on its one core: nothing to say
+    # one thread, and the one core 80% busy: it shares it (#73: said for one-thread runs too since round six)
+    assert "no core is free for this run's 1 thread" in cpuload.check(threads=1)
 
 
 def test_the_other_processes_share_is_the_machines_busy_time_less_this_process():
@@ -54,6 +55,10 @@ def test_the_warning_comes_only_when_threads_would_share_a_busy_core():
     assert said.startswith("the CPU is busy: other processes keep 1.0 of its 2 cores busy, and this run's 2 threads")
     assert "--set train.threads=1 trains on the free core " in said
     assert busy_warning(threads=1, cores=2, others=1.0) is None  # it has the free core
+    # no core free: a one-thread run is told too (it shares a core), with no thread count to suggest
+    shared = busy_warning(threads=1, cores=2, others=1.8)
+    assert "no core is free for this run's 1 thread" in shared and "train.threads=" not in shared
+    assert "no core is free" in busy_warning(threads=1, cores=2, others=11.6 / 6)
     assert busy_warning(threads=2, cores=2, others=0.2) is None  # the machine is (nearly) idle
     assert busy_warning(threads=8, cores=8, others=3.0) .count("train.threads=5 trains on the free cores") == 1
 

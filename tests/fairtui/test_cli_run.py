@@ -221,3 +221,22 @@ def test_ctrl_c_while_the_engine_starts_stops_it_before_training_with_no_traceba
     resumed = fairtui_cmd("resume", run_dir.name, home=home)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(fairtui_cmd("show", run_dir.name, "--json", home=home).stdout)["status"] == "completed"
+
+
+def test_run_from_the_shell_says_when_other_runs_share_the_cpu(tmp_path):
+    """#73 item 3: `fairtui run` started beside three running runs without a word."""
+    from fairtui.cli.run import cpu_shared_line
+    from fairtui.launch.launcher import GpuChoice, hold_engine_lock
+    from fairtui.runs.synthetic import make_run
+
+    assert cpu_shared_line(tmp_path, GpuChoice(cpu=True)) is None
+    held = []
+    for i in range(2):
+        run_dir = make_run(tmp_path, f"20260101-00000{i}-busy0{i}", status="running")
+        (run_dir / "engine.json").unlink(missing_ok=True)
+        held.append(hold_engine_lock(run_dir))  # an engine at work (starting: it holds the run's lock)
+    line = cpu_shared_line(tmp_path, GpuChoice(cpu=True))
+    assert line.startswith("note: 2 other runs of this home train on the CPU") and "shares them" in line
+    assert cpu_shared_line(tmp_path, GpuChoice(devices=(0,))) is None  # a GPU run shares no CPU cores this way
+    for lock in held:
+        lock.close()

@@ -235,7 +235,7 @@ def test_a_queued_run_says_what_it_waits_for(tmp_path, monkeypatch):
     waits = queue.wait_reasons()
     assert waits["r0"] == "waits for cpu: 2 of 2 cores busy, needs 2, 0 ahead (train.threads)"
     assert waits["r1"].startswith("waits for cpu: 2 of 2 cores busy, needs 2, 1 ahead")
-    assert waits["r2"] == "waits for 0: 0 running, 0 ahead (1 a device: fairtui --per-gpu N)"
+    assert waits["r2"] == "waits for 0: 0 running, 0 ahead (1 a GPU: fairtui --per-gpu N)"
 
 
 def test_the_cpu_is_as_many_slots_as_cores_and_a_run_takes_its_threads(tmp_path):
@@ -322,3 +322,22 @@ def test_stop_takes_a_queued_run_off_the_queue_and_resume_queues_it_again(tmp_pa
     resumed = fairtui_cmd("resume", "waits", home=home, timeout=HANG_S)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert RunView.load(run_dir).status() == "completed"
+
+
+def test_one_limit_per_home_stored_with_the_queue_and_read_by_every_worker(tmp_path, monkeypatch):
+    """#73 item 3: a sweep's worker ran with 3 a GPU and the app's with 2, minutes apart. The limit is now the
+    home's: stored by whichever command is given --per-gpu, read by every queue of the home at each use."""
+    from fairtui.launch import queue as queue_mod
+    from fairtui.launch.queue import home_limit, set_home_limit
+
+    assert home_limit(tmp_path) == 1 and LocalQueue(tmp_path).per_gpu == 1
+    set_home_limit(tmp_path, 3)
+    worker_side, app_side = LocalQueue(tmp_path), LocalQueue(tmp_path, worker=True)
+    assert worker_side.per_gpu == app_side.per_gpu == 3
+    set_home_limit(tmp_path, 2)  # the app started later with --per-gpu 2: every queue of the home follows
+    assert worker_side.per_gpu == app_side.per_gpu == 2
+    assert LocalQueue(tmp_path, per_gpu=5).per_gpu == 5  # a study's own --parallel stays its own
+    spawned = []
+    monkeypatch.setattr("subprocess.Popen", lambda args, **k: spawned.append(args))
+    queue_mod.ensure_worker(tmp_path)
+    assert spawned and "--per-gpu" not in spawned[0]  # the worker reads the home's limit, never a copy of it
