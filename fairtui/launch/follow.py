@@ -70,6 +70,7 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
     class_names: list[str] = []
     epochs: list[dict] = []  # this run's epoch_end events, for the run's ETA
     warnings = LogWarnings(run_dir / "engine.log", said)
+    estimated: list[str] = []  # the run's duration, said once from its first batches
     try:
         with bar:
             while True:
@@ -83,6 +84,11 @@ def follow(run_dir: Path, proc: subprocess.Popen, json_out: bool = False,
                 if any(e.get("type") in ("run_started", "epoch_end", "run_finished") for e in new):
                     _update_index(run_dir)
                 _show_progress(run_dir, bar, batch_task, since)
+                if eval_request is None and not estimated:
+                    line = first_estimate(run_dir, since)
+                    if line:
+                        err.print(line)
+                        estimated.append(line)
                 if eval_request is None:
                     total = bar.tasks[epochs_task].total
                     bar.update(epochs_task, eta=run_eta_text(epochs, int(total)) if total else "")
@@ -146,6 +152,38 @@ def _show_event(event: dict, bar: Progress, task: Any, err: Console, names: list
         err.print(f"test {event.get('attack')} @ {event.get('checkpoint')}: clean {event.get('avg_clean', 0):.3f} "
                   f"robust {event.get('avg_robust', 0):.3f} worst {event.get('worst_robust', 0):.3f}")
     return names
+
+
+ESTIMATE_AFTER = 20  # training batches of this session before the run's duration is estimated
+
+
+def first_estimate(run_dir: Path, since: float = 0.0) -> str | None:
+    """Once this session has trained ESTIMATE_AFTER batches of an epoch (or a tenth of it, at least 3) over a
+    second or more: the training's
+    estimated duration at the rate so far, what is left of it, and that the test evaluation follows. None before."""
+    try:
+        p = json.loads((run_dir / "progress.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if p.get("phase") != "train" or float(p.get("t") or 0) < since:
+        return None
+    batch, batches, first = int(p.get("batch") or 0), int(p.get("batches") or 0), int(p.get("first_batch") or 0)
+    done = batch - first
+    if not batches or done < min(ESTIMATE_AFTER, max(3, batches // 10)) or not p.get("started"):
+        return None
+    elapsed = float(p["t"]) - float(p["started"])
+    if elapsed < 1.0:  # too short a span to time
+        return None
+    per_batch = elapsed / done
+    view = RunView.load(run_dir)
+    epochs = int((view.config.get("train") or {}).get("epochs") or 0)
+    epoch = int(p.get("epoch") or 1)
+    left = per_batch * ((batches - batch) + batches * max(0, epochs - epoch))
+    from fairtui.runs.runstate import format_seconds
+
+    return (f"estimated: {format_seconds(left)} of training left ({epochs - epoch + 1} epochs of {batches} batches "
+            f"at {per_batch:.2f} s a batch, the rate of its first {done}; validation and the test evaluation "
+            "come on top, and a busier machine is slower)")
 
 
 def _show_progress(run_dir: Path, bar: Progress, task: Any, since: float = 0.0) -> None:

@@ -147,3 +147,25 @@ def test_the_run_screens_progress_line_puts_the_run_eta_first():
     assert fraction == 0.5
     evaluating = {**p, "phase": "test", "attack": "pgd20"}
     assert progress_header(evaluating, epochs([60] * 15), 15, now=1000.0)[0].startswith("test pgd20: ")
+
+
+def test_a_run_says_its_estimated_training_time_once_its_first_batches_are_timed(tmp_path):
+    """#73 item 1: the run's first line of estimate, from the rate of its first batches (a resumed epoch's counted
+    from the resume), naming what it leaves out."""
+    import json
+
+    from fairtui.launch.follow import first_estimate
+    from fairtui.runs.synthetic import make_run
+    from engine.contract.config import Profile, TrainConfig
+
+    run_dir = make_run(tmp_path, "20260101-000000-est001", status="running", epochs=0,
+                       profile=Profile(train=TrainConfig(epochs=5)))
+    progress = {"phase": "train", "epoch": 1, "batch": 20, "batches": 100, "started": 100.0, "t": 110.0}
+    (run_dir / "progress.json").write_text(json.dumps({**progress, "batch": 2}))
+    assert first_estimate(run_dir) is None  # too few batches to time
+    (run_dir / "progress.json").write_text(json.dumps(progress))
+    line = first_estimate(run_dir)  # 0.5 s a batch: 80 left of this epoch and 4 epochs of 100
+    assert line.startswith("estimated: 4 min 00 s of training left (5 epochs of 100 batches at 0.50 s a batch"), line
+    assert "the test evaluation come on top" in line
+    (run_dir / "progress.json").write_text(json.dumps({**progress, "batch": 70, "first_batch": 50}))
+    assert "at 0.50 s a batch, the rate of its first 20" in first_estimate(run_dir)  # resumed at batch 50
