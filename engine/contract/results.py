@@ -115,7 +115,8 @@ def differences(event: dict, config: dict) -> list[str]:
         out.append(f"{setting['n_per_class']} per class")
     for key, label in LABELS.items():
         if key in setting and key in own and not _same_value(setting[key], own[key]):
-            out.append(f"{label} {_fmt(setting[key])} (profile {_fmt(own[key])})")
+            fmt = eps_text if key == "eps" else _fmt
+            out.append(f"{label} {fmt(setting[key])} (profile {fmt(own[key])})")
     return out or ["settings not recorded"]
 
 
@@ -124,7 +125,7 @@ def describe(event: dict) -> str:
     setting = event.get("setting") or {}
     parts = []
     if "eps" in setting or event.get("eps") is not None:
-        parts.append(f"eps {_fmt(setting.get('eps', event.get('eps')))}")
+        parts.append(f"eps {eps_text(setting.get('eps', event.get('eps')))}")
     n = setting.get("n_per_class", event.get("n_per_class", 0))
     part = setting.get("split_per_class", 0)
     split = f"test part of {part} a class" if part else "whole split"
@@ -134,3 +135,16 @@ def describe(event: dict) -> str:
 
 def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def eps_text(value: Any) -> str:
+    """An eps as profiles write it: "4/255" where it is a whole number of 255ths (8/255 is 0.03137...), else
+    "0.2", "0.031"."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        if float(f"{value:.3g}") == value:  # a short decimal as written: 0.2, 0.031
+            return f"{value:.3g}"
+        k = round(value * 255)
+        if k and abs(value * 255 - k) < 1e-6:
+            return f"{k}/255"
+        return f"{value:.4g}"
+    return str(value)

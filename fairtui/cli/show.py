@@ -7,6 +7,7 @@ from typing import List
 
 import typer
 
+from engine.contract.results import eps_text
 from fairtui.cli.groups import Results
 from fairtui.cli.options import Home, HomeT, Json
 from fairtui.runs.display import SHOW_EXPLORATORY
@@ -56,7 +57,7 @@ def show(
     trained = f"epochs {len(times)}/{view.total_epochs()}, " if view.imported is None else ""
     console.print(Text(f"method {cfg.get('method', {}).get('name')}, data {cfg.get('data', {}).get('dataset')}, "
                        f"model {cfg.get('model', {}).get('arch')}, seed {cfg.get('seed')}, "
-                       f"eps {cfg.get('attack', {}).get('eps'):.4g}, {trained}"
+                       f"eps {eps_text(cfg.get('attack', {}).get('eps'))}, {trained}"
                        f"tags {inert(', '.join(view.meta.get('tags', []))) or '-'}"))
     if view.imported is not None:
         console.print(Text(import_source_line(view.imported)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from engine.contract.results import eps_text
 from fairtui.judge.compare import CompareError, pick_result, result_setting, run_rows, seed_groups, summarise
 from fairtui.figures import PlotError
 from fairtui.runs.runfolder import RunView
@@ -131,7 +132,7 @@ def validation_setting(view: RunView) -> str:
 
     attack = (view.config.get("eval") or {}).get("val_attack", "pgd10")
     eps = profile_setting(view.config, attack).get("eps")
-    return f"val {attack}" + (f", eps {eps:.4g}" if eps is not None else "")
+    return f"val {attack}" + (f", eps {eps_text(eps)}" if eps is not None else "")
 
 
 def curves(views: list[RunView], clean: bool = False) -> list[Panel]:

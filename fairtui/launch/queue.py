@@ -98,6 +98,7 @@ class LocalQueue:
         self.home, self._per_gpu, self.worker = home, per_gpu, worker
         self.cores = cores or os.cpu_count() or 1
         self.path, self.lock_path = home / "queue.json", home / "queue.lock"
+        self._children: list = []  # the engines this queue started, until a tick sees them end
 
     @property
     def per_gpu(self) -> int:
@@ -242,6 +243,9 @@ class LocalQueue:
             return []
 
     def _tick(self, start: Callable) -> list[str]:
+        # the engines this queue started and that have ended: poll() reaps them (the app, a sweep or a judgement
+        # lives on after its engines; an unreaped one stayed a zombie until the app quit, #73)
+        self._children = [p for p in self._children if p.poll() is None]
         started = []
         with self._locked() as entries:
             counts, slots = self.usage()
@@ -278,6 +282,8 @@ class LocalQueue:
                 if proc is not None:
                     entry["pid"] = proc.pid
                     self._save(entries)
+                    if hasattr(proc, "poll"):
+                        self._children.append(proc)  # reaped by a later tick: no zombie while the app lives
                 _fault_point("pid")
                 # Only now: a reader between the two steps must see "queued" or "running", never "lost".
                 (run_dir / "queued").unlink(missing_ok=True)

@@ -75,13 +75,13 @@ def test_exports_name_the_attack_and_its_setting_and_say_their_units(tmp_path):
     make_run(tmp_path, "20260101-000000-aaaaaa", name="a", attacks=("pgd20",))
     doc = json.loads(cli("export", "aaaaaa", "--format", "json", home=tmp_path).stdout)
     assert doc["units"] == "fractions in [0, 1]; CV in fraction^2" and 0 <= doc["rows"][0]["avg_robust"]["mean"] <= 1
-    assert doc["setting"] == doc["rows"][0]["setting"] == "pgd20, eps 0.03137, whole split"
+    assert doc["setting"] == doc["rows"][0]["setting"] == "pgd20, eps 8/255, whole split"
     csv = cli("export", "aaaaaa", "--format", "csv", home=tmp_path).stdout.splitlines()
-    assert "pgd20, eps 0.03137, whole split" in csv[1] and "fractions in [0, 1]" in csv[1]
+    assert "pgd20, eps 8/255, whole split" in csv[1] and "fractions in [0, 1]" in csv[1]
     md = cli("export", "aaaaaa", "--format", "md", home=tmp_path).stdout
-    assert md.startswith("pgd20, eps 0.03137, whole split @ best; accuracies in %, CV in %^2")
+    assert md.startswith("pgd20, eps 8/255, whole split @ best; accuracies in %, CV in %^2")
     latex = cli("export", "aaaaaa", "--format", "latex", home=tmp_path).stdout
-    assert latex.startswith("% pgd20, eps 0.03137, whole split @ best; accuracies in percent")
+    assert latex.startswith("% pgd20, eps 8/255, whole split @ best; accuracies in percent")
     for out in (md, latex, json.dumps(doc), "\n".join(csv)):
         assert "first robust attack" not in out
 
@@ -181,17 +181,17 @@ def test_a_row_trained_in_bf16_says_so_and_a_table_that_mixes_runtimes_labels_ea
                  profile=Profile(name="base", seed=seed), tags=("base", "both"), t0=3.0 + seed)
     new, base = ["--tag", "new"], ["--tag", "base"]
     alone = cli("export", *base, "--format", "md", home=home).stdout
-    assert alone.startswith("pgd20, eps 0.03137, whole split @ best;") and "trained with" not in alone
+    assert alone.startswith("pgd20, eps 8/255, whole split @ best;") and "trained with" not in alone
     ours = cli("export", *new, "--format", "md", home=home).stdout
-    assert ours.startswith(f"pgd20, eps 0.03137, whole split; trained with {bf16} @ best;")
+    assert ours.startswith(f"pgd20, eps 8/255, whole split; trained with {bf16} @ best;")
     mixed = cli("export", "--tag", "both", "--format", "md", home=home).stdout
     assert mixed.startswith("settings differ between rows (each row names its own)")
-    assert f"| new (seeds 0, 1) [pgd20, eps 0.03137, whole split; trained with {bf16}] |" in mixed
-    assert "| base (seeds 0, 1) [pgd20, eps 0.03137, whole split] |" in mixed
+    assert f"| new (seeds 0, 1) [pgd20, eps 8/255, whole split; trained with {bf16}] |" in mixed
+    assert "| base (seeds 0, 1) [pgd20, eps 8/255, whole split] |" in mixed
     doc = json.loads(cli("export", "--tag", "both", "--format", "json", home=home).stdout)
     assert {r["label"]: r["setting"] for r in doc["rows"]} == {
-        "new (seeds 0, 1)": f"pgd20, eps 0.03137, whole split; trained with {bf16}",
-        "base (seeds 0, 1)": "pgd20, eps 0.03137, whole split"}
+        "new (seeds 0, 1)": f"pgd20, eps 8/255, whole split; trained with {bf16}",
+        "base (seeds 0, 1)": "pgd20, eps 8/255, whole split"}
 
 
 def test_a_fine_tunes_seeds_group_though_each_starts_from_its_own_seeds_base(tmp_path):

@@ -341,3 +341,34 @@ def test_one_limit_per_home_stored_with_the_queue_and_read_by_every_worker(tmp_p
     monkeypatch.setattr("subprocess.Popen", lambda args, **k: spawned.append(args))
     queue_mod.ensure_worker(tmp_path)
     assert spawned and "--per-gpu" not in spawned[0]  # the worker reads the home's limit, never a copy of it
+
+
+def test_an_ended_engine_is_reaped_by_the_next_tick_never_left_a_zombie(tmp_path):
+    """#73 item 8: the app left a zombie engine child until it quit. The queue keeps the engines it started and a
+    later tick reaps those that ended."""
+    import subprocess
+    import time
+
+    started = []
+
+    def start(run_dir, choice):
+        proc = subprocess.Popen(["true"])
+        started.append(proc.pid)
+        return proc
+
+    queue = LocalQueue(tmp_path, cores=2)
+    queue.submit(make_run(tmp_path, "r0", status="stopped"), GpuChoice(cpu=True))
+    assert queue.tick(start=start) == ["r0"]
+    pid = started[0]
+
+    def state() -> str:
+        try:
+            return open(f"/proc/{pid}/stat").read().split(")")[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    deadline = time.time() + 30
+    while state() not in ("Z", "gone") and time.time() < deadline:
+        time.sleep(0.05)
+    queue.tick(start=start)
+    assert state() == "gone"

@@ -399,7 +399,7 @@ def test_export_writes_the_groups_and_paired_differences_in_every_format(results
     md = fairtui_cmd("export", *common, "--format", "md", home=tmp_path / "home")
     assert md.returncode == 0, md.stderr
     assert "| cpu-new | cpu-base | worst | 3 | +4.7 | [+0.9, +8.5] |" in md.stdout
-    assert "pgd20, eps 0.01569, whole split @ last" in md.stdout
+    assert "pgd20, eps 4/255, whole split @ last" in md.stdout
     rows = list(csv.DictReader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv",
                                                        home=tmp_path / "home").stdout)))
     (worst,) = [r for r in rows if r["table"] == "paired" and r["metric"] == "worst_robust"]

@@ -17,6 +17,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, SelectionList, Static
 
+from engine.contract.results import eps_text
 from fairtui.app.widgets.lineinput import LineInput
 
 
@@ -240,7 +241,7 @@ def short_gpu_label(gpu) -> str:
 def profile_info(p) -> str:
     """What a profile runs: its description, method, data set, model and epochs."""
     return (f"{p.description or p.name}: {p.method.name} on {p.data.dataset} / {p.model.arch}, "
-            f"{p.train.epochs} epochs, eps {p.attack.eps:.4g}")
+            f"{p.train.epochs} epochs, eps {eps_text(p.attack.eps)}")
 
 
 @dataclass(frozen=True)
