@@ -25,10 +25,9 @@ Runs screen
 Run screen
   [ / ]  per-class curves (accuracy, eps, beta...)  c  robust / clean
   left / right  highlight a class   pgup / pgdn  more classes
-  p      per-class test tables      e  evaluate   a  notes   s  stop
-Compare screen: b  the next run is the baseline
-Study screen:   enter  the trial's run
-Judge screen:   s  stop its runs (reopen to continue)
+  p      per-class tables  e  evaluate  a  notes  s  stop  r  resume
+Compare screen: b  next baseline   g  groups of seeds   s  vs starts
+Study screen:   enter  the trial's run   Judge screen:  s  stop runs
 Launch dialog:  tab  next field   ctrl+l  launch   escape  cancel
                 "judge against": a baseline, and the launch judges
 Everywhere:     ?  help   escape  back   q  quit (runs keep training)

@@ -284,3 +284,18 @@ async def test_delete_from_the_runs_screen_asks_first_and_unmarks_the_run(tmp_pa
         assert not (home / "runs" / "20260101-000001-bbbbbb").exists()
         assert (home / "runs" / "20260101-000000-aaaaaa").is_dir()
         assert "20260101-000001-bbbbbb" not in screen.marked
+
+
+async def test_r_on_a_stopped_runs_screen_queues_its_resume(tmp_path):
+    """#73 item 8: `r` did nothing on the run screen (it resumed only from the runs table)."""
+    from fairtui.launch.queue import LocalQueue
+
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-stop01", name="halted", status="stopped")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False,
+                   open_run="20260101-000000-stop01")
+    app.tick_queue = lambda: None  # the queue is read, not run: the run stays queued for the check
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen")
+        await pilot.press("r")
+        await wait_until(pilot, lambda: LocalQueue(home).holds("20260101-000000-stop01"))

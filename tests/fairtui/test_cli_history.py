@@ -109,17 +109,17 @@ def test_subset_results_compare_and_export_by_their_setting(tmp_path):
     subset_result(b, "aa", 10, 0.6)
     refused = cli("compare", "a", "b", "--attack", "aa", home=tmp_path)
     assert refused.returncode == 2
-    assert "test best/aa (eps 0.03137, 10 per class)" in refused.stderr
-    assert "test best/pgd20 (eps 0.03137, whole split)" in refused.stderr
+    assert "test best/aa (eps 8/255, 10 per class)" in refused.stderr
+    assert "test best/pgd20 (eps 8/255, whole split)" in refused.stderr
     out = cli("compare", "a", "b", "--attack", "aa", "--n-per-class", "10", "--json", home=tmp_path)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert [r["n_per_class"] for r in doc["runs"]] == [10, 10] and not doc["settings_differ"]
     assert doc["runs"][1]["summary"]["worst_robust"] == pytest.approx(0.3)
     text = cli("compare", "a", "b", "--attack", "aa", "--n-per-class", "10", home=tmp_path).stdout
-    assert "aa, eps 0.03137, 10 per class @ best" in text
+    assert "aa, eps 8/255, 10 per class @ best" in text
     md = cli("export", "a", "b", "--attack", "aa", "--n-per-class", "10", "--format", "md", home=tmp_path).stdout
-    assert md.startswith("aa, eps 0.03137, 10 per class @ best")
+    assert md.startswith("aa, eps 8/255, 10 per class @ best")
     missing = cli("export", "a", "b", "--attack", "aa", "--n-per-class", "5", home=tmp_path)
     assert missing.returncode == 2 and "has no aa result on test at 'best' on 5 per class" in missing.stderr
 

@@ -67,7 +67,7 @@ def test_classes_draws_one_bar_per_class_and_series_with_each_worst_class_hatche
     cfa = views[2].results()[("test", "best", "pgd20")]["robust_acc_per_class"]
     assert [i for i, p in enumerate(groups[1].patches) if p.get_hatch()] == [cfa.index(min(cfa))]
     caption = fig._suptitle.get_text().replace("\n", " ")
-    assert "pgd20, eps 0.03137, whole split @ best" in caption and "mean ± std over seeds" in caption
+    assert "pgd20, eps 8/255, whole split @ best" in caption and "mean ± std over seeds" in caption
 
 
 def test_classes_with_clean_draws_the_clean_bars_above_the_robust(three):
@@ -89,7 +89,7 @@ def test_a_figure_of_runs_at_different_eps_names_each_setting(tmp_path):
     for kind in ("classes", "tradeoff"):
         fig = build(PlotRequest(kind), views)
         legend = [t.get_text() for t in fig.legends[0].get_texts()]
-        assert "eps 0.03137" in legend[0] and "eps 0.1," in legend[1]
+        assert "eps 8/255" in legend[0] and "eps 0.1," in legend[1]
         assert "settings differ" in fig._suptitle.get_text().replace("\n", " ")
 
 

@@ -182,7 +182,7 @@ def test_the_sweep_table_fits_80_columns_with_every_number_whole():
 
     rows = [ExportRow(f"cfa-trades-wrn34-10-lambda1-{lam}", ["a", "b"],
                       {**{k: [0.712, 0.705] for k in EXPORT_METRICS}, "cv": [0.0224, 0.0251]},
-                      "pgd20, eps 0.03137, whole split")
+                      "pgd20, eps 8/255, whole split")
             for lam in ("0.3", "0.5")]
     buf = io.StringIO()
     Console(file=buf, width=80).print(terminal_table(rows, "best"))
@@ -191,7 +191,7 @@ def test_the_sweep_table_fits_80_columns_with_every_number_whole():
     number = f"{statistics.mean([0.712, 0.705]) * 100:.1f}±{statistics.stdev([0.712, 0.705]) * 100:.1f}"
     assert sum(line.count(number) for line in lines) == 2 * 5  # clean, robust, worst, worst20%, MCD: whole
     assert sum("cfa-trades" in line for line in lines) == 2
-    assert lines[0].startswith("pgd20, eps 0.03137, whole split @ best")
+    assert lines[0].startswith("pgd20, eps 8/255, whole split @ best")
 
 
 def test_a_running_sweep_shows_its_running_childs_progress(tmp_path):

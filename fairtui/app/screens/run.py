@@ -28,6 +28,7 @@ class RunScreen(Screen):
         Binding("escape", "app.pop_screen", "back"), Binding("left_square_bracket", "state(-1)", "curve"),
         Binding("right_square_bracket", "state(1)", "curve"), Binding("left", "highlight(-1)", "class -", show=False),
         Binding("right", "highlight(1)", "class +", show=False), Binding("s", "stop", "stop"),
+        Binding("r", "resume", "resume", show=False),
         Binding("e", "evaluate", "eval"), Binding("a", "notes", "notes", show=False),
         Binding("p", "results", "per class"),
         Binding("c", "accuracy", "robust/clean", show=False),
@@ -246,3 +247,15 @@ class RunScreen(Screen):
         from fairtui.app.actions import stop_or_kill
 
         stop_or_kill(self, self.app.home / "runs" / self.run_id)
+
+    def action_resume(self) -> None:
+        """`r` here as on the runs screen: a stopped, failed or lost run queued to continue from its checkpoint."""
+        from fairtui.launch.control import ControlError, queue_resume
+
+        try:
+            said = queue_resume(self.app.home / "runs" / self.run_id, self.app.queue)
+        except ControlError as err:
+            self.notify(str(err), severity="warning")
+            return
+        self.app.tick_queue()
+        self.notify(said)
