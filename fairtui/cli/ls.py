@@ -83,8 +83,14 @@ def cells(d: dict) -> dict[str, str]:
     from fairtui.runs.store import headline
     from fairtui.runs.usertext import inert
 
-    _, r = headline(d)
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    key, r = headline(d)
+    # a mark says where a number comes from when it is not the best checkpoint's test result: "l" the last
+    # checkpoint's (a run without a best one, or whose best is still being evaluated), "v" the latest validation
+    # (a run with no test result yet, as the app shows it)
+    mark = "l" if key.startswith("last/") else ""
+    if r is None and d.get("val"):
+        r, mark = {"avg_robust": d["val"].get("avg_robust"), "worst_robust": d["val"].get("worst_robust")}, "v"
+    fmt = lambda v: "-" if v is None else f"{v:.3f}{mark}"  # noqa: E731
     epoch = "-" if d.get("status") == "imported" else f"{d.get('epoch', 0)}/{d.get('epochs', 0)}"
     return {"id": short_id(d["run_id"]), "run id": d["run_id"], "name": inert(d.get("name") or "", markup=True),
             "method": d.get("method") or "", "data": d.get("dataset") or "", "status": d.get("status") or "",
@@ -120,7 +126,9 @@ def print_table(docs: list[dict], total: int, wide: bool) -> None:
     console = Console()
     rows = [cells(d) for d in docs]
     columns, name_width = choose_columns(rows, console.width, wide)
-    table = Table(title=f"{total} run{'s' if total != 1 else ''} (accuracies: best checkpoint, first robust attack)", title_justify="left",
+    marks = "; l: last checkpoint, v: validation" if any(c["robust"].endswith(("l", "v")) for c in rows) else ""
+    table = Table(title=f"{total} run{'s' if total != 1 else ''} (accuracies: best checkpoint, first robust attack"
+                  f"{marks})", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     for col in columns:
         table.add_column(col, justify="right" if col in NUMERIC else "left", no_wrap=True,

@@ -69,3 +69,18 @@ def test_the_runs_status_line_keeps_the_sweeps_before_the_sort_at_80_columns():
     wide = counts_line(docs, 4, 2, "started", True, 200)
     assert wide.endswith("2 marked | sweep a1b2c3d4 1/3 done, 1 running; sorted by started (desc)")
     assert counts_line(docs, 4, 0, "name", False, 40) == "4 of 4 runs, 1 running, 1 queued"
+
+
+def test_ls_marks_numbers_that_are_not_the_best_checkpoints_test_result(tmp_path):
+    """#73 item 8: `ls` showed "-" for a running run's robust accuracy (the app shows its validation numbers, marked
+    v), and during the test evaluation the last checkpoint's number under the best checkpoint's header."""
+    from fairtui.cli.ls import cells
+
+    doc = {"run_id": "20260101-000000-aaaaaa", "status": "running", "epoch": 3, "epochs": 10,
+           "val": {"avg_robust": 0.41, "worst_robust": 0.12}}
+    assert (cells(doc)["robust"], cells(doc)["worst"]) == ("0.410v", "0.120v")
+    last_only = {**doc, "summary": {"last/pgd20": {"avg_robust": 0.5, "worst_robust": 0.2, "avg_clean": 0.8}}}
+    assert cells(last_only)["robust"] == "0.500l" and cells(last_only)["clean"] == "0.800l"
+    best = {**doc, "summary": {"best/pgd20": {"avg_robust": 0.52, "worst_robust": 0.21, "avg_clean": 0.81},
+                               **last_only["summary"]}}
+    assert cells(best)["robust"] == "0.520"
