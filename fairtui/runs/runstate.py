@@ -205,12 +205,23 @@ def progress_brief(p: dict, now: float | None = None) -> str:
 
 
 def progress_header(p: dict, epochs: list[dict], total_epochs: int, now: float | None = None) -> tuple[str, float | None]:
-    """The run screen's progress line: while training, the run's ETA first, then the phase's line (at 80
-    columns the end of the line is cut, and it held the run ETA: "ETA 31 s | run")."""
+    """The run screen's progress line, short enough for the space an 80-column screen leaves beside its bar: while
+    training, the run's time left first, then the phase's batches and time left: "run 1 h 05 min + test · train
+    epoch 2: 18/313, 12 min" (it said "run ETA 1 h 05 min + test evaluation | train epoch 2:", cut there, #73)."""
     text, fraction = progress_line(p, now)
-    if fraction is not None and p.get("phase") in ("train", "val"):
-        text = run_eta_text(epochs, total_epochs, now) + " | " + text
-    return text, fraction
+    phase = _phase(p, now)
+    if fraction is None or phase is None or p.get("phase") not in ("train", "val") or p.get("aa"):
+        return text, fraction
+    what, batch, batches, eta, stale = phase
+    left = run_eta(epochs, total_epochs, now)
+    if left is None:
+        run = "run: after the first epoch"
+    elif left == 0 and epochs and epochs[-1]["epoch"] >= total_epochs:
+        run = "training done"
+    else:
+        run = f"run {format_seconds(left)} + test"
+    part = f"{what}: {batch}/{batches}" + (f", {eta.removeprefix('ETA ')}" if eta else "")
+    return f"{run} · {part}" + (f" ({stale})" if stale else ""), fraction
 
 
 def autoattack_line(p: dict) -> str:

@@ -113,3 +113,31 @@ def test_pressing_e_lists_the_checkpoints_without_importing_torch(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     shown = json.loads(out.stdout.strip().splitlines()[-1])
     assert shown == {"dialog": "EvalDialog", "checkpoints": ["best", "last", "ema", "fawa"], "torch": False}
+
+
+async def test_the_80x24_run_header_keeps_the_batch_count_and_its_time_left(tmp_path):
+    """#73 item 7: at 80x24 the live run's line read "run ETA 1 h 05 min + test evaluation | train epoch 2:" and was
+    cut there. It is now short enough to keep the batches and the epoch's time left beside the bar."""
+    import time
+
+    from fairtui.launch.launcher import hold_engine_lock
+
+    home = tmp_path / "home"
+    run = make_run(home, "20260101-000000-live01", name="live", status="running", epochs=1)
+    (run / "engine.json").unlink(missing_ok=True)
+    lock = hold_engine_lock(run)  # an engine at work: the run reads running
+    now = time.time()
+    (run / "progress.json").write_text(json.dumps({"phase": "train", "epoch": 2, "batch": 18, "batches": 313,
+                                                   "started": now - 43.0, "t": now, "pid": os.getpid()}))
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False, open_run=run.name)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=HANG_S)
+            text = app.screen.query_one("#progress-text")
+            await wait_until(pilot, lambda: "18/313" in str(text.render()), timeout=HANG_S)
+            shown = str(text.render())
+            assert "train epoch 2: 18/313, " in shown and " min" in shown.split("18/313")[1], shown
+            assert text.region.right <= 80 and len(shown.rstrip()) <= text.region.width
+    finally:
+        lock.close()

@@ -143,7 +143,7 @@ def test_the_run_screens_progress_line_puts_the_run_eta_first():
 
     p = {"phase": "train", "epoch": 11, "batch": 10, "batches": 20, "started": 990.0, "t": 1000.0}
     text, fraction = progress_header(p, epochs([60] * 10), 15, now=1000.0)
-    assert text.startswith("run ETA 5 min 00 s + test evaluation | train epoch 11: 10/20 batches")
+    assert text.startswith("run 5 min 00 s + test · train epoch 11: 10/20")
     assert fraction == 0.5
     evaluating = {**p, "phase": "test", "attack": "pgd20"}
     assert progress_header(evaluating, epochs([60] * 15), 15, now=1000.0)[0].startswith("test pgd20: ")
