@@ -20,7 +20,8 @@ class FairtuiApp(App):
 
     def __init__(self, home: Path, profiles_dir: Path, gpu_inventory: Callable[[], list[GpuInfo]] = inventory,
                  poll_interval: float = 1.0, per_gpu: int | None = None, open_run: str | None = None,
-                 compare: list[str] | None = None, queue_worker: bool = True):
+                 compare: list[str] | None = None, queue_worker: bool = True, results: list[Path] | None = None,
+                 compare_groups: bool = False):
         super().__init__()
         self.home = home
         self.profiles_dir = profiles_dir
@@ -29,7 +30,26 @@ class FairtuiApp(App):
         self.index = RunIndex(home)
         # queue_worker: what the app queues starts after it quits too (a detached worker)
         self.queue = LocalQueue(home, per_gpu=per_gpu, worker=queue_worker)
-        self.open_run, self.compare_runs = open_run, compare
+        self.open_run, self.compare_runs, self.compare_groups = open_run, compare, compare_groups
+        # committed run folders (`fairtui --results DIR`): listed beside the home's runs, read only
+        self.committed: dict[str, Path] = committed_runs(results or [])
+        self._committed_docs: list[dict] | None = None
+
+    def run_dir(self, run_id: str) -> Path:
+        """A run's folder: a committed one of --results, else the home's."""
+        return self.committed.get(run_id) or self.home / "runs" / run_id
+
+    def committed_docs(self) -> list[dict]:
+        """The --results runs as index documents, tagged committed (read once: committed files do not change)."""
+        if self._committed_docs is None:
+            from fairtui.runs.store import document_for
+
+            self._committed_docs = [{**document_for(d), "tags": ["committed"]} for d in self.committed.values()]
+        return self._committed_docs
+
+    def read_only(self, run_id: str) -> bool:
+        """A committed run (--results): shown, compared and exported, never stopped, resumed, edited or deleted."""
+        return run_id in self.committed
 
     def on_mount(self) -> None:
         from fairtui.app.screens.runs import RunsScreen
@@ -41,7 +61,7 @@ class FairtuiApp(App):
         if self.compare_runs:
             from fairtui.app.screens.compare import CompareScreen
 
-            self.push_screen(CompareScreen(self.compare_runs))
+            self.push_screen(CompareScreen(self.compare_runs, groups=self.compare_groups))
         elif self.open_run:
             from fairtui.app.screens.run import RunScreen
 
@@ -56,3 +76,10 @@ class FairtuiApp(App):
         from fairtui.app.dialogs import HelpScreen
 
         self.push_screen(HelpScreen())
+
+
+def committed_runs(folders: list[Path]) -> dict[str, Path]:
+    """run id -> folder, for every run of the folders of committed run files (<profile>/<run-id>/)."""
+    from fairtui.judge.sources import results_runs
+
+    return {d.name: d for folder in folders for d in results_runs(Path(folder))}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
+from typing import List
+
 import typer
 
 from fairtui.cli import compare as _compare
@@ -92,7 +94,9 @@ def _root(ctx: typer.Context,
           home: str = typer.Option(None, "--home", help="home folder (default: $FAIRTUI_HOME, else ./.fairtui)"),
           profiles: str = typer.Option(None, "--profiles", help="the folder the launch dialog lists"),
           per_gpu: int = typer.Option(None, "--per-gpu", min=1, help="runs at once on each GPU, for every "
-                                      "worker of the home (stored with its queue; default: the home's, else 1)")) -> None:
+                                      "worker of the home (stored with its queue; default: the home's, else 1)"),
+          results: List[str] = typer.Option([], "--results", help="a folder of committed run files, listed beside "
+                                            "the home's runs, read only (repeatable)")) -> None:
     """Without a command: open the terminal app."""
     if home:  # `fairtui --home DIR COMMAND` means the same as `fairtui COMMAND --home DIR`
         import os
@@ -106,7 +110,11 @@ def _root(ctx: typer.Context,
             from fairtui.runs.home import resolve_home
 
             set_home_limit(resolve_home(home), per_gpu)
-        run_app(home=home, profiles_dir=profiles)
+        for folder in results:
+            if not os.path.isdir(folder):
+                raise typer.BadParameter(f"{folder}: no such folder (it should hold <profile>/<run-id>/ run files)",
+                                         param_hint="--results")
+        run_app(home=home, profiles_dir=profiles, results=results)
 
 
 class _Watched:

@@ -52,9 +52,15 @@ def compare(
     if by is not None or group:
         if runs:
             raise fail("give either runs, or groups (--by, --group), not both")
-        if tui:
-            raise fail("--tui shows runs, not groups: `fairtui` then the compare screen's g key groups them")
         filters = dict(method=method, dataset=dataset, status=status, tag=tag, name=name, sweep=sweep)
+        if tui:  # the compare screen in its groups view, the committed runs of --results beside the home's
+            from fairtui.app import run_app
+            from fairtui.cli.groups import named_groups
+
+            ids = [v.run_id for views in named_groups(home, by, group, results, filters).values() for v in views]
+            run_app(home=home, compare=list(dict.fromkeys(ids)), results=[str(r) for r in results],
+                    compare_groups=True)
+            return
         raise typer.Exit(compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint,
                                                 n_per_class, filters, json_out, against_start,
                                                 judging(allow_protocol_difference, effect)))

@@ -4,7 +4,7 @@ the runs screen (j) without training anything again."""
 
 from engine.contract.profile_io import read_toml
 from fairtui.app import make_app
-from tests.conftest import HANG_S, TINY
+from tests.conftest import HANG_S, ROOT, TINY
 from tests.fairtui.app_helpers import engine_on_path, wait_until  # noqa: F401,F811 (fixtures)
 
 
@@ -40,3 +40,39 @@ async def test_judge_from_the_launch_dialog_and_reopen_it_with_j(tmp_path, engin
         title = app.screen.query_one("#judge-title")
         await wait_until(pilot, lambda: "verdict" in str(title.render()), timeout=HANG_S)
     assert sorted((home / "runs").iterdir()) == runs  # reopened: nothing trained again
+
+
+async def test_the_committed_baselines_open_in_the_app_read_only(tmp_path):
+    """#73 item 4: `fairtui --results DIR` lists the committed runs beside the home's, opens them, and refuses to
+    stop, resume, tag or delete them; `compare --results ... --by profile --tui` opens the groups view."""
+    import hashlib
+
+    from fairtui.runs.synthetic import make_run
+
+    results = ROOT / "experiments" / "results" / "judge-digits-dafa"
+    before = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file())).hexdigest()
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-mine01", name="mine")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False,
+                   results=[str(results)])
+    async with app.run_test(size=(100, 40)) as pilot:
+        table = app.screen.query_one("DataTable")
+        await wait_until(pilot, lambda: table.row_count == 16, timeout=HANG_S)  # 15 committed runs and the home's
+        screen = app.screen
+        committed = next(d["run_id"] for d in screen.visible() if "committed" in d.get("tags", []))
+        table.move_cursor(row=[d["run_id"] for d in screen.visible()].index(committed))
+        await pilot.pause()
+        await pilot.press("d", "t", "s")
+        await pilot.pause(0.3)
+        assert type(app.screen).__name__ == "RunsScreen"  # no dialog opened for a committed run
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=HANG_S)
+    after = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file())).hexdigest()
+    assert after == before
+    ids = [p.name for side in ("digits-dafa", "digits-trades") for p in sorted((results / side).iterdir())[:2]]
+    grouped = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                       queue_worker=False, results=[str(results)], compare=ids, compare_groups=True)
+    async with grouped.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: type(grouped.screen).__name__ == "CompareScreen", timeout=HANG_S)
+        await pilot.pause(0.5)
+        assert grouped.screen.grouped

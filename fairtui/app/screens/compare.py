@@ -20,12 +20,13 @@ class CompareScreen(Screen):
     BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("b", "next_baseline", "baseline"),
                 Binding("g", "toggle_groups", "groups"), Binding("s", "toggle_starts", "vs starts")]
 
-    def __init__(self, run_ids: list[str], attack: str | None = None, checkpoint: str = "best"):
+    def __init__(self, run_ids: list[str], attack: str | None = None, checkpoint: str = "best", groups: bool = False):
+        """``groups``: open in the groups view (`compare --by ... --tui`)."""
         super().__init__()
         self.run_ids, self.attack, self.checkpoint = run_ids, attack, checkpoint
         self.baseline = 0
         self.comparison = None
-        self.grouped = False
+        self.grouped = groups
         self.group_comparison = None
         self.against_start = False  # groups: a fine-tune against its starts (compare --against-start)
 
@@ -52,7 +53,7 @@ class CompareScreen(Screen):
         from fairtui.judge.sources import grouped
         from fairtui.runs.runfolder import RunView
 
-        named = grouped([RunView.load(self.app.home / "runs" / r) for r in self.run_ids], "profile")
+        named = grouped([RunView.load(self.app.run_dir(r)) for r in self.run_ids], "profile")
         labels = list(named)
         baseline = labels[self.baseline % len(labels)]
         try:
@@ -78,7 +79,7 @@ class CompareScreen(Screen):
         from fairtui.judge.tables import comparison_tables
         from fairtui.runs.runfolder import RunView
 
-        views = [RunView.load(self.app.home / "runs" / r) for r in self.run_ids]
+        views = [RunView.load(self.app.run_dir(r)) for r in self.run_ids]
         try:
             self.comparison = compare(views, self.attack, self.checkpoint, self.baseline)
         except CompareError as err:

@@ -36,7 +36,7 @@ class ResultsScreen(Screen):
         from fairtui.runs.report import exploratory_groups, exploratory_tables, per_class_tables
         from fairtui.runs.runfolder import RunView
 
-        view = RunView.load(self.app.home / "runs" / self.run_id)
+        view = RunView.load(self.app.run_dir(self.run_id))
         from fairtui.runs.usertext import inert
 
         self.query_one("#results-title", Static).update(f"{inert(view.name)} [{short_id(self.run_id)}]: per-class test "

@@ -68,7 +68,7 @@ class RunScreen(Screen):
     def on_mount(self) -> None:
         import json
 
-        run_dir = self.app.home / "runs" / self.run_id
+        run_dir = self.app.run_dir(self.run_id)
         try:
             name = json.loads((run_dir / "meta.json").read_text()).get("name") or self.run_id
         except (OSError, ValueError):
@@ -93,7 +93,7 @@ class RunScreen(Screen):
         from fairtui.runs.runfolder import RunView
 
         worker = get_current_worker()
-        run_dir = self.app.home / "runs" / self.run_id
+        run_dir = self.app.run_dir(self.run_id)
         view = RunView.load(run_dir, cancelled=lambda: worker.is_cancelled)
         if worker.is_cancelled:
             return
@@ -108,7 +108,7 @@ class RunScreen(Screen):
             self.post_message(EventsArrived(self.run_id, events))
         import json
 
-        run_dir = self.app.home / "runs" / self.run_id
+        run_dir = self.app.run_dir(self.run_id)
         try:
             progress = json.loads((run_dir / "progress.json").read_text())
         except (OSError, ValueError):
@@ -234,26 +234,34 @@ class RunScreen(Screen):
         self.query_one(ClassBars).turn(step)
 
     def action_evaluate(self) -> None:
+        if self.app.read_only(self.run_id):
+            return self.notify("a committed run (--results) is read only", severity="warning")
         from fairtui.app.actions import evaluate
 
-        evaluate(self, self.app.home / "runs" / self.run_id)
+        evaluate(self, self.app.run_dir(self.run_id))
 
     def action_notes(self) -> None:
+        if self.app.read_only(self.run_id):
+            return self.notify("a committed run (--results) is read only", severity="warning")
         from fairtui.app.actions import edit_notes
 
-        edit_notes(self, self.app.home / "runs" / self.run_id)
+        edit_notes(self, self.app.run_dir(self.run_id))
 
     def action_stop(self) -> None:
+        if self.app.read_only(self.run_id):
+            return self.notify("a committed run (--results) is read only", severity="warning")
         from fairtui.app.actions import stop_or_kill
 
-        stop_or_kill(self, self.app.home / "runs" / self.run_id)
+        stop_or_kill(self, self.app.run_dir(self.run_id))
 
     def action_resume(self) -> None:
         """`r` here as on the runs screen: a stopped, failed or lost run queued to continue from its checkpoint."""
+        if self.app.read_only(self.run_id):
+            return self.notify("a committed run (--results) is read only", severity="warning")
         from fairtui.launch.control import ControlError, queue_resume
 
         try:
-            said = queue_resume(self.app.home / "runs" / self.run_id, self.app.queue)
+            said = queue_resume(self.app.run_dir(self.run_id), self.app.queue)
         except ControlError as err:
             self.notify(str(err), severity="warning")
             return

@@ -95,9 +95,17 @@ class RunsScreen(Screen):
             if stored:
                 self.post_message(RunsLoaded(stored, {}))
                 self.first_shown.wait(FIRST_WAIT_S)  # reading the folders would slow drawing them (the GIL)
-        docs = self.app.index.read()
+        docs = self.app.index.read() + self.app.committed_docs()
         waits = self.app.queue.wait_reasons() if any(d.get("status") == "queued" for d in docs) else {}
         self.post_message(RunsLoaded(docs, waits))
+
+    def writable_id(self) -> str | None:
+        """The highlighted run, unless it is a committed one (--results): those are read only (said)."""
+        run_id = self.selected_id()
+        if run_id and self.app.read_only(run_id):
+            self.notify("a committed run (--results) is read only: compare, export and open it", severity="warning")
+            return None
+        return run_id
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         if self.loaded and message.docs == self.docs and message.waits == self.waits:  # nothing changed
@@ -211,7 +219,7 @@ class RunsScreen(Screen):
             return None
 
     def run_dir(self, run_id: str) -> Path:
-        return self.app.home / "runs" / run_id
+        return self.app.run_dir(run_id)
 
     # -- actions ----------------------------------------------------------------------------------
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -279,14 +287,14 @@ class RunsScreen(Screen):
             self.load()
 
     def action_stop(self) -> None:
-        run_id = self.selected_id()
+        run_id = self.writable_id()
         if run_id:
             from fairtui.app.actions import stop_or_kill
 
             stop_or_kill(self, self.run_dir(run_id))
 
     def action_resume(self) -> None:
-        run_id = self.selected_id()
+        run_id = self.writable_id()
         if not run_id:
             return
         from fairtui.launch.control import ControlError, queue_resume
@@ -300,7 +308,7 @@ class RunsScreen(Screen):
         self.notify(said)
 
     def action_rerun(self) -> None:
-        run_id = self.selected_id()
+        run_id = self.writable_id()
         if not run_id:
             return
         from engine.contract.profile_schema import ProfileError
@@ -317,7 +325,7 @@ class RunsScreen(Screen):
         self.load()
 
     def action_tag(self) -> None:
-        run_id = self.selected_id()
+        run_id = self.writable_id()
         if run_id:
             from fairtui.app.actions import edit_tags
 
@@ -325,14 +333,14 @@ class RunsScreen(Screen):
             edit_tags(self, self.run_dir(run_id), list(tags), self.load)
 
     def action_notes(self) -> None:
-        run_id = self.selected_id()
+        run_id = self.writable_id()
         if run_id:
             from fairtui.app.actions import edit_notes
 
             edit_notes(self, self.run_dir(run_id))
 
     def action_evaluate(self) -> None:
-        run_id = self.selected_id()
+        run_id = self.writable_id()
         if run_id:
             from fairtui.app.actions import evaluate
 
@@ -349,7 +357,7 @@ class RunsScreen(Screen):
         export(self, [self.run_dir(i) for i in ids])
 
     def action_delete(self) -> None:
-        run_id = self.selected_id()
+        run_id = self.writable_id()
         if run_id:
             from fairtui.app.actions import delete
 

@@ -116,7 +116,7 @@ class StudyScreen(Screen):
             return
         trial = int(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
         run_id = next((t.get("run_id") for t in self.doc.get("trials", []) if t["trial"] == trial), None)
-        if not run_id or not (self.app.home / "runs" / run_id).is_dir():
+        if not run_id or not (self.app.run_dir(run_id)).is_dir():
             self.notify("this trial has no run", severity="warning")
             return
         from fairtui.app.screens.run import RunScreen
