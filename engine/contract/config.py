@@ -277,11 +277,6 @@ def profile_from_table(raw: dict, file: str) -> Profile:
     return _resolve(profile, file)
 
 
-# Methods whose training reads the validation split (a profile without one is refused, never trained on zeros)
-NEEDS_VALIDATION = {"wat": "the Hedge weights' validation costs", "frl": "the validation errors that move its "
-                    "multipliers", "cfa": "FAWA's check of each epoch's weights; method.fawa = false needs none"}
-
-
 def _resolve(p: Profile, file: str) -> Profile:
     """Fill derived defaults and check the relations between sections."""
     _check_attack_names(p.eval.attacks, file, "eval.attacks")
@@ -291,12 +286,12 @@ def _resolve(p: Profile, file: str) -> Profile:
             raise ProfileError(file, "eval.checkpoints", f"unknown checkpoint {ckpt!r}; choose from "
                                f"{', '.join(CHECKPOINTS)}")
     _check_eps(p.attack.eps, p.attack.norm, file, "attack.eps")
-    relative = [m for m in p.train.milestones if isinstance(m, str) and m.startswith("-")]
+    given = p.train.milestones
     p = dataclasses.replace(p, train=dataclasses.replace(p.train, milestones=milestone_epochs(p.train)))
-    early = [m for m, e in zip(relative, milestone_epochs(p.train)) if e < 1] if relative else []
-    if any(e < 1 for e in p.train.milestones):
-        raise ProfileError(file, "train.milestones", f"{', '.join(map(str, early)) or 'a milestone'} falls before "
-                           f"the first of {p.train.epochs} epochs: raise train.epochs or remove it")
+    early = [str(m) for m, e in zip(given, p.train.milestones) if e < 1]  # "-10" of 8 epochs: epoch -3
+    if early:
+        raise ProfileError(file, "train.milestones", f"{', '.join(early)} falls before the first of {p.train.epochs} "
+                           "epochs: raise train.epochs or remove it")
     if list(p.train.milestones) != sorted(p.train.milestones):
         raise ProfileError(file, "train.milestones", f"must be increasing, got {list(p.train.milestones)}")
     pretrain = getattr(p.method, "pretrain_epochs", 0)
@@ -305,11 +300,11 @@ def _resolve(p: Profile, file: str) -> Profile:
                            f"epoch in train.epochs ({p.train.epochs}): lower it (--set method.pretrain_epochs=N) "
                            "or raise train.epochs")
     p.method.validate_profile(p, file)
-    needs = p.method.name in NEEDS_VALIDATION and (p.method.name != "cfa" or getattr(p.method, "fawa", False))
-    if not p.data.val_per_class and not p.data.val_fraction and needs:
+    reads = p.method.reads_validation()  # trained on zeros without a validation split: refused instead
+    if reads and not p.data.val_per_class and not p.data.val_fraction:
         raise ProfileError(file, "data.val_fraction", f"{p.method.name} updates its class-wise state from the "
-                           f"validation split every epoch ({NEEDS_VALIDATION[p.method.name]}): it needs one "
-                           "(data.val_per_class or data.val_fraction above 0)")
+                           f"validation split every epoch ({reads}): it needs one (data.val_per_class or "
+                           "data.val_fraction above 0)")
     if not p.eval.attacks:
         raise ProfileError(file, "eval.attacks", "needs at least one attack (else the run ends with no result)")
     if not p.eval.checkpoints:

@@ -32,6 +32,11 @@ class MethodParams:
         """Values of `[train]` keys that this method's form sets where the profile leaves them unset."""
         return {}
 
+    def reads_validation(self) -> str | None:
+        """What of the method's training reads the validation split every epoch (a profile without one is refused),
+        or None."""
+        return None
+
     def validate_profile(self, profile: object, file: str) -> None:
         """Check the parameters against the rest of the resolved profile (``train.epochs``, ...); raise
         ProfileError naming the key."""
@@ -152,6 +157,9 @@ class FRLParams(MethodParams):
     def resolved(self) -> "FRLParams":
         return dataclasses.replace(self, **_unset(self, self.form_values()))
 
+    def reads_validation(self) -> str | None:
+        return "the validation errors that move its multipliers"
+
 
 def _unset(params: MethodParams, values: dict[str, object]) -> dict[str, object]:
     """The values of ``values`` whose keys ``params`` leaves unset (None)."""
@@ -224,6 +232,9 @@ class CFAParams(MethodParams):
             values["attack_mode"] = "train"
         return values
 
+    def reads_validation(self) -> str | None:
+        return "FAWA's check of each epoch's weights; method.fawa = false needs none" if self.fawa else None
+
 
 @dataclass(frozen=True)
 class WATParams(MethodParams):
@@ -235,6 +246,9 @@ class WATParams(MethodParams):
     # "paper": sum_k w_k L_k with L_k the mean loss of the batch's class-k samples;
     # "code": (1/B) sum_n (w_{y_n} + w_0) * loss_n with the weights scaled to sum to K.
     loss_form: str = field("paper", choices=("paper", "code"))
+
+    def reads_validation(self) -> str | None:
+        return "the Hedge weights' validation costs"
 
 
 # DAFA's values that differ between the paper (README Algorithms 1-2) and the authors' code

@@ -47,6 +47,14 @@ class FairtuiApp(App):
             self._committed_docs = [{**document_for(d), "tags": ["committed"]} for d in self.committed.values()]
         return self._committed_docs
 
+    def writable_dir(self, run_id: str) -> Path | None:
+        """The folder of a run the app may act on (stop, resume, edit, evaluate, delete); None, said, for a
+        committed one (--results)."""
+        if self.read_only(run_id):
+            self.notify("a committed run (--results) is read only: compare, export and open it", severity="warning")
+            return None
+        return self.run_dir(run_id)
+
     def read_only(self, run_id: str) -> bool:
         """A committed run (--results): shown, compared and exported, never stopped, resumed, edited or deleted."""
         return run_id in self.committed

@@ -26,7 +26,7 @@ from fairtui.judge import stats
 from fairtui.judge.groups import GroupComparison, compare_groups
 from fairtui.launch.launcher import create_run
 from fairtui.launch.queue import LocalQueue
-from fairtui.runs.configurations import first_of_each_seed, seed_key
+from fairtui.runs.configurations import replicates_apart, seed_key
 from fairtui.runs.runfolder import RunView
 from fairtui.runs.store import RunIndex
 
@@ -109,6 +109,7 @@ class Campaign:
         threads = int((spec.method.table.get("train") or {}).get("threads") or 0)
         self.slots = slots(spec.pool, threads)
         self.failed: dict[int, str] = {}
+        self._runs: dict[tuple[str, int], Path] | None = None  # runs(): read from the index once
 
     # -- the record and the runs ------------------------------------------------------------------------------
 
@@ -124,25 +125,30 @@ class Campaign:
                 "created": time.time()}
 
     def _save(self) -> None:
+        from engine.contract.atomic import atomic_write_json
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(self.record, indent=1))
-        tmp.replace(self.path)
+        atomic_write_json(self.path, self.record)
 
     def runs(self) -> dict[tuple[str, int], Path]:
-        """The judgement's own runs by (role, seed): the newest of each (an older one failed and was replaced)."""
-        out: dict[tuple[str, int], tuple[float, Path]] = {}
-        tag = f"judge:{self.spec.key}"
-        for doc in RunIndex(self.home).read():
-            if tag not in (doc.get("tags") or []):
-                continue
-            run_dir = self.home / "runs" / doc["run_id"]
-            meta = RunView.load(run_dir).meta
-            info = meta.get("judge") or {}
-            key = (info.get("role"), info.get("seed"))
-            if key not in out or meta.get("created", 0) > out[key][0]:
-                out[key] = (meta.get("created", 0), run_dir)
-        return {k: v for k, (_, v) in out.items()}
+        """The judgement's own runs by (role, seed): the newest of each (an older one failed and was replaced). The
+        home's index is read once, at the first call; the runs made since are added as they are made (a step every
+        second must not reconcile a home of thousands of runs), and a run deleted meanwhile drops out."""
+        if self._runs is None:
+            found: dict[tuple[str, int], tuple[float, Path]] = {}
+            tag = f"judge:{self.spec.key}"
+            for doc in RunIndex(self.home).read():
+                if tag not in (doc.get("tags") or []):
+                    continue
+                run_dir = self.home / "runs" / doc["run_id"]
+                meta = RunView.load(run_dir).meta
+                info = meta.get("judge") or {}
+                key = (info.get("role"), info.get("seed"))
+                if key not in found or meta.get("created", 0) > found[key][0]:
+                    found[key] = (meta.get("created", 0), run_dir)
+            self._runs = {k: v for k, (_, v) in found.items()}
+        self._runs = {k: v for k, v in self._runs.items() if v.is_dir()}
+        return dict(self._runs)
 
     def views(self, seed: int, runs: dict) -> tuple[RunView | None, RunView | None]:
         """The method's and the baseline's run of ``seed`` (the baseline's committed run first)."""
@@ -185,6 +191,8 @@ class Campaign:
                              [f"judge:{self.spec.key}"], None,
                              extra_meta={"judge": {"key": self.spec.key, "role": role, "seed": seed}})
         RunIndex(self.home).register(run_dir)
+        if self._runs is not None:  # the runs() cache: the new run joins it
+            self._runs[(role, seed)] = run_dir
         return run_dir
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -299,17 +307,11 @@ class Campaign:
 
 
 def committed_by_seed(views: list[RunView]) -> tuple[dict[int, RunView], list[str]]:
-    """A baseline group's runs by seed (the first run of each seed: fairtui.runs.configurations), and a line for
-    each run set aside."""
-    out: dict[int, RunView] = {}
-    aside = []
-    for view in sorted(views, key=first_of_each_seed):
-        seed = seed_key(view)
-        if seed is None or seed in out:
-            aside.append(f"{view.name} [{view.run_id}]: " + ("no seed" if seed is None else f"a second run of seed {seed}"))
-            continue
-        out[seed] = view
-    return out, aside
+    """A baseline group's runs by seed (the first run of each seed: fairtui.runs.configurations.replicates_apart),
+    and a line for each run set aside (a replicate, or a run without a seed, which nothing can pair)."""
+    kept, aside = replicates_apart(views)
+    aside += [f"{v.name} [{v.run_id}]: no seed" for v in kept if seed_key(v) is None]
+    return {seed_key(v): v for v in kept if seed_key(v) is not None}, aside
 
 
 def to_json(look: Look, spec: Spec, failed: dict[int, str]) -> dict[str, Any]:

@@ -15,6 +15,10 @@ def _interval(lo: float, hi: float) -> str:
     return f"[{pct(lo, True)}, {pct(hi, True)}]"
 
 
+def _e_text(e: float) -> str:
+    return "-" if math.isnan(e) else f"{e:.3g}"
+
+
 def interim_lines(look, spec) -> list[str]:
     """After a pair lands: the pairs so far, the metric's mean difference with its interval, and (until decided)
     where the safe t-test stands. Marked *interim*: a fixed-n p looked at after every seed is not a test."""
@@ -26,7 +30,7 @@ def interim_lines(look, spec) -> list[str]:
     word = METRIC_WORDS[spec.metric]
     if look.sequential is not None:
         s = look.sequential
-        e = "-" if math.isnan(s.e_value) else f"{s.e_value:.3g}"
+        e = _e_text(s.e_value)
         return [f"{head}: {word} {pct(r.mean, True)} points; e-value {e} (decides at 20), anytime-valid 95% "
                 f"interval {_interval(*s.interval)}: {s.verdict}"]
     return [f"{head}: {word} {pct(r.mean, True)} points {_interval(*r.ci95)} (95% t), p {p_text(r.p)}; not a "
@@ -37,14 +41,15 @@ def verdict_lines(look, spec, failed: dict[int, str]) -> list[str]:
     """The verdict: with --until-decided the safe t-test's decision, its e-value and anytime-valid interval first;
     then the paired comparison as `compare --by profile --baseline` gives it (both metrics, the planning numbers,
     every protocol or runtime difference), and the seeds that failed."""
+    setting = look.comparison.groups[0].setting() if look.comparison else "-"
     out = [f"judge {spec.key}: {spec.method.label} against {spec.baseline.label}, {METRIC_WORDS[spec.metric]} "
-           f"robust accuracy at {spec.checkpoint} ({look.comparison.to_json()['groups'][0]['setting'] if look.comparison else '-'})"]
+           f"robust accuracy at {spec.checkpoint} ({setting})"]
     p = look.pairing
     if p is None:
         out.append("no pair landed: nothing to judge")
     elif look.sequential is not None:
         s = look.sequential
-        e = "-" if math.isnan(s.e_value) else f"{s.e_value:.3g}"
+        e = _e_text(s.e_value)
         out += [f"verdict: {s.verdict} (safe t-test, anytime-valid: e-value {e} against 20 at {s.n} seeds; "
                 f"95% confidence sequence {_interval(*s.interval)} points)",
                 "the fixed-n numbers below are for reference: after looking at every seed only the line above "

@@ -51,17 +51,15 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def on_cpu(gpus: str | None) -> bool:
-    return not gpus or gpus.strip().lower() == "cpu"
-
-
 def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambda line: None) -> Spec:
     """The judgement's sides, seeds and settings (``warn``: the lines a user should read, such as runs set aside)."""
     from engine.contract.profile_io import apply_overrides, load_profile, read_toml
 
     if request.until_decided and request.seeds:
         raise ValueError("give --seeds or --until-decided (seeds 0 to --max-seeds - 1, in order), not both")
-    pool = ["cpu"] if on_cpu(request.gpus) else [g.strip() for g in request.gpus.split(",")]
+    from fairtui.launch.queue import pool_of
+
+    pool = pool_of(request.gpus)
     written = apply_overrides(read_toml(request.profile), request.overrides)
     one_thread = pool == ["cpu"] and "threads" not in (written.get("train") or {})
     method_profile = load_profile(request.profile, request.overrides + (["train.threads=1"] if one_thread else []))

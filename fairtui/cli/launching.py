@@ -66,11 +66,6 @@ def submit(run_dir, settings, json_out: bool, verb: str = "submitted") -> int:
 
 # -- local runs on the CPU's slots, and their progress (sweep and judge) ----------------------------------------
 
-def on_cpu(gpus: Optional[str]) -> bool:
-    """Whether local runs given ``--gpus`` train on the CPU (no --gpus: the CPU)."""
-    return not gpus or gpus.strip().lower() == "cpu"
-
-
 def cpu_slots_line() -> str:
     import os
 

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.launching import child_line, cpu_slots_line, on_cpu, sweep_bars
+from fairtui.cli.launching import child_line, cpu_slots_line, sweep_bars
 from fairtui.cli.options import (Cluster, Cpus, Detach, GpusPerNode, Home, HomeT, Json, Launcher, MemGb, Nodes,
                                   Partition, Sbatch, TimeMin, fail)
 
@@ -45,6 +45,7 @@ def sweep(
     from engine.contract.profile_io import apply_overrides
     from engine.contract.profile_schema import ProfileError
     from fairtui.runs.home import resolve_home
+    from fairtui.launch.queue import pool_of
     from fairtui.launch.sweep import build_spec, expand, split_profile
     from fairtui.launch.sweep_run import create_children
 
@@ -61,7 +62,8 @@ def sweep(
         raw = apply_overrides(written, list(set_))
         chosen = [int(s) for s in seed_list.split(",")] if seed_list else None
         spec = build_spec(profile, table, grid, seeds, chosen, launcher)
-        one_thread = spec.launcher == "local" and on_cpu(gpus) and "threads" not in (raw.get("train") or {}) \
+        one_thread = spec.launcher == "local" and pool_of(gpus) == ["cpu"] \
+            and "threads" not in (raw.get("train") or {}) \
             and "threads" not in spec.grid and "train.threads" not in spec.grid
         if one_thread:  # the CPU's slots: one-thread children side by side (fairtui.launch.queue)
             raw = apply_overrides(raw, ["train.threads=1"])
@@ -117,7 +119,9 @@ def _run_local(home_dir, record: dict, gpus: Optional[str], per_gpu: Optional[in
 
     from fairtui.launch.sweep_run import queue_locally, stop_children, wait_local
 
-    pool = ["cpu"] if on_cpu(gpus) else [g.strip() for g in gpus.split(",")]
+    from fairtui.launch.queue import pool_of
+
+    pool = pool_of(gpus)
     queue = queue_locally(home_dir, record, pool, per_gpu)  # with the detached worker: it outlives us
     if detach:
         if json_out:

@@ -50,15 +50,14 @@ def budget_of(cfg: dict, sizes: list[int] | None = None) -> dict[str, Any]:
 
 
 def schedule_text(train: dict) -> str:
-    """"lr 0.025, piecewise x0.1 after epochs 12, 14"; relative milestones ("75%") as the epochs they resolve to."""
-    import math
-
-    from engine.contract.profile_schema import parse_percent
+    """"lr 0.025, piecewise x0.1 after epochs 12, 14"; relative milestones ("75%", "-10") as the epochs they resolve
+    to (the engine's rule: engine.contract.config.milestone_epoch)."""
+    from engine.contract.config import milestone_epoch
 
     epochs, kind = train.get("epochs") or 0, train.get("schedule", "piecewise")
     text = f"lr {train.get('lr')}, {kind}"
     if kind == "piecewise":
-        ms = [math.ceil(parse_percent(m) / 100 * epochs) if isinstance(m, str) else m for m in train.get("milestones") or []]
+        ms = [milestone_epoch(m, epochs) for m in train.get("milestones") or []]
         text += f" x{train.get('gamma', 0.1)} after epoch{'s' if len(ms) != 1 else ''} {', '.join(map(str, ms))}" if ms \
             else " (no milestones)"
     return text

@@ -41,6 +41,14 @@ from fairtui.runs.runfolder import RunView
 CPU = "cpu"
 
 
+def pool_of(gpus: str | None) -> list[str]:
+    """The devices local runs given ``--gpus`` may take (sweeps, judgements): the CPU without --gpus or with
+    ``cpu``, else the GPUs named."""
+    if not gpus or gpus.strip().lower() == CPU:
+        return [CPU]
+    return [g.strip() for g in gpus.split(",")]
+
+
 def devices_of(label: str | None) -> list[str]:
     """A run's devices from its GPU label: 'cpu', '0,1', or None (the engine's choice: GPU 0 or the CPU)."""
     if not label:
@@ -190,8 +198,7 @@ class LocalQueue:
         entries = self.entries()
         if not entries:
             return {}
-        counts, out = self.busy(), {}
-        used = self.usage()[1]
+        (counts, used), out = self.usage(), {}
         for i, entry in enumerate(entries):
             devs = entry.get("pool") or devices_of(entry["gpus"])
             ahead = sum(1 for e in entries[:i] if set(e.get("pool") or devices_of(e["gpus"])) & set(devs))

@@ -74,5 +74,6 @@ async def test_the_committed_baselines_open_in_the_app_read_only(tmp_path):
                        queue_worker=False, results=[str(results)], compare=ids, compare_groups=True)
     async with grouped.run_test(size=(100, 40)) as pilot:
         await wait_until(pilot, lambda: type(grouped.screen).__name__ == "CompareScreen", timeout=HANG_S)
-        await pilot.pause(0.5)
-        assert grouped.screen.grouped
+        await wait_until(pilot, lambda: grouped.screen.group_comparison is not None, timeout=HANG_S)
+        labels = [g.label for g in grouped.screen.group_comparison.groups]
+        assert sorted(labels) == ["digits-dafa", "digits-trades"]  # the groups view, drawn from the committed runs

@@ -234,34 +234,38 @@ class RunScreen(Screen):
         self.query_one(ClassBars).turn(step)
 
     def action_evaluate(self) -> None:
-        if self.app.read_only(self.run_id):
-            return self.notify("a committed run (--results) is read only", severity="warning")
+        run_dir = self.app.writable_dir(self.run_id)
+        if run_dir is None:
+            return
         from fairtui.app.actions import evaluate
 
-        evaluate(self, self.app.run_dir(self.run_id))
+        evaluate(self, run_dir)
 
     def action_notes(self) -> None:
-        if self.app.read_only(self.run_id):
-            return self.notify("a committed run (--results) is read only", severity="warning")
+        run_dir = self.app.writable_dir(self.run_id)
+        if run_dir is None:
+            return
         from fairtui.app.actions import edit_notes
 
-        edit_notes(self, self.app.run_dir(self.run_id))
+        edit_notes(self, run_dir)
 
     def action_stop(self) -> None:
-        if self.app.read_only(self.run_id):
-            return self.notify("a committed run (--results) is read only", severity="warning")
+        run_dir = self.app.writable_dir(self.run_id)
+        if run_dir is None:
+            return
         from fairtui.app.actions import stop_or_kill
 
-        stop_or_kill(self, self.app.run_dir(self.run_id))
+        stop_or_kill(self, run_dir)
 
     def action_resume(self) -> None:
         """`r` here as on the runs screen: a stopped, failed or lost run queued to continue from its checkpoint."""
-        if self.app.read_only(self.run_id):
-            return self.notify("a committed run (--results) is read only", severity="warning")
+        run_dir = self.app.writable_dir(self.run_id)
+        if run_dir is None:
+            return
         from fairtui.launch.control import ControlError, queue_resume
 
         try:
-            said = queue_resume(self.app.run_dir(self.run_id), self.app.queue)
+            said = queue_resume(run_dir, self.app.queue)
         except ControlError as err:
             self.notify(str(err), severity="warning")
             return

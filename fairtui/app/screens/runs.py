@@ -102,10 +102,7 @@ class RunsScreen(Screen):
     def writable_id(self) -> str | None:
         """The highlighted run, unless it is a committed one (--results): those are read only (said)."""
         run_id = self.selected_id()
-        if run_id and self.app.read_only(run_id):
-            self.notify("a committed run (--results) is read only: compare, export and open it", severity="warning")
-            return None
-        return run_id
+        return run_id if run_id and self.app.writable_dir(run_id) else None
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         if self.loaded and message.docs == self.docs and message.waits == self.waits:  # nothing changed
