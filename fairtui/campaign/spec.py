@@ -66,7 +66,7 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     shown = [o for o in request.overrides if not o.replace(" ", "").startswith("data.root=")]  # a location
     label = method_profile.name + (f" ({', '.join(shown)})" if shown else "")
     method = Side(label, method_profile.to_table(), request.profile)
-    baseline, base_views, base_table, base_path = find_baseline(request.baseline, request.results, home)
+    baseline, base_views, base_table, base_path = find_baseline(request.baseline, request.results, home, warn)
     committed, aside = committed_by_seed(base_views)
     for line in aside:
         warn(f"left out of {baseline}: {line}")
@@ -97,22 +97,28 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
                 request.to_json())
 
 
-def folder_runs(folder: Path) -> list[RunView]:
-    """The runs of a folder of committed run files (ValueError when it is none)."""
+def folder_runs(folder: Path, warn=None) -> list[RunView]:
+    """The runs of a folder of committed run files (ValueError when it is none); ``warn`` gets a line for each
+    folder holding part of a run and each run with no result to give (an empty or cut stream)."""
     from fairtui.judge.compare import CompareError
-    from fairtui.judge.sources import results_runs
+    from fairtui.judge.sources import results_scan, unusable_reason
 
     try:
-        return [RunView.load(d) for d in results_runs(folder)]
+        found, unusable = results_scan(folder)
     except CompareError as err:
         raise ValueError(str(err)) from None
+    views = [RunView.load(d) for d in found]
+    for line in unusable + [unusable_reason(v) for v in views]:
+        if line and warn is not None:
+            warn(f"left out of --results: {line}")
+    return views
 
 
-def completed_views(results: list[str], home: Path) -> list[RunView]:
+def completed_views(results: list[str], home: Path, warn=None) -> list[RunView]:
     """The completed runs of the ``results`` folders and of the home, less any judgement's own runs."""
     from fairtui.runs.store import RunIndex
 
-    views = [v for folder in results for v in folder_runs(Path(folder))]
+    views = [v for folder in results for v in folder_runs(Path(folder), warn)]
     if (home / "runs").is_dir():
         views += [RunView.load(home / "runs" / d["run_id"]) for d in RunIndex(home).read()
                   if d.get("status") == "completed"]
@@ -120,14 +126,14 @@ def completed_views(results: list[str], home: Path) -> list[RunView]:
             and not any(str(t).startswith("judge:") for t in v.meta.get("tags") or [])]
 
 
-def find_baseline(label: str, results: list[str], home: Path) -> tuple[str, list[RunView], dict, str]:
+def find_baseline(label: str, results: list[str], home: Path, warn=None) -> tuple[str, list[RunView], dict, str]:
     """The baseline's label, its committed runs (a `--by profile` group of ``results`` and the home, never a
     judgement's own runs), the resolved profile its new seeds train, and where that came from. A label that is no
     group is taken as a profile (a file, or profiles/<label>.toml), labelled by its name."""
     from engine.contract.profile_io import load_profile, read_toml
     from fairtui.judge.sources import grouped
 
-    groups = grouped(completed_views(results, home), "profile")
+    groups = grouped(completed_views(results, home, warn), "profile")
     if label in groups:
         first = groups[label][0]
         return label, groups[label], read_toml(first.run_dir / "profile.toml"), str(first.run_dir / "profile.toml")

@@ -57,7 +57,7 @@ def compare(
             from fairtui.app import run_app
             from fairtui.cli.groups import named_groups
 
-            ids = [v.run_id for views in named_groups(home, by, group, results, filters).values() for v in views]
+            ids = [v.run_id for views in named_groups(home, by, group, results, filters)[0].values() for v in views]
             run_app(home=home, compare=list(dict.fromkeys(ids)), results=[str(r) for r in results],
                     compare_groups=True)
             return
@@ -111,7 +111,7 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
     from fairtui.judge.compare import CompareError
     from fairtui.judge.groups import compare_groups
 
-    named = named_groups(home, by, group, results, filters)
+    named, left_out = named_groups(home, by, group, results, filters)
     from fairtui.runs.provenance import provenance_warnings
 
     # --by profile alone: the groups are the configurations (fairtui.runs.configurations), not to be worked out again
@@ -120,7 +120,7 @@ def compare_groups_command(home, by, group, results, bases, baseline, attack, ch
         typer.echo(f"warning: {line}", err=True)
     try:
         cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start,
-                             **(judged or {}))
+                             **(judged or {}), left_out=left_out)
     except CompareError as err:
         raise fail(str(err)) from None
     if json_out:

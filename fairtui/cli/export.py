@@ -102,10 +102,10 @@ def group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_
     from fairtui.judge.group_report import render as render_groups
     from fairtui.judge.groups import compare_groups
 
-    named = named_groups(home, by, group, results, {})
+    named, left_out = named_groups(home, by, group, results, {})
     try:
         cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start,
-                             **(judged or {}))
+                             **(judged or {}), left_out=left_out)
     except CompareError as err:
         raise fail(str(err)) from None
     return json.dumps(cmp.to_json(), indent=1) + "\n" if fmt == "json" else render_groups(cmp, fmt)

@@ -43,9 +43,11 @@ with_group_options = option_group("groups", GROUP_OPTIONS)
 
 
 def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=None, status=None, tag=None,
-               name=None, sweep=None) -> list["RunView"]:
+               name=None, sweep=None) -> tuple[list["RunView"], list[str]]:
     """The runs ``--by`` groups: those ``ls`` lists with these filters (completed by default), from the home's index
-    and from ``pool`` (the ``--results`` runs), through the same filter."""
+    and from ``pool`` (the ``--results`` runs), through the same filter; and a line for each committed run the
+    other filters select that has no result to give (an empty or cut stream: :func:`unusable_reason`)."""
+    from fairtui.judge.sources import unusable_reason
     from fairtui.runs.filters import filter_docs
     from fairtui.runs.home import resolve_home, runs_dir
     from fairtui.runs.runfolder import RunView
@@ -61,7 +63,11 @@ def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=N
     docs = [{"method": (v.config.get("method") or {}).get("name"), "dataset": (v.config.get("data") or {}).get("dataset"),
              "status": v.status(), "tags": v.meta.get("tags") or [], "name": v.name, "sweep": v.meta.get("sweep"),
              "_view": v} for v in pool]
-    return views + [d["_view"] for d in filter_docs(docs, **wanted)]
+    chosen = [d["_view"] for d in filter_docs(docs, **wanted)]
+    # a committed run is there to be compared: one its filters select but its status keeps out is named
+    left_out = [unusable_reason(d["_view"]) for d in filter_docs(docs, **{**wanted, "status": None})
+                if d["_view"] not in chosen]
+    return views + chosen, [line for line in left_out if line]
 
 
 def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) -> "RunView":
@@ -81,16 +87,19 @@ def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) ->
 
 
 def named_groups(home: "str | None", by: Optional[str], groups: list[str], results: list[Path], filters: dict
-                 ) -> dict[str, list["RunView"]]:
-    """label -> runs, from ``--by`` over the selected runs and from each ``--group LABEL=RUN,...``."""
+                 ) -> tuple[dict[str, list["RunView"]], list[str]]:
+    """label -> runs, from ``--by`` over the selected runs and from each ``--group LABEL=RUN,...``; and a line for
+    each committed run of ``results`` left out before grouping (unreadable, cut, missing files), with its reason."""
     from fairtui.judge.sources import BY, grouped
 
     out: dict[str, list] = {}
-    pool = results_pool(results)  # read once, for --by and --group alike
+    pool, left_out = results_selection(results)  # read once, for --by and --group alike
     if by is not None:
         if by not in BY:
             raise fail(f"--by must be one of {', '.join(BY)}, got {by!r}")
-        out.update(grouped(load_views(home, pool, **filters), by))
+        views, unusable = load_views(home, pool, **filters)
+        left_out += unusable
+        out.update(grouped(views, by))
         if not out:
             raise fail(f"--by {by}: no completed run to group (the home and {len(results)} --results folder(s) "
                        "were searched, with the filters given)")
@@ -102,19 +111,30 @@ def named_groups(home: "str | None", by: Optional[str], groups: list[str], resul
             if label.strip() in out:
                 raise fail(f"--group {label.strip()!r}: a group of that name exists already")
             out[label.strip()] = [resolve_any(home, r.strip(), pool) for r in refs.split(",") if r.strip()]
-    return out
+    return out, [f"left out of --results: {line}" for line in left_out]
 
 
 def results_pool(folders: list[Path], option: str = "--results") -> list["RunView"]:
     """Every run of these folders of committed run files (``option`` names them in a refusal)."""
+    return results_selection(folders, option)[0]
+
+
+def results_selection(folders: list[Path], option: str = "--results") -> tuple[list["RunView"], list[str]]:
+    """Every run of these folders of committed run files, and a line for each folder holding part of a run
+    (fairtui.judge.sources.results_scan); ``option`` names them in a refusal."""
     from fairtui.judge.compare import CompareError
-    from fairtui.judge.sources import results_runs
+    from fairtui.judge.sources import results_scan
     from fairtui.runs.runfolder import RunView
 
+    views, unusable = [], []
     try:
-        return [RunView.load(d) for folder in folders for d in results_runs(folder)]
+        for folder in folders:
+            found, bad = results_scan(folder)
+            views += [RunView.load(d) for d in found]
+            unusable += bad
     except CompareError as err:
         raise fail(str(err).replace("--results", option)) from None
+    return views, unusable
 
 
 def bases_views(folders: list[Path]) -> dict[str, "RunView"]:

@@ -118,10 +118,10 @@ def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, 
         raise fail("plot forest needs groups (--by profile|name|tag|sweep, or --group LABEL=RUN,...) and --baseline")
     if baseline is None:
         raise fail("plot forest needs --baseline LABEL: the group the differences are taken against")
-    named = named_groups(home, by, group, results, {})
+    named, left_out = named_groups(home, by, group, results, {})
     try:
         cmp = compare_groups(named, baseline, attack, checkpoint, n_per_class, bases_views(bases), against_start,
-                             **(judged or {}))
+                             **(judged or {}), left_out=left_out)
     except CompareError as err:
         raise fail(str(err)) from None
     rows = cmp.to_json()["paired"]
@@ -138,8 +138,7 @@ def _plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, 
         written = write_output(output, draw.to_bytes(fig, fmt), resolve_home(home), force)
     except (PlotError, OutputError) as err:
         raise fail(str(err)) from None
-    for g in cmp.groups:  # the runs not drawn, and why
-        for line in g.left_out:
-            typer.echo(f"left out of {g.label}: {line}", err=True)
+    for line in cmp.left_out_lines():  # the runs not drawn, and why
+        typer.echo(line, err=True)
     typer.echo(f"wrote {written}", err=True)
     return 0

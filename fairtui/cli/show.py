@@ -107,7 +107,7 @@ def print_tables(console, view, all_results: bool, method_state: dict, last: dic
 def start_line(view) -> str | None:
     """Where a fine-tune started: the checkpoint the engine recorded as loaded (run, best or last, epoch, SHA-256),
     or for a run from before that record, ``method.init_from`` and the checkpoint the engine's rule gives."""
-    from fairtui.judge.groups import start_of
+    from fairtui.judge.starts import start_of
     from fairtui.runs.usertext import inert
 
     start = start_of(view)

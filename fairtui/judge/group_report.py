@@ -101,6 +101,8 @@ def terminal(cmp: GroupComparison) -> list:
     for g in cmp.groups:
         for line in left_out_lines(g.label, g.left_out):
             out.append(Text(inert(line), style="yellow"))
+    for line in shown_lines(cmp.left_out):  # before grouping (unreadable, cut), and of the groups left empty
+        out.append(Text(inert(line), style="yellow"))
     family = sum(p.reason is None for p in cmp.pairings)
     for p in cmp.pairings:
         out.append(Text("\n".join(inert(line) for line in pairing_lines(p, family))))
@@ -110,11 +112,15 @@ def terminal(cmp: GroupComparison) -> list:
 def left_out_lines(label: str, left_out: list[str]) -> list[str]:
     """A group's left-out runs, each named up to LEFT_OUT_SHOWN; past that, the first few and a count (a home
     where one seed was run forty times would bury the comparison under forty lines)."""
-    lines = [f"left out of {label}: {line}" for line in left_out]
+    return shown_lines([f"left out of {label}: {line}" for line in left_out], f"left out of {label}: ")
+
+
+def shown_lines(lines: list[str], head: str = "left out: ") -> list[str]:
+    """``lines`` up to LEFT_OUT_SHOWN, or the first few and a count."""
     if len(lines) <= LEFT_OUT_SHOWN:
         return lines
     rest = len(lines) - (LEFT_OUT_SHOWN - 1)
-    return [*lines[:LEFT_OUT_SHOWN - 1], f"left out of {label}: {rest} more runs (--json lists them all)"]
+    return [*lines[:LEFT_OUT_SHOWN - 1], f"{head}{rest} more runs (--json lists them all)"]
 
 
 def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
@@ -207,7 +213,7 @@ def _markdown(cmp: GroupComparison) -> str:
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(runtime_text(p))}.")
         if p.reason is None and p.protocol_differences:
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(protocol_text(p))}.")
-    left = [f"left out of {g.label}: {line}" for g in cmp.groups for line in g.left_out]
+    left = cmp.left_out_lines()
     lines += ["", *(md_cell(line) + "  " for line in left)] if left else []
     return "\n".join(lines) + "\n"
 
@@ -270,7 +276,7 @@ def _latex(cmp: GroupComparison) -> str:
                   if p.runtime_differs()]
         lines += [f"% {inert(p.group)} against {inert(p.baseline)}: {inert(protocol_text(p))}" for p in paired
                   if p.protocol_differences]
-    lines += [f"% left out of {inert(g.label)}: {inert(line)}" for g in cmp.groups for line in g.left_out]
+    lines += [f"% {inert(line)}" for line in cmp.left_out_lines()]
     return "\n".join(lines) + "\n"
 
 
@@ -308,4 +314,7 @@ def _csv(cmp: GroupComparison) -> str:
         for line in g.left_out:
             w.writerow(["left_out", csv_cell(g.label), "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "", "",
                         "", csv_cell(setting), cmp.checkpoint, "", "", ""])
+    for line in cmp.left_out:  # before grouping, or of a group left empty (its label in the line)
+        w.writerow(["left_out", "", "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "", "", "",
+                    csv_cell(setting), cmp.checkpoint, "", "", ""])
     return buf.getvalue()

@@ -11,15 +11,14 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from engine.contract import metrics
-from engine.contract.protocol import INIT_CHECKPOINTS, run_checkpoint
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
 from fairtui.judge.protocol import differences, protocol as protocol_of
 from fairtui.judge.sources import non_finite
+from fairtui.judge.starts import Start, init_run_id, start_of
 from fairtui.runs.configurations import first_of_each_seed, profile_name, runtime_ran, seed_key as seed_of
 from fairtui.runs.runfolder import RunView
 
@@ -173,40 +172,6 @@ class Pairing:
         return out
 
 
-@dataclass(frozen=True)
-class Start:
-    """The checkpoint a fine-tune run started from: its run, which checkpoint ("best", "last"; None: a file that
-    is no run's checkpoint) and its epoch. ``recorded``: from `run_started`'s ``init`` (the engine wrote what it
-    loaded); else inferred from ``method.init_from`` by the engine's rule (a run folder gives its best checkpoint:
-    engine.contract.protocol.resolve_init_checkpoint), with no epoch to check."""
-
-    run_id: str | None
-    checkpoint: str | None
-    epoch: int | None
-    recorded: bool
-    file: str | None = None  # recorded: the file loaded and its SHA-256
-    sha256: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "checkpoint": self.checkpoint, "epoch": self.epoch, "recorded": self.recorded}
-
-
-def start_of(view: RunView) -> Start | None:
-    """Where a fine-tune run started (:class:`Start`); None for a run that is no fine-tune."""
-    init = (view.started or {}).get("init")
-    if isinstance(init, dict) and init.get("file"):
-        epoch = init.get("epoch")
-        return Start(init.get("run_id"), init.get("checkpoint"), epoch if isinstance(epoch, int) else None, True,
-                     init["file"], init.get("sha256"))
-    ref = (view.config.get("method") or {}).get("init_from") or ""
-    if not ref:
-        return None
-    if Path(ref).suffix == ".pt":
-        own = run_checkpoint(ref)
-        return Start(init_run_id(view), own[1] if own else None, None, False)
-    return Start(init_run_id(view), INIT_CHECKPOINTS[0], None, False)  # a run folder: the engine's first choice
-
-
 def start_member(base: RunView, start: Start, attack: str | None, n_per_class: int) -> tuple[Member | None, str]:
     """The base run's result at the checkpoint a fine-tune started from, or None and why not: a start that is no
     run's checkpoint, a checkpoint without the result, or one that moved after the start (its result is of
@@ -222,17 +187,6 @@ def start_member(base: RunView, start: Start, attack: str | None, n_per_class: i
         return None, (f"started from epoch {start.epoch} of {base.name} [{base.run_id}], whose {start.checkpoint} "
                       f"result is of epoch {got} (the checkpoint moved after the start)")
     return Member(base, seed_of(base), result, summarise(result)), ""
-
-
-def init_run_id(view: RunView) -> str | None:
-    """The run a fine-tune started from (``method.init_from``: a run folder or a checkpoint inside one), by id."""
-    ref = (view.config.get("method") or {}).get("init_from") or ""
-    if not ref:
-        return None
-    parts = Path(ref).parts
-    if "runs" in parts and parts.index("runs") + 1 < len(parts):
-        return parts[parts.index("runs") + 1]
-    return Path(ref).name or None
 
 
 def _budget_refusal(budget: list[str]) -> str:
@@ -349,9 +303,16 @@ class GroupComparison:
     baseline: str | None
     pairings: list[Pairing]
     class_names: list[str]
+    left_out: list[str] = field(default_factory=list)  # runs left out before any group (unreadable, cut), and
+    # the runs of groups left with none, each line naming where it was left out of, the run and why
+
+    def left_out_lines(self) -> list[str]:
+        """Every run left out, and why: of each group, then before grouping and of the groups left empty."""
+        return [f"left out of {g.label}: {line}" for g in self.groups for line in g.left_out] + self.left_out
 
     def to_json(self) -> dict:
         return {"checkpoint": self.checkpoint, "attack": self.attack, "baseline": self.baseline,
+                "left_out": self.left_out_lines(),
                 "units": "fractions in [0, 1]; differences in fractions; CV in fraction^2",
                 "class_names": self.class_names,
                 "groups": [g.to_json() for g in self.groups],
@@ -363,9 +324,10 @@ class GroupComparison:
 def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None, attack: str | None = None,
                    checkpoint: str = "best", n_per_class: int = 0, bases: dict[str, RunView] | None = None,
                    against_start: bool = False, allow_protocol_difference: bool = False,
-                   effect: float = stats.EFFECT) -> GroupComparison:
+                   effect: float = stats.EFFECT, left_out: list[str] | None = None) -> GroupComparison:
     """Groups (label -> runs) with their statistics, and each against ``baseline`` (a label) when given; with
-    ``against_start``, a fine-tune of the baseline against the checkpoints its runs started from (:func:`pair`)."""
+    ``against_start``, a fine-tune of the baseline against the checkpoints its runs started from (:func:`pair`).
+    ``left_out``: lines naming the runs left out before grouping, carried into every output."""
     if not named:
         raise CompareError("no group to compare: name runs with --group LABEL=RUN,RUN or select them with --by")
     if against_start and baseline is None:
@@ -378,6 +340,11 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
     if len(empty) == len(groups):
         raise CompareError(f"no run of any group has a {attack or 'robust'} result at {checkpoint}: "
                            + "; ".join(g.left_out[0] for g in groups if g.left_out))
+    left_out = list(left_out or [])
+    for g in groups:  # a group every run of which was left out is not in the tables, but its runs are named
+        if not g.members:
+            left_out += [f"left out of {g.label}: {line}" for line in g.left_out]
+            left_out.append(f"{g.label}: every run left out, so the group is not in the tables")
     groups = [g for g in groups if g.members]
     names = groups[0].members[0].view.class_names()
     pairings = []
@@ -392,4 +359,4 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
         for metric in PAIRED_METRICS:  # the family: every group paired with this baseline, on this metric
             for p, adjusted in zip(paired, stats.holm([p.results[metric].p for p in paired])):
                 p.results[metric].p_holm = adjusted
-    return GroupComparison(attack, checkpoint, groups, baseline, pairings, names)
+    return GroupComparison(attack, checkpoint, groups, baseline, pairings, names, left_out)

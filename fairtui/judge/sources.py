@@ -15,21 +15,55 @@ BY = ("profile", "name", "tag", "sweep")
 SEED_SUFFIX = re.compile(r"-s(?:eed)?\d+$")
 
 
+RUN_FILES = ("events.jsonl", "profile.toml", "meta.json")
+USABLE = ("completed", "imported")
+
+
 def results_runs(folder: Path) -> list[Path]:
     """The run folders of a results folder: ``<profile>/<run-id>/`` (or ``<run-id>/``) holding events.jsonl and
     profile.toml. A folder that does not exist is an error, not an empty table."""
+    return results_scan(folder)[0]
+
+
+def results_scan(folder: Path) -> tuple[list[Path], list[str]]:
+    """The run folders of a results folder (:func:`results_runs`), and a line for each folder that holds some of a
+    run's files but not the two a run is read from: named, never dropped unsaid."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise CompareError(f"--results {folder}: no such folder (it should hold <profile>/<run-id>/ folders with "
                            "events.jsonl, profile.toml and meta.json)")
-    found = []
+    found, unusable = [], []
     for candidate in sorted([folder, *folder.iterdir(), *(p for d in folder.iterdir() if d.is_dir()
                                                           for p in d.iterdir())]):
-        if candidate.is_dir() and (candidate / "events.jsonl").is_file() and (candidate / "profile.toml").is_file():
+        if not candidate.is_dir():
+            continue
+        held = [f for f in RUN_FILES if (candidate / f).is_file()]
+        if "events.jsonl" in held and "profile.toml" in held:
             found.append(candidate)
-    return found
+        elif held or any((candidate / f).exists() for f in RUN_FILES):
+            missing = [f for f in RUN_FILES[:2] if f not in held]
+            unusable.append(f"{candidate}: no readable {' or '.join(missing)} (a run folder holds events.jsonl, "
+                            "profile.toml and meta.json)")
+    return found, unusable
 
 
+def unusable_reason(view: RunView) -> str | None:
+    """Why a committed run has no result to give, or None when it has one: an empty or cut stream, a run that
+    ended other than completed."""
+    status = view.status()
+    if status in USABLE:
+        return None
+    stream = view.run_dir / "events.jsonl"
+    size = stream.stat().st_size if stream.is_file() else 0
+    unreadable = sum("unreadable event" in w for w in view.warnings)
+    bad = f", {unreadable} unreadable line{'s' if unreadable > 1 else ''}" if unreadable else ""
+    if size == 0:
+        why = "its events.jsonl is empty"
+    elif view.finished is None:
+        why = f"its events.jsonl ends before the run did (no run_end in {size} bytes{bad}: cut, or copied while it trained)"
+    else:
+        why = f"it ended {status}{bad}"
+    return f"{view.name} [{view.run_id}] in {view.run_dir.parent}: {why}"
 
 
 def grouped(views: list[RunView], by: str) -> dict[str, list[RunView]]:

@@ -540,6 +540,51 @@ def test_a_non_finite_result_is_left_out_and_named_in_every_format(results, tmp_
     assert "20260102-000009-nan009" in plot.stdout + plot.stderr
 
 
+def test_committed_runs_that_cannot_be_read_are_named_with_the_reason_in_every_output(results, tmp_path):
+    """The probe's folder: one stream cut at 60%, one emptied, one run without profile.toml, a group whose only
+    run is cut. Each is named, with its reason, in the terminal, JSON, md, csv, LaTeX and the forest's stderr; no
+    group shrinks unsaid, and the files are only read."""
+    cut = write_run(results, "cpu-new", "20260102-000007-cut007", 7, [0.2, 0.4, 0.5, 0.5]) / "events.jsonl"
+    cut.write_bytes(cut.read_bytes()[:len(cut.read_bytes()) * 6 // 10])
+    (write_run(results, "cpu-base", "20260101-000008-empty8", 8, [0.2] * 4) / "events.jsonl").write_bytes(b"")
+    (write_run(results, "cpu-base", "20260101-000009-noprof", 9, [0.2] * 4) / "profile.toml").unlink()
+    alone = write_run(results, "cpu-lone", "20260104-000000-lone00", 0, [0.2] * 4) / "events.jsonl"
+    alone.write_text(alone.read_text().splitlines()[0] + "\n")  # started, never finished
+    before = folder_digest(results)
+    expected = {"20260102-000007-cut007": "ends before the run did", "20260101-000008-empty8": "is empty",
+                "20260101-000009-noprof": "no readable profile.toml", "20260104-000000-lone00": "ends before the run did"}
+    home = tmp_path / "home"
+    args = ("--results", str(results), "--by", "profile", "--baseline", "cpu-base")
+
+    def named(text):
+        flat = " ".join(text.split())
+        return {run for run, why in expected.items()
+                if any(run in line and why in line for line in flat.split("left out of --results:"))}
+
+    out = fairtui_cmd("compare", *args, home=home, env_extra={"COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    assert named(out.stdout) == set(expected)
+    doc = json.loads(fairtui_cmd("compare", *args, "--json", home=home).stdout)
+    assert named("\n".join(doc["left_out"])) == set(expected)
+    for fmt in ("md", "csv", "latex", "json"):
+        text = fairtui_cmd("export", *args, "--format", fmt, home=home)
+        assert text.returncode == 0, (fmt, text.stderr[-500:])
+        assert named(text.stdout) == set(expected), fmt
+    plot = fairtui_cmd("plot", "forest", *args, "-o", str(tmp_path / "f.png"), home=home)
+    assert plot.returncode == 0 and named(plot.stderr) == set(expected), plot.stderr[-500:]
+    assert folder_digest(results) == before
+
+
+def test_a_group_whose_every_run_is_left_out_is_named_not_dropped(results, tmp_path):
+    write_run(results, "cpu-nan", "20260105-000000-nan000", 0, [float("nan"), 0.4, 0.5, 0.5])
+    doc = json.loads(fairtui_cmd("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base",
+                                 "--json", home=tmp_path / "home").stdout)
+    assert "cpu-nan" not in [g["label"] for g in doc["groups"]]
+    assert any("left out of cpu-nan: " in line and "20260105-000000-nan000" in line and "class 0 is nan" in line
+               for line in doc["left_out"])
+    assert "cpu-nan: every run left out, so the group is not in the tables" in doc["left_out"]
+
+
 # -- the protocol check: the training budget ----------------------------------------------------------------------
 
 def test_a_shorter_training_budget_is_refused_in_one_line_naming_train_epochs_unless_allowed(tmp_path):

@@ -157,3 +157,21 @@ def test_the_baselines_new_seeds_train_as_its_committed_seeds_ran(tmp_path):
                       tmp_path, warn=said.append)
     assert auto.baseline.table["train"]["amp"] == "none"
     assert len(said) == 1 and "--set train.amp=none judges the method alone" in said[0]
+
+
+def test_a_committed_baseline_run_that_cannot_be_read_is_named_and_not_taken_as_a_seed(tmp_path):
+    """A committed digits-trades run whose stream was cut is no baseline seed: the judgement names it with the
+    reason, and its seed is not taken as committed."""
+    import shutil
+
+    from fairtui.campaign.spec import Request, build_spec
+
+    results = tmp_path / "digits"
+    shutil.copytree(ROOT / "experiments" / "results" / "digits" / "digits-trades", results / "digits-trades")
+    cut = sorted((results / "digits-trades").iterdir())[0] / "events.jsonl"
+    cut.write_bytes(cut.read_bytes()[:cut.stat().st_size // 2])
+    said: list[str] = []
+    spec = build_spec(Request(str(ROOT / "profiles" / "digits-dafa.toml"), "digits-trades", [str(results)]),
+                      tmp_path, warn=said.append)
+    assert sorted(spec.baseline.committed) == [1, 2, 3, 4]
+    assert [line for line in said if cut.parent.name in line and "ends before the run did" in line], said
