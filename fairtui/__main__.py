@@ -1,5 +1,5 @@
 """`python -m fairtui`: the same as the `fairtui` command."""
 
-from fairtui.cli import main
+from fairtui.console import main
 
 main()

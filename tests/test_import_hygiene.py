@@ -66,3 +66,22 @@ def test_cli_help_loads_no_torch():
             "print('TORCH' if 'torch' in sys.modules else 'CLEAN')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip().splitlines()[-1] == "CLEAN"
+
+
+def test_ctrl_c_while_the_command_line_loads_ends_quietly_with_exit_130():
+    """SIGINT delivered while typer is being imported (the first thing the command line loads): exit 130 and no
+    KeyboardInterrupt traceback, as after start-up. The signal is sent from inside the import, so the test does not
+    depend on timing."""
+    code = ("import builtins, os, signal, sys\n"
+            "real = builtins.__import__\n"
+            "def hooked(name, *args, **kw):\n"
+            "    if name == 'typer' and 'typer' not in sys.modules:\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real(name, *args, **kw)\n"
+            "builtins.__import__ = hooked\n"
+            "sys.argv = ['fairtui', 'ls']\n"
+            "from fairtui.console import main\n"
+            "main()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 130, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "KeyboardInterrupt" not in out.stderr, out.stderr[-2000:]

@@ -336,7 +336,7 @@ def finish(study, req: Request, say: Callable[[str], None] = lambda line: None) 
     attacks = ",".join(load_profile(req.profile_path, req.base).eval.attacks)
     say(f"best trial {best.number} ({objective_text(best.value)}, {shown_params(best.params)}): run {run_id} on the "
         f"test split ({attacks})")
-    out = subprocess.run([sys.executable, "-m", "fairtui.cli", "eval", run_id, "--attack", attacks,
+    out = subprocess.run([sys.executable, "-m", "fairtui", "eval", run_id, "--attack", attacks,
                           "--checkpoint", "last", "--home", str(req.home)], text=True, capture_output=True)
     if out.returncode != 0:
         raise TuneError("finish", f"the test evaluation of run {run_id} exited {out.returncode}: "
