@@ -28,7 +28,7 @@ def _cell(row: ExportRow, key: str, plus_minus: str) -> str:
 
 SHORT_HEADERS = {"avg_clean": "clean", "avg_robust": "robust", "worst_robust": "worst", "worst20_robust": "worst20%",
                  "cv": "CV", "mcd": "MCD"}
-FRACTION_UNITS = "fractions in [0, 1]; CV in fraction^2"
+FRACTION_UNITS = "fractions in [0, 1]; CV (class-wise variance, not std/mean) in fraction^2"
 
 
 def caption(rows: list[ExportRow], checkpoint: str) -> tuple[str, bool]:
@@ -66,7 +66,7 @@ def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
                             + [csv_cell("; ".join(r.set_aside))])
         return buf.getvalue()
     if fmt == "md":
-        lines = [f"{title}; accuracies in %, CV in %^2", "",
+        lines = [f"{title}; accuracies in %, CV (class-wise variance) in %^2", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join([md_cell(label(r))] + [_cell(r, k, " ± ") for k in EXPORT_METRICS]) + " |"
                   for r in rows]
@@ -75,7 +75,7 @@ def render(rows: list[ExportRow], fmt: str, checkpoint: str) -> str:
         return "\n".join(lines) + "\n"
     if fmt == "latex":
         esc = latex
-        lines = [f"% {inert(title)}; accuracies in percent, CV in percent^2",  # a comment to the line's end
+        lines = [f"% {inert(title)}; accuracies in percent, CV (class-wise variance) in percent^2",  # a comment to the line's end
                  r"\begin{tabular}{l" + "r" * len(EXPORT_METRICS) + "}", r"\toprule",
                  " & ".join(esc(h) for h in header) + r" \\", r"\midrule"]
         lines += [" & ".join([esc(label(r))] + [_cell(r, k, r" $\pm$ ") for k in EXPORT_METRICS]) + r" \\"
@@ -93,7 +93,7 @@ def terminal_table(rows: list[ExportRow], checkpoint: str):
     from rich.table import Table
 
     title, mixed = caption(rows, checkpoint)
-    table = Table(title=f"{title}; accuracies in %, CV in %^2", title_justify="left", box=box.SIMPLE_HEAD,
+    table = Table(title=f"{title}; accuracies in %, CV (class-wise variance) in %^2", title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 0, 0, 1), pad_edge=False)
     table.add_column("method", overflow="fold", min_width=12)
     for key in EXPORT_METRICS:

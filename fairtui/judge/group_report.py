@@ -79,7 +79,7 @@ def terminal(cmp: GroupComparison) -> list:
 
     out: list = []
     groups = Table(title=inert(f"Groups: {title(cmp)}", markup=True), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
-                   caption="mean ± 95% t half-width over the seeds, %; CV in fractions^2", caption_justify="left")
+                   caption="mean ± 95% t half-width over the seeds, %; CV: class-wise variance (Tian et al.), fractions^2", caption_justify="left")
     for name, justify in (("group", "left"), ("seeds", "left"), ("clean", "right"), ("robust", "right"),
                           ("worst", "right"), ("CV", "right")):
         # a long label folds onto a second line, never cut: labels of one profile differ at their ends

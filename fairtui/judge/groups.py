@@ -313,7 +313,7 @@ class GroupComparison:
     def to_json(self) -> dict:
         return {"checkpoint": self.checkpoint, "attack": self.attack, "baseline": self.baseline,
                 "left_out": self.left_out_lines(),
-                "units": "fractions in [0, 1]; differences in fractions; CV in fraction^2",
+                "units": "fractions in [0, 1]; differences in fractions; CV (class-wise variance, not std/mean) in fraction^2",
                 "class_names": self.class_names,
                 "groups": [g.to_json() for g in self.groups],
                 "paired": [e for p in self.pairings if p.reason is None for e in p.entries()],

@@ -45,7 +45,7 @@ def comparison_tables(cmp) -> list[Table]:
         summary.add_column(label, justify="right")
     for key, label in (("avg_clean", "clean average"), ("avg_robust", "robust average"),
                        ("worst_robust", "robust worst class"), ("worst20_robust", "robust worst 20%"),
-                       ("cv", "CV (fraction^2)"), ("mcd", "MCD")):
+                       ("cv", "CV: class var. (fraction^2)"), ("mcd", "MCD")):
         digits = 4 if key == "cv" else 3
         cells = []
         for i, c in enumerate(cols):

@@ -115,7 +115,7 @@ def per_class_tables(view: RunView, results: dict | None = None, note: str = "")
             table.add_row(name, *cells)
         table.add_section()
         for label, key in (("average", "avg_robust"), ("worst class", "worst_robust"),
-                           ("worst 20%", "worst20_robust"), ("CV (fraction^2)", "cv"), ("MCD", "mcd")):
+                           ("worst 20%", "worst20_robust"), ("CV: class variance (fraction^2)", "cv"), ("MCD", "mcd")):
             clean_key = {"avg_robust": "avg_clean", "worst_robust": "worst_clean", "cv": "cv_clean"}.get(key)
             clean_cell = _fmt(first.get(clean_key), 4 if key == "cv" else 3) if clean_key else ""
             table.add_row(label, clean_cell, *[_fmt(attacks[a].get(key), 4 if key == "cv" else 3)

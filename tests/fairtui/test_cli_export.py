@@ -74,12 +74,12 @@ def test_exports_name_the_attack_and_its_setting_and_say_their_units(tmp_path):
     and CSV hold fractions, Markdown and LaTeX percent."""
     make_run(tmp_path, "20260101-000000-aaaaaa", name="a", attacks=("pgd20",))
     doc = json.loads(cli("export", "aaaaaa", "--format", "json", home=tmp_path).stdout)
-    assert doc["units"] == "fractions in [0, 1]; CV in fraction^2" and 0 <= doc["rows"][0]["avg_robust"]["mean"] <= 1
+    assert doc["units"] == "fractions in [0, 1]; CV (class-wise variance, not std/mean) in fraction^2" and 0 <= doc["rows"][0]["avg_robust"]["mean"] <= 1
     assert doc["setting"] == doc["rows"][0]["setting"] == "pgd20, eps 8/255, whole split"
     csv = cli("export", "aaaaaa", "--format", "csv", home=tmp_path).stdout.splitlines()
     assert "pgd20, eps 8/255, whole split" in csv[1] and "fractions in [0, 1]" in csv[1]
     md = cli("export", "aaaaaa", "--format", "md", home=tmp_path).stdout
-    assert md.startswith("pgd20, eps 8/255, whole split @ best; accuracies in %, CV in %^2")
+    assert md.startswith("pgd20, eps 8/255, whole split @ best; accuracies in %, CV (class-wise variance) in %^2")
     latex = cli("export", "aaaaaa", "--format", "latex", home=tmp_path).stdout
     assert latex.startswith("% pgd20, eps 8/255, whole split @ best; accuracies in percent")
     for out in (md, latex, json.dumps(doc), "\n".join(csv)):
