@@ -138,12 +138,13 @@ def _changed_since(run_dir: Path | str, doc: dict) -> bool:
     """The folder changed after its document was made: a resume from the app or the queue, an
     evaluation, a truncated event stream. The document is then made again from the folder."""
     stamp = folder_stamp(run_dir)
-    if doc.get("numbers") != NUMBERS and doc.get("summary"):
-        return True  # a document whose numbers were rounded when indexed (before NUMBERS): made again, once
+    if doc.get("numbers") != NUMBERS:
+        return True  # a document of an older index (numbers rounded, no device for a run that named none): once
     return stamp is not None and stamp > (doc.get("seen") or 0)
 
 
-NUMBERS = "exact"  # how a document's test numbers are kept: as measured, rounded only by a view
+NUMBERS = "exact; ran_on"  # a document's version: test numbers as measured (rounded only by a view); the device
+# a run that named none trained on (ran_on)
 
 
 def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
@@ -163,7 +164,7 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
         "method": cfg.get("method", {}).get("name"), "dataset": cfg.get("data", {}).get("dataset"),
         "model": cfg.get("model", {}).get("arch"), "seed": cfg.get("seed"), "status": view.status(),
         "host": process.get("host"), "pid": process.get("pid"), "proc_start": process.get("proc_start"),
-        "gpus": meta.get("gpus"), "tags": meta.get("tags", []), "notes": meta.get("notes", ""),
+        "gpus": meta.get("gpus") or ran_on(started), "tags": meta.get("tags", []), "notes": meta.get("notes", ""),
         "created": meta.get("created"), "started": started.get("t"),
         "finished": finished.get("t") if finished else None, "error": finished.get("error") if finished else None,
         "epoch": epochs[-1]["epoch"] if epochs else 0, "epochs": view.total_epochs(),
@@ -176,6 +177,20 @@ def document_for(run_dir: Path, view: RunView | None = None) -> dict[str, Any]:
         "slurm_job_id": meta.get("slurm_job_id"), "node": meta.get("node"),
         "seen": stamp, "numbers": NUMBERS,
     })
+
+
+def ran_on(started: dict) -> str | None:
+    """Where a run asked for no device trained: "cpu", or the GPUs it saw ("0", "0,1"), from its run_started;
+    "auto" before it started (the engine chooses when it starts)."""
+    import re
+
+    device = str(started.get("device") or "")
+    if not device:
+        return "auto" if not started else None
+    if device.startswith("cpu"):
+        return "cpu"
+    visible = re.search(r"CUDA_VISIBLE_DEVICES=([\d,]+)", device)
+    return visible.group(1) if visible else "gpu"
 
 
 class RunIndex:

@@ -403,3 +403,22 @@ def test_an_index_of_part_of_a_home_is_never_trusted(tmp_path, how):
     refused = fairtui_cmd("rm", "shared", "--yes", home=home)
     assert refused.returncode == 2 and "names 3 runs" in refused.stderr
     assert sorted(p.name for p in (home / "runs").iterdir()) == every
+
+
+def test_the_gpus_column_says_where_a_run_that_named_no_device_trained(tmp_path):
+    """`fairtui run` without --gpus leaves the choice to the engine: the index says where it trained ("cpu", the
+    GPUs it saw), "auto" before it starts, and what --gpus named where it named one."""
+    import json as _json
+
+    cpu = make_run(tmp_path, "20260101-000000-cpu000")
+    gpu = make_run(tmp_path, "20260101-000001-gpu000")
+    events = (gpu / "events.jsonl").read_text().splitlines()
+    first = _json.loads(events[0])
+    first["device"] = "cuda (NVIDIA H200; CUDA_VISIBLE_DEVICES=1); autocast bfloat16"
+    (gpu / "events.jsonl").write_text("\n".join([_json.dumps(first), *events[1:]]) + "\n")
+    named = make_run(tmp_path, "20260101-000002-named0")
+    meta = _json.loads((named / "meta.json").read_text())
+    (named / "meta.json").write_text(_json.dumps({**meta, "gpus": "0,1"}))
+    waiting = make_run(tmp_path, "20260101-000003-queued")
+    (waiting / "events.jsonl").write_text("")
+    assert [document_for(d).get("gpus") for d in (cpu, gpu, named, waiting)] == ["cpu", "1", "0,1", "auto"]
