@@ -222,6 +222,26 @@ async def test_the_launch_dialog_filters_as_one_types_selects_the_new_run_and_re
         assert str(options.get_option_at_index(options.highlighted).prompt) == "digits-dafa.toml"
 
 
+async def test_tab_from_the_launch_dialogs_filter_goes_to_the_overrides_and_keeps_what_is_typed(tmp_path,
+                                                                                               monkeypatch):
+    import fairtui.launch.launcher
+
+    monkeypatch.setattr(fairtui.launch.launcher, "start_engine", lambda run_dir, gpus=None, command=None: None)
+    home = tmp_path / "home"
+    app = make_app(home=home, profiles_dir=_profile_folder(tmp_path), gpu_inventory=lambda: FAKE_GPUS,
+                   poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press(*"digits-da", "tab")
+        await pilot.pause()
+        assert app.screen.focused.id == "overrides"
+        await pilot.press(*"train.epochs=3", "ctrl+l")
+        await wait_until(pilot, lambda: (home / "runs").is_dir() and any((home / "runs").iterdir()))
+        text = (next((home / "runs").iterdir()) / "profile.toml").read_text()
+        assert 'name = "d"' in text and "epochs = 3" in text
+
+
 async def test_the_launch_dialog_keeps_the_quotes_of_typed_toml_values(tmp_path, monkeypatch):
     """Found on a lent GPU: `eval.attacks=["clean"]`, typed as the docs write it, was split the shell's way, lost
     its quotes and was refused ("expected a list, got '[clean]'"), so the run never started."""

@@ -84,7 +84,12 @@ class LaunchDialog(ModalScreen[str | None]):
             self.query_one("#profile-info", Static).update(f"no profile matches {event.value!r}")
 
     def on_key(self, event) -> None:
-        """Up and down in the filter move through the profiles it leaves."""
+        """Up and down in the filter move through the profiles it leaves; tab goes on to the overrides, the next
+        thing to type (the list it drives is behind it, and what was typed into the list was lost)."""
+        if self.focused is not None and self.focused.id == "profile-filter" and event.key == "tab":
+            self.query_one("#overrides", Input).focus()
+            event.stop()
+            event.prevent_default()
         if self.focused is not None and self.focused.id == "profile-filter" and event.key in ("up", "down"):
             options = self.query_one("#profile", OptionList)
             options.action_cursor_up() if event.key == "up" else options.action_cursor_down()
