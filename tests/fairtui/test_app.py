@@ -122,7 +122,10 @@ async def test_keyboard_only_at_80x24_with_no_color(tmp_path, monkeypatch):
         await pilot.press("question_mark")
         assert "fairtui keys" in str(app.screen.query_one("Static").render())
         await pilot.press("escape")
-        await pilot.press("slash", *"fair", "enter")
+        await pilot.press("slash", *"fair", "enter")  # one enter: the run the filter leaves opens
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen")
+        assert app.screen.run_id == "20260101-000001-bbbbbb"
+        await pilot.press("escape")
         assert app.screen.query_one("DataTable").row_count == 1
         await pilot.press("escape")
         assert app.screen.query_one("DataTable").row_count == 2

@@ -373,7 +373,13 @@ class RunsScreen(Screen):
         self.render_rows()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one(DataTable).focus()
+        """Enter in the filter opens the run it leaves highlighted (the first match): one enter, not two."""
+        table = self.query_one(DataTable)
+        table.focus()
+        if self.filter_text.strip() and table.row_count:
+            if table.cursor_row >= table.row_count:
+                table.move_cursor(row=0)
+            self.action_open_run()
 
     def action_clear_filter(self) -> None:
         self.query_one("#filter", Input).value = ""
