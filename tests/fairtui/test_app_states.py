@@ -141,3 +141,31 @@ async def test_the_80x24_run_header_keeps_the_batch_count_and_its_time_left(tmp_
             assert text.region.right <= 80 and len(shown.rstrip()) <= text.region.width
     finally:
         lock.close()
+
+
+async def test_the_run_screens_log_wraps_again_when_the_terminal_is_resized(tmp_path):
+    """#73 item 7: after a resize the log kept the wraps of its old width (lines cut when narrower, half-empty
+    when wider) until the screen was opened again. Its lines are now wrapped at the new width, none lost."""
+    home = tmp_path / "home"
+    make_run(home, "20260101-000000-wrap01", name="a-run-name-long-enough-to-make-its-log-lines-wrap", epochs=6)
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False, open_run="20260101-000000-wrap01")
+
+    def shown(log) -> tuple[int, str]:
+        texts = [strip.text for strip in log.lines]
+        return max(len(t.rstrip()) for t in texts), "".join(t.strip() for t in texts).replace(" ", "")
+
+    async with app.run_test(size=(200, 50)) as pilot:
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=HANG_S)
+        log = app.screen.query_one("#log")
+        await wait_until(pilot, lambda: len(log.lines) >= 6, timeout=HANG_S)
+        await pilot.pause(0.5)
+        wide, text = shown(log)
+        assert wide > 80  # the lines are longer than the narrow terminal
+        await pilot.resize_terminal(80, 24)
+        await wait_until(pilot, lambda: shown(log)[0] <= log.scrollable_content_region.width, timeout=HANG_S)
+        assert shown(log)[1] == text  # the same text, wrapped again
+        narrow_lines = len(log.lines)
+        await pilot.resize_terminal(200, 50)
+        await wait_until(pilot, lambda: len(log.lines) < narrow_lines, timeout=HANG_S)
+        assert shown(log) == (wide, text)

@@ -45,6 +45,10 @@ class RunScreen(Screen):
         self.accuracy_index = 0
         self.highlight = 0
         self.tail: EventTail | None = None
+        from collections import deque
+
+        self.log_lines: deque[str] = deque(maxlen=self.LOG_LINES)  # the log's text, to wrap again on a resize
+        self.log_width: int | None = None  # the width the log's lines were wrapped at
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -143,9 +147,28 @@ class RunScreen(Screen):
             line = self.state.log_line(event)
             if line:
                 lines.append(line)
-        for line in lines[-self.LOG_LINES:]:  # a long run's replay: the log would drop the earlier lines anyway
-            log.write(line)
+        self.log_lines.extend(lines[-self.LOG_LINES:])  # a long run's replay: the log would drop the rest anyway
+        if self.log_width is None:  # the first lines: written once the log has its width (a RichLog written
+            self.call_after_refresh(self.rewrap_log)  # before its layout wraps at 78 columns, and keeps them)
+        else:
+            for line in lines[-self.LOG_LINES:]:
+                log.write(line, width=self.log_width)
         self.refresh_widgets()
+
+    def rewrap_log(self) -> None:
+        """A RichLog keeps the wraps of the width it was written at: after a resize, its lines are written again
+        at the new width (cut or half-empty lines otherwise, until the screen is opened again)."""
+        log = self.query_one(RichLog)
+        width = log.scrollable_content_region.width
+        if not width or width == self.log_width:
+            return
+        self.log_width = width
+        at_end = log.scroll_offset.y >= log.max_scroll_y
+        log.clear()
+        for line in self.log_lines:  # at the log's width: unsaid, RichLog measures by the app console's width
+            log.write(line, width=width, scroll_end=False)
+        if at_end:
+            log.scroll_end(animate=False)
 
     def refresh_widgets(self) -> None:
         clean, robust, caption = self.state.latest_bars()
@@ -179,6 +202,7 @@ class RunScreen(Screen):
     def on_resize(self, event) -> None:
         self.query_one("#plot-state", LinePlot).display = self.split
         self.refresh_plot()
+        self.call_after_refresh(self.rewrap_log)  # once the log has its new width
 
     def refresh_plot(self) -> None:
         from fairtui.runs.runstate import ACCURACY_KEYS
