@@ -186,7 +186,8 @@ def _new_study(target: str, space: list[str], trials: int, objective: str, paral
                     parallel=parallel, pruner=pruner, seed=seed, gpus=gpus, slurm=slurm,
                     prune_after=t.prune_after(profile.train))
     t.sampler_and_pruner(seed, pruner)  # a bad --pruner, before the study exists
-    st = t.create(req)
+    st = t.create(req, unique=study is None)  # a name made here: the next free one if another took it
+    name = req.study
     where = f"as Slurm jobs ({t.Request.slurm_text(slurm)})" if slurm else "through the local queue"
     say(f"study {name}: {trials} trials of {target} {where}, objective {req.objective.label()}, "
         f"{home_dir / t.STUDIES / (name + '.journal')}")

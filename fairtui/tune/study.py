@@ -128,33 +128,57 @@ class Request:
                                                                   if slurm.get("partition") else ""))
 
 
-def create(req: Request):
+def create(req: Request, unique: bool = False):
     """The study, made and described (its profile, space, objective, budget), or refused when its name is
-    another profile's study."""
+    another profile's study or being made by another command. Its journal is made exclusively first, so two
+    commands at the same instant never make one study twice; with ``unique`` (a name the command chose, not the
+    user) a taken name becomes NAME-2, NAME-3, ... and ``req.study`` says which."""
+    import os
+
     opt = optuna()
     sampler, pruner = sampler_and_pruner(req.seed, req.pruner, req.prune_after, req.prune_startup)
+    first = req.study
+    for attempt in range(2, 1002):
+        path = study_path(req.home, req.study)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            break
+        except FileExistsError:
+            if not unique:
+                return _refuse_existing(req, opt)
+            req.study = f"{first}-{attempt}"
+        except OSError as err:
+            raise storage_error(err, path, "nothing was made") from None
     described = {"profile_path": req.profile_path, "space": [dataclasses.asdict(d) for d in req.space],
                  "base": req.base, "trials": req.trials, "objective": dataclasses.asdict(req.objective),
                  "parallel": req.parallel, "pruner": req.pruner, "seed": req.seed, "gpus": req.gpus,
                  "slurm": req.slurm, "prune_after": req.prune_after, "prune_startup": req.prune_startup}
-    store = storage(req.home, req.study)
-    existing = {s.study_name: s for s in opt.get_all_study_summaries(store)}
+    try:
+        study = opt.create_study(study_name=req.study, storage=storage(req.home, req.study), direction="maximize",
+                                 sampler=sampler, pruner=pruner)
+        for key, value in described.items():
+            study.set_user_attr(key, value)
+    except (OSError, StorageError) as err:  # a study half made is no study: its journal goes (it is its own)
+        path.unlink(missing_ok=True)
+        raise err if isinstance(err, StorageError) else storage_error(err, path, "nothing was made") from None
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return study
+
+
+def _refuse_existing(req: Request, opt) -> None:
+    """A study's journal that exists already: its study (named, with how to continue it), or one being made."""
+    existing = {s.study_name: s for s in opt.get_all_study_summaries(storage(req.home, req.study))}
     if req.study in existing:
         old = existing[req.study].user_attrs
         if old.get("profile_path") != req.profile_path:
             raise TuneError("--study", f"{req.study!r} is a study of {old.get('profile_path')!r}; choose another name "
                             f"(or `fairtui tune {req.study} --resume` to continue it)")
         raise TuneError("--study", f"{req.study!r} exists: `fairtui tune {req.study} --resume` continues it")
-    path = study_path(req.home, req.study)
-    try:
-        study = opt.create_study(study_name=req.study, storage=store, direction="maximize", sampler=sampler,
-                                 pruner=pruner)
-        for key, value in described.items():
-            study.set_user_attr(key, value)
-    except OSError as err:  # a study half made is no study: its journal goes (no other study shares the file)
-        path.unlink(missing_ok=True)
-        raise storage_error(err, path, "nothing was made") from None
-    return study
+    raise TuneError("--study", f"{req.study!r} is being made by another command (or a command killed while making "
+                    f"it left {study_path(req.home, req.study)} empty: remove that file); choose another name")
 
 
 def studies(home: Path) -> list[str]:

@@ -116,3 +116,42 @@ def test_a_second_driver_of_one_study_is_refused_naming_the_first(tmp_path, tiny
     finally:
         first.close()
     td.Driver(study, req)._driver_lock().close()
+
+
+def _create_at_once(home, profile, name, unique, barrier, out):
+    from fairtui.tune.space import Objective, parse_dimension
+
+    req = t.Request(home=home, study=name, profile_path=str(profile), space=[parse_dimension("train.lr=0.02:0.1")],
+                    trials=2, objective=Objective("avg_worst"))
+    barrier.wait()
+    try:
+        t.create(req, unique=unique)
+        out.put(("made", req.study))
+    except Exception as err:  # noqa: BLE001 (what a racing command met, reported to the test)
+        out.put((type(err).__name__, str(err)))
+
+
+@pytest.mark.parametrize("unique", [True, False])
+def test_two_studies_made_at_the_same_instant_never_meet_in_one_journal(tmp_path, tiny_profile, unique):
+    """Two `fairtui tune` in the same second made one default name (PROFILE-YYYYmmdd-HHMMSS) and met in one journal:
+    an Optuna traceback. The journal is now made exclusively: a name the command chose becomes NAME-2; a name the
+    user gave is refused in one line for the second command."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_create_at_once, args=(tmp_path / "home", tiny_profile(), "same", unique, barrier, out))
+             for _ in range(4)]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    if unique:
+        assert got == [("made", "same"), ("made", "same-2"), ("made", "same-3"), ("made", "same-4")], got
+        assert sorted(t.studies(tmp_path / "home")) == ["same", "same-2", "same-3", "same-4"]
+    else:
+        assert [g for g in got if g[0] == "made"] == [("made", "same")], got
+        assert all(kind == "TuneError" for kind, _ in got if kind != "made"), got
+    for name in t.studies(tmp_path / "home"):
+        assert len(t.load(tmp_path / "home", name, to_run=False)[0].get_trials()) == 0
