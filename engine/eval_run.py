@@ -202,9 +202,15 @@ def _predict(model: Any, data: Any, attack: Any, runtime: Any, batch_size: int, 
     progress.update("eval", 0, len(cache.batches), batches, attack=attack_name,
                     **({"cached": len(cache.batches)} if cache.batches else {}))
 
-    def before_batch(b: int) -> None:
+    def check() -> None:
         if stop():
             raise KeyboardInterrupt
+
+    if hasattr(attack, "check_stop"):  # AutoAttack: within its batch too, between forward passes
+        attack.check_stop = check
+
+    def before_batch(b: int) -> None:
+        check()
         if hasattr(attack, "on_progress"):
             attack.on_progress = lambda info: progress.update("eval", 0, len(cache.batches), batches,
                                                               attack=attack_name, batch_in=b + 1, aa=info)

@@ -57,9 +57,15 @@ def final_evaluation(trainer: "Trainer") -> None:
         for attack_name in trainer.profile.eval.attacks:
             attack = build_attack(attack_name, model, trainer.attack_settings())
 
-            def progress(b: int, n: int, _a: str = attack_name, _c: str = checkpoint) -> None:
+            def check() -> None:
                 if trainer.stop_flag():
                     raise StopRequested()
+
+            if hasattr(attack, "check_stop"):  # AutoAttack: within its batch too, between forward passes
+                attack.check_stop = check
+
+            def progress(b: int, n: int, _a: str = attack_name, _c: str = checkpoint) -> None:
+                check()
                 if trainer.progress.due():
                     trainer.progress.update("test", trainer.profile.train.epochs, b, n, attack=_a, checkpoint=_c)
 

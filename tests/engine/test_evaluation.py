@@ -92,6 +92,40 @@ def test_interrupted_evaluation_continues_from_its_finished_batches(trained_run,
     assert calls["n"] == 10
 
 
+def test_a_stop_inside_one_autoattack_batch_comes_within_a_forward_pass(trained_run, monkeypatch):
+    """One AutoAttack batch (here the whole test split: 100 images) ran to its end after a stop, for minutes on a
+    busy machine. The stop now comes between forward passes inside it: a stop asked for after the attack's 30th
+    forward pass ends the evaluation at the 31st (exit 130), no result recorded, nothing left hooked; the run's
+    other results are kept, and a rerun evaluates it whole."""
+    from engine import eval_run, process
+
+    monkeypatch.setattr(process.StopFlag, "install", lambda self: None)
+    passes = {"n": 0, "stop_at": 30}
+    real = AutoAttackAdapter.perturb
+
+    def counting(self, x, y, draws=None):
+        def count(module, args):
+            passes["n"] += 1
+        hook = self.model.register_forward_pre_hook(count)
+        try:
+            return real(self, x, y, draws)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(AutoAttackAdapter, "perturb", counting)
+    monkeypatch.setattr(process.StopFlag, "__call__", lambda self: passes["n"] >= passes["stop_at"])
+    request = {"attacks": ["aa-fast"], "checkpoint": "last", "split": "test", "batch_size": 100}
+    before = [e for e in events_of(trained_run) if e["type"] == "eval_result"]
+    assert eval_run.evaluate_run(trained_run, request) == 130
+    assert passes["n"] == passes["stop_at"]  # the hook's check runs before the pass counted after it
+    after = [e for e in events_of(trained_run) if e["type"] == "eval_result"]
+    assert after == before and not [e for e in after if e["attack"] == "aa-fast"]
+    passes.update(n=0, stop_at=10**9)
+    assert eval_run.evaluate_run(trained_run, request) == 0
+    assert passes["n"] > 300  # the whole attack: far past where the stop came
+    assert [e["attack"] for e in events_of(trained_run) if e["type"] == "eval_result"][-1] == "aa-fast"
+
+
 def test_bad_requests_exit_2_naming_what_exists(trained_run, capsys):
     from engine import eval_run
 
