@@ -9,7 +9,10 @@ objective at its last epoch. When the study has its trials, the best trial's run
 once, at its profile's own settings (``fairtui tune finish STUDY`` does it for a study stopped before).
 
 The study lives in Optuna's own journal storage, ``<home>/studies/<name>.journal`` (optuna-dashboard opens it;
-several processes may add trials to it). The driver (:mod:`fairtui.tune.driver`) records each trial's run id in the
+several processes may add trials to it). Its writers take a kernel lock on ``<name>.journal.flock``
+(:class:`FlockLock`), not Optuna's default symlink, which a killed writer leaves behind for every later writer to
+wait 30 s on (a driver that took a minute to answer Ctrl-C); another program that writes the journal must take it
+too, or only read. The driver (:mod:`fairtui.tune.driver`) records each trial's run id in the
 trial, so ``fairtui tune STUDY --resume`` after a crash, a Ctrl-C or a kill -9 follows the trials whose runs still
 train, resumes those that were stopped, records those that ended, and asks for new ones only up to the budget: no
 trial is lost or run twice.
@@ -55,6 +58,36 @@ def study_path(home: Path, name: str) -> Path:
     return home / STUDIES / f"{name}.journal"
 
 
+class FlockLock:
+    """The journal's write lock (Optuna's BaseJournalFileLock interface: ``acquire``, ``release``): an exclusive
+    flock on ``<journal>.flock``. The kernel releases it when its holder dies, however it dies; Optuna's symlink
+    lock outlives a killed holder and makes every later write wait its 30 s grace period."""
+
+    def __init__(self, journal: Path) -> None:
+        self.path = Path(str(journal) + ".flock")
+        self._held = None
+
+    def acquire(self) -> bool:
+        import fcntl
+
+        fh = open(self.path, "a")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except BaseException:
+            fh.close()
+            raise
+        self._held = fh
+        return True
+
+    def release(self) -> None:
+        import fcntl
+
+        fh, self._held = self._held, None
+        if fh is not None:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+
+
 def storage(home: Path, name: str):
     opt = optuna()
     from optuna.storages.journal import JournalFileBackend
@@ -62,7 +95,7 @@ def storage(home: Path, name: str):
     path = study_path(home, name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return opt.storages.JournalStorage(JournalFileBackend(str(path)))
+        return opt.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=FlockLock(path)))
     except OSError as err:
         raise storage_error(err, path, "nothing was made") from None
 

@@ -155,3 +155,46 @@ def test_two_studies_made_at_the_same_instant_never_meet_in_one_journal(tmp_path
         assert all(kind == "TuneError" for kind, _ in got if kind != "made"), got
     for name in t.studies(tmp_path / "home"):
         assert len(t.load(tmp_path / "home", name, to_run=False)[0].get_trials()) == 0
+
+
+def _hold_the_journal_lock(path, ready):
+    lock = t.FlockLock(path)
+    lock.acquire()
+    ready.set()
+    import time
+
+    time.sleep(600)  # killed while holding it, as a driver killed mid-write
+
+
+def test_a_writer_killed_while_holding_the_journal_lock_holds_up_no_one(tmp_path, tiny_profile):
+    """Optuna's default lock is a symlink that a killed writer leaves behind: every later write of the study
+    waited its 30 s grace period (a driver took a minute to answer Ctrl-C). The journal's lock is a flock the kernel
+    releases with its holder: right after the kill it is free, and a stale symlink of the old lock changes nothing."""
+    import multiprocessing
+    import os
+    import signal
+
+    home = tmp_path / "home"
+    study = _planted_study(home, tiny_profile())
+    journal = home / "studies" / "s.journal"
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_the_journal_lock, args=(journal, ready))
+    holder.start()
+    assert ready.wait(60)
+    import fcntl
+
+    probe = open(str(journal) + ".flock", "a")
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while the holder lives
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(60)
+    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free at once: the kernel released it
+    fcntl.flock(probe, fcntl.LOCK_UN)
+    probe.close()
+    os.symlink(journal, str(journal) + ".lock")  # what a killed writer of Optuna's own lock leaves
+    storage = t.storage(home, "s")
+    assert isinstance(storage._backend._lock, t.FlockLock)
+    study = t.optuna().load_study(study_name="s", storage=storage)
+    study.set_user_attr("after", 1)  # would wait out the stale symlink's 30 s with Optuna's lock
+    assert t.optuna().load_study(study_name="s", storage=t.storage(home, "s")).user_attrs["after"] == 1
