@@ -11,6 +11,7 @@ pruner) is :mod:`fairtui.tune.study`'s.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -120,6 +121,51 @@ class Driver:
             self.say(f"trial {frozen.number}: run {run_id} queued again")
         self.active[frozen.number] = {"trial": trial, "run_id": run_id,
                                       "reported": max((int(s) for s in frozen.intermediate_values), default=0)}
+
+    def _take_back_lost(self) -> None:
+        """Runs of this study that its journal does not name: the journal lost their trials (cut, or restored from
+        an older copy). A run that ended is taken back as a trial with its parameters and its result, so that the
+        budget counts it and its configuration is not trained again; one that did not end is tagged ``orphan`` and
+        named, left as it is and not counted (`fairtui resume` or `rm` is the user's choice)."""
+        from optuna.trial import TrialState, create_trial
+
+        from fairtui.launch.launcher import change_meta
+        from fairtui.runs.runfolder import RunView
+
+        known = {t.user_attrs.get("run_id") for t in self.study.get_trials(deepcopy=False)}
+        runs = self.req.home / "runs"
+        for meta_path in sorted(runs.glob("*/meta.json")) if runs.is_dir() else []:
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue
+            run_id = meta_path.parent.name
+            if meta.get("study") != self.req.study or run_id in known or "orphan" in (meta.get("tags") or []):
+                continue
+            view = RunView.load(meta_path.parent)
+            status, params = view.status(), meta.get("params") or {}
+            dims = {d.key: d for d in self.req.space}
+            try:
+                distributions = {k: dims[k].distribution() for k in params}
+                values = [self.req.objective.value(e) for e in view.epochs]
+                steps = {e["epoch"]: v for e, v in zip(view.epochs, values) if v is not None}
+                if status == "completed" and values and values[-1] is not None:
+                    frozen = create_trial(params=params, distributions=distributions, value=values[-1],
+                                          intermediate_values=steps, user_attrs={"run_id": run_id, "taken_back": True})
+                elif status in ("failed", "completed") or "pruned" in (meta.get("tags") or []):
+                    state = TrialState.PRUNED if "pruned" in (meta.get("tags") or []) else TrialState.FAIL
+                    frozen = create_trial(params=params, distributions=distributions, state=state,
+                                          intermediate_values=steps, user_attrs={"run_id": run_id, "taken_back": True})
+                else:
+                    raise ValueError(f"it did not end ({status})")
+            except (KeyError, ValueError) as err:
+                change_meta(meta_path.parent, lambda m: m.update(tags=[*m.get("tags", []), "orphan"]))
+                self.say(f"run {run_id} (trial {meta.get('trial')} of {self.req.study}) is not in the study's journal "
+                         f"and is not counted: {err}; tagged orphan, left as it is")
+                continue
+            self.study.add_trial(frozen)
+            self.say(f"run {run_id} (trial {meta.get('trial')}, lost from the study's journal) taken back as a "
+                     f"{frozen.state.name.lower()} trial: its configuration is not trained again")
 
     def _launch(self, run_dir: Path) -> None:
         """Start (or continue) a trial's run: through the local queue, on any one of ``--gpus`` (or the CPU),
@@ -282,6 +328,7 @@ class Driver:
         with self._step():
             for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,)):
                 self._adopt(frozen)
+            self._take_back_lost()
         while True:
             with self._step():  # a stop waits for the step's end (the sleep is where a driver spends its time)
                 finished = [t for t in self.study.get_trials(deepcopy=False) if t.state in

@@ -40,6 +40,16 @@ class Dimension:
             return trial.suggest_int(self.key, self.low, self.high, log=self.log)
         return trial.suggest_categorical(self.key, list(self.choices))
 
+    def distribution(self):
+        """Optuna's distribution of this dimension (the one :meth:`suggest` draws from)."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        if self.kind == "float":
+            return FloatDistribution(self.low, self.high, log=self.log)
+        if self.kind == "int":
+            return IntDistribution(self.low, self.high, log=self.log)
+        return CategoricalDistribution(list(self.choices))
+
     def spec(self) -> str:
         if self.kind == "choice":
             return ",".join(map(str, self.choices))

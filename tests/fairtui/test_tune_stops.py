@@ -261,3 +261,38 @@ def test_a_study_whose_start_is_gone_stops_in_one_line_without_spending_its_budg
     assert "None of the budget was spent" in str(err.value) and "--resume" in str(err.value)
     assert not (home / "runs").exists() or not [p for p in (home / "runs").iterdir() if not p.name.startswith(".")]
     assert [tr.user_attrs.get("no_run") for tr in t.load(home, "ft")[0].get_trials()] == [True]
+
+
+def test_a_journal_cut_to_half_takes_its_finished_runs_back_instead_of_training_them_again(tmp_path, tiny_profile):
+    """The probe cut a study's journal to half its bytes: the resume trained the lost trials again and left their
+    first runs as orphans. Runs of the study that its journal does not name are now taken back: a finished one as a
+    trial with its parameters and result (the budget counts it, nothing is trained again), and one that did not end
+    is tagged orphan and named, and not counted."""
+    home = tmp_path / "home"
+    made = fairtui_cmd("tune", str(tiny_profile()), "--set", "train.epochs=1", "--space", "train.lr=0.02:0.1",
+                       "--trials", "4", "--study", "cut", "--pruner", "none", home=home)
+    assert made.returncode == 0, made.stderr[-2000:]
+    runs = sorted(p.name for p in (home / "runs").iterdir())
+    assert len(runs) == 4
+    journal = home / "studies" / "cut.journal"
+    data = journal.read_bytes()
+    journal.write_bytes(data[:len(data) // 2])
+    left = {tr.user_attrs.get("run_id") for tr in t.load(home, "cut", to_run=False)[0].get_trials()} - {None}
+    lost = sorted(set(runs) - left)
+    assert len(lost) >= 2, lost  # the cut lost two trials' runs at least
+    unended = home / "runs" / lost[-1]  # one of them as if its engine had died before its end
+    stream = (unended / "events.jsonl").read_text().splitlines()
+    (unended / "events.jsonl").write_text("\n".join(line for line in stream if '"epoch_end"' in line
+                                                    or '"run_started"' in line) + "\n")
+    resumed = fairtui_cmd("tune", "cut", "--resume", home=home)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    now = sorted(p.name for p in (home / "runs").iterdir())
+    assert set(runs) <= set(now) and len(now) == 5  # one new run: for the one that did not end, not the others
+    assert resumed.stderr.count("taken back") == len(lost) - 1 and f"run {unended.name}" in resumed.stderr
+    assert "orphan" in json.loads((unended / "meta.json").read_text())["tags"]
+    study = t.load(home, "cut", to_run=False)[0]
+    finished = {tr.user_attrs["run_id"]: tr.params["train.lr"] for tr in study.get_trials()
+                if tr.state.name == "COMPLETE"}
+    assert set(finished) == set(now) - {unended.name}
+    for run_id, lr in finished.items():  # each trial holds its own run's configuration
+        assert json.loads((home / "runs" / run_id / "meta.json").read_text())["params"]["train.lr"] == lr
