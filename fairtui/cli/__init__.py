@@ -99,8 +99,6 @@ def _root(ctx: typer.Context,
                                             "the home's runs, read only (repeatable)")) -> None:
     """Without a command: open the terminal app."""
     if home:  # `fairtui --home DIR COMMAND` means the same as `fairtui COMMAND --home DIR`
-        import os
-
         os.environ["FAIRTUI_HOME"] = home
     if ctx.invoked_subcommand is None:
         from fairtui.app import run_app

@@ -240,3 +240,20 @@ def test_run_from_the_shell_says_when_other_runs_share_the_cpu(tmp_path):
     assert cpu_shared_line(tmp_path, GpuChoice(devices=(0,))) is None  # a GPU run shares no CPU cores this way
     for lock in held:
         lock.close()
+
+
+def test_the_app_with_results_and_no_home_option_checks_its_folders_without_a_traceback(tmp_path):
+    """Found on the new user's walk: `fairtui --results DIR` without --home (the home from $FAIRTUI_HOME) raised
+    UnboundLocalError before the app opened (an `import os` under `if home:` made the name local). The folder is
+    now checked the same with and without --home: a missing one is one line, exit 2."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, engine_env
+
+    env = {**engine_env(), "FAIRTUI_HOME": str(tmp_path / "home")}
+    for home in ([], ["--home", str(tmp_path / "home")]):
+        out = subprocess.run([sys.executable, "-m", "fairtui", *home, "--results", str(tmp_path / "missing")],
+                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        assert out.returncode == 2, out.stderr[-1500:]
+        assert "Traceback" not in out.stderr and "no such folder" in out.stderr, out.stderr[-1500:]
