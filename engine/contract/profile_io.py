@@ -105,6 +105,13 @@ def _profile_hint(path: Path) -> str:
     for candidate in (c for n in names for c in (Path("profiles") / n, path.with_name(n))):
         if candidate != path and candidate.is_file():
             return f"; did you mean {candidate}?"
+    import difflib  # a misspelt name (pgd-at for at): the closest profile of the folder, or of profiles/
+
+    for folder in dict.fromkeys((path.parent, Path("profiles"))):
+        known = sorted(c.name for c in folder.glob("*.toml")) if folder.is_dir() else []
+        close = difflib.get_close_matches(name.replace("_", "-"), known, n=1, cutoff=0.8)
+        if close:
+            return f"; did you mean {folder / close[0]}?"
     return ""
 
 

@@ -225,6 +225,19 @@ def test_a_profile_named_without_its_folder_and_a_section_key_at_the_top_level_g
     assert untouched(home)
 
 
+def test_a_misspelt_profile_name_gets_the_closest_profile(tmp_path):
+    """Found on the fresh-clone walk: profiles/cifar10-cpu-quick-pgd-at.toml (the method's name, where the file says
+    at) got "no such profile file" and nothing more."""
+    home = tmp_path / "home"
+    for typed, meant in (("profiles/cifar10-cpu-quick-pgd-at.toml", "profiles/cifar10-cpu-quick-at.toml"),
+                         ("profiles/digits-trade.toml", "profiles/digits-trades.toml")):
+        proc = fairtui_cmd("run", typed, home=home)
+        assert proc.returncode == 2 and f"did you mean {meant}?" in proc.stderr, proc.stderr
+    proc = fairtui_cmd("run", "profiles/nothing-like-it.toml", home=home)
+    assert proc.returncode == 2 and "did you mean" not in proc.stderr, proc.stderr
+    assert untouched(home)
+
+
 @pytest.mark.parametrize("name", ["ok\x1b]0;PWNED\x07", "evil\u202etxt.exe", "zero\u200bwidth", "bell\x07"])
 def test_a_profile_name_is_checked_like_a_run_name(tmp_path, tiny_profile, name):
     """#71: `--set name=...` (or a profile's own name) with a control, bidirectional or zero-width character is
