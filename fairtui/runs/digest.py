@@ -29,13 +29,20 @@ REPLAY_EPOCHS = 2000  # the most epochs the app's run screen reads of a finished
 
 
 def replay(digest: Digest, limit: int = REPLAY_EPOCHS) -> list[dict]:
-    """The digest as a short stream in the order of a run (start, epochs, evaluations, end), for readers
+    """The digest as a short stream in the order of a run (start, epochs and resumes, evaluations, end), for readers
     that ingest events one by one (the app's run screen). A run of more than ``limit`` epochs gives a stride of
     them and its latest ones whole (:meth:`Digest.sampled_epochs`): its charts keep their shape, and opening it
     costs what a short run's does."""
     head = [digest.started] if digest.started else []
-    return head + digest.sampled_epochs(limit) + digest.eval_results() + \
-        ([digest.finished] if digest.finished else [])
+    # each resume where it came, after the epoch it took the run up from (the log says "resumed in epoch 2,
+    # after batch 46 of 157" where the run stopped, as it did live)
+    resumes = [s for s in digest.sessions if s.get("type") == "run_resumed"]
+    body: list[dict] = []
+    for event in digest.sampled_epochs(limit):
+        while resumes and resumes[0]["epoch"] < event["epoch"]:
+            body.append(resumes.pop(0))
+        body.append(event)
+    return head + body + resumes + digest.eval_results() + ([digest.finished] if digest.finished else [])
 
 
 def cache_path(run_dir: Path) -> Path | None:

@@ -155,6 +155,30 @@ def test_the_app_replays_a_stride_of_a_long_run_not_every_epoch():
     assert len(epochs) <= REPLAY_EPOCHS and epochs[-1] == 3 * REPLAY_EPOCHS and epochs[0] == 1
 
 
+def test_a_replay_keeps_each_resume_where_it_came():
+    """Found on the fresh-clone walk: a run stopped in epoch 2 and resumed, opened afterwards, showed its epochs and
+    not a word of the stop or the resume. The replay puts each resume after the epoch it took the run up from, and
+    the screen's log says it as it did live."""
+    from engine.contract.protocol import resumed_text
+    from fairtui.runs.digest import replay
+    from fairtui.runs.runstate import RunState
+
+    d = Digest(started={"type": "run_started"}, finished={"type": "run_finished", "status": "completed"})
+    d.fold({"type": "run_started", "epoch": 0})
+    for epoch in (1, 2, 3):
+        d.fold({"type": "epoch_end", "epoch": epoch, "time_s": 1.0})
+        if epoch == 1:
+            d.fold({"type": "run_resumed", "epoch": 1, "batch": 46, "batches": 157, "phase": "train"})
+    d.fold({"type": "run_resumed", "epoch": 3, "batch": 0, "phase": "test"})
+    d.fold({"type": "run_finished", "status": "completed"})
+    kinds = [(e["type"], e.get("epoch")) for e in replay(d)]
+    assert kinds == [("run_started", None), ("epoch_end", 1), ("run_resumed", 1), ("epoch_end", 2),
+                     ("epoch_end", 3), ("run_resumed", 3), ("run_finished", None)]
+    state = RunState(run_id="r")
+    lines = [state.log_line(e) for e in replay(d) if e["type"] == "run_resumed"]
+    assert lines == ["resumed in epoch 2, after batch 46 of 157", resumed_text({"epoch": 3, "phase": "test"})]
+
+
 def _provenance(commit: str, model: str = "AMD EPYC", threads: int = 1) -> dict:
     return {"code": {"git_commit": commit * 40, "git_dirty": False}, "torch": "2.14.1",
             "determinism": {"threads": threads, "cpu_capability": "AVX2"}, "cpu": {"model": model, "flags": ["avx2"]}}
