@@ -138,7 +138,7 @@ def _changed_since(run_dir: Path | str, doc: dict) -> bool:
     """The folder changed after its document was made: a resume from the app or the queue, an
     evaluation, a truncated event stream. The document is then made again from the folder."""
     stamp = folder_stamp(run_dir)
-    if doc.get("numbers") != NUMBERS:
+    if "run_id" in doc and doc.get("numbers") != NUMBERS:
         return True  # a document of an older index (numbers rounded, no device for a run that named none): once
     return stamp is not None and stamp > (doc.get("seen") or 0)
 

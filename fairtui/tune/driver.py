@@ -127,11 +127,11 @@ class Driver:
         an older copy). A run that ended is taken back as a trial with its parameters and its result, so that the
         budget counts it and its configuration is not trained again; one that did not end is tagged ``orphan`` and
         named, left as it is and not counted (`fairtui resume` or `rm` is the user's choice)."""
-        from optuna.trial import TrialState, create_trial
-
         from fairtui.launch.launcher import change_meta
         from fairtui.runs.runfolder import RunView
 
+        opt = optuna()
+        TrialState, create_trial = opt.trial.TrialState, opt.trial.create_trial
         known = {t.user_attrs.get("run_id") for t in self.study.get_trials(deepcopy=False)}
         runs = self.req.home / "runs"
         for meta_path in sorted(runs.glob("*/meta.json")) if runs.is_dir() else []:
@@ -146,7 +146,7 @@ class Driver:
             status, params = view.status(), meta.get("params") or {}
             dims = {d.key: d for d in self.req.space}
             try:
-                distributions = {k: dims[k].distribution() for k in params}
+                distributions = {k: dims[k].distribution(opt) for k in params}
                 values = [self.req.objective.value(e) for e in view.epochs]
                 steps = {e["epoch"]: v for e, v in zip(view.epochs, values) if v is not None}
                 if status == "completed" and values and values[-1] is not None:

@@ -40,15 +40,14 @@ class Dimension:
             return trial.suggest_int(self.key, self.low, self.high, log=self.log)
         return trial.suggest_categorical(self.key, list(self.choices))
 
-    def distribution(self):
-        """Optuna's distribution of this dimension (the one :meth:`suggest` draws from)."""
-        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
+    def distribution(self, opt):
+        """Optuna's distribution of this dimension (the one :meth:`suggest` draws from); ``opt``: the optuna
+        module (fairtui.tune.study.optuna, the one place that imports it)."""
         if self.kind == "float":
-            return FloatDistribution(self.low, self.high, log=self.log)
+            return opt.distributions.FloatDistribution(self.low, self.high, log=self.log)
         if self.kind == "int":
-            return IntDistribution(self.low, self.high, log=self.log)
-        return CategoricalDistribution(list(self.choices))
+            return opt.distributions.IntDistribution(self.low, self.high, log=self.log)
+        return opt.distributions.CategoricalDistribution(list(self.choices))
 
     def spec(self) -> str:
         if self.kind == "choice":
