@@ -40,10 +40,47 @@ def check_journal(path: Path, repair: bool = False) -> None:
         if not isinstance(op, dict) or op.get("op_code") not in known or not isinstance(op.get("worker_id"), str):
             raise TuneError("STUDY", f"{path}: line {number} is not an Optuna journal operation; the journal was "
                             "edited or damaged (remove the line, or restore the file), nothing was resumed")
-    cut = len(data) - (data.rfind(b"\n") + 1)
-    if repair and cut:
-        with open(path, "r+b") as fh:
-            fh.truncate(len(data) - cut)
+    if repair and not data.endswith(b"\n") and data:
+        lock = FlockLock(path)  # a writer's line in flight is no cut line: read again under the writers' lock
+        lock.acquire()
+        try:
+            data = path.read_bytes()
+            cut = len(data) - (data.rfind(b"\n") + 1)
+            if cut:
+                with open(path, "r+b") as fh:
+                    fh.truncate(len(data) - cut)
+        finally:
+            lock.release()
+
+
+class FlockLock:
+    """The journal's write lock (Optuna's BaseJournalFileLock interface: ``acquire``, ``release``): an exclusive
+    flock on ``<journal>.flock``. The kernel releases it when its holder dies, however it dies; Optuna's symlink
+    lock outlives a killed holder and makes every later write wait its 30 s grace period."""
+
+    def __init__(self, journal: Path) -> None:
+        self.path = Path(str(journal) + ".flock")
+        self._held = None
+
+    def acquire(self) -> bool:
+        import fcntl
+
+        fh = open(self.path, "a")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except BaseException:
+            fh.close()
+            raise
+        self._held = fh
+        return True
+
+    def release(self) -> None:
+        import fcntl
+
+        fh, self._held = self._held, None
+        if fh is not None:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
 
 
 def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:

@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fairtui.tune.journal import FlockLock
 from fairtui.tune.space import Dimension, Objective, TuneError
 from fairtui.tune.trials import (DRIVER_STOPPED, machine_reason, objective_text, shown_params,  # noqa: F401
                                  summary, unmark_stopped)
@@ -56,36 +57,6 @@ def storage_error(err: OSError, path: Path, after: str) -> StorageError:
 
 def study_path(home: Path, name: str) -> Path:
     return home / STUDIES / f"{name}.journal"
-
-
-class FlockLock:
-    """The journal's write lock (Optuna's BaseJournalFileLock interface: ``acquire``, ``release``): an exclusive
-    flock on ``<journal>.flock``. The kernel releases it when its holder dies, however it dies; Optuna's symlink
-    lock outlives a killed holder and makes every later write wait its 30 s grace period."""
-
-    def __init__(self, journal: Path) -> None:
-        self.path = Path(str(journal) + ".flock")
-        self._held = None
-
-    def acquire(self) -> bool:
-        import fcntl
-
-        fh = open(self.path, "a")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        except BaseException:
-            fh.close()
-            raise
-        self._held = fh
-        return True
-
-    def release(self) -> None:
-        import fcntl
-
-        fh, self._held = self._held, None
-        if fh is not None:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
 
 
 def storage(home: Path, name: str):

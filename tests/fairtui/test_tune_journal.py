@@ -198,3 +198,39 @@ def test_a_writer_killed_while_holding_the_journal_lock_holds_up_no_one(tmp_path
     study = t.optuna().load_study(study_name="s", storage=storage)
     study.set_user_attr("after", 1)  # would wait out the stale symlink's 30 s with Optuna's lock
     assert t.optuna().load_study(study_name="s", storage=t.storage(home, "s")).user_attrs["after"] == 1
+
+
+def _write_a_line_slowly(path, line, ready):
+    import time
+
+    lock = t.FlockLock(path)
+    lock.acquire()
+    with open(path, "ab") as fh:
+        fh.write(line[:10])  # a writer's line in flight: no newline yet
+        fh.flush()
+        ready.set()
+        time.sleep(1.0)
+        fh.write(line[10:])
+    lock.release()
+
+
+def test_the_repair_of_a_cut_line_never_cuts_a_writers_line_in_flight(tmp_path, tiny_profile):
+    """A resume cuts a journal's last line when it has no newline (a kill mid-write). A line another writer is
+    still writing looks the same: the repair reads again under the writers' lock, and the line is kept whole."""
+    import multiprocessing
+
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    journal = home / "studies" / "s.journal"
+    line = journal.read_bytes().splitlines(keepends=True)[-1]
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    writer = ctx.Process(target=_write_a_line_slowly, args=(journal, line, ready))
+    writer.start()
+    assert ready.wait(60)
+    from fairtui.tune.journal import check_journal
+
+    check_journal(journal, repair=True)
+    writer.join(60)
+    assert journal.read_bytes().endswith(line) and journal.read_bytes().count(b"\n") >= 2
+    check_journal(journal)  # every line whole
