@@ -100,16 +100,11 @@ def measure(what: str, home: Path, run_id: str) -> dict:
                "print('epochs held', len(state.epochs), file=sys.stderr)",
         "screen": SCREEN.format(home=str(home), run_id=run_id),
     }[what]
-    if what == "screen":  # its own clock: from opening the screen in a started app to its curves drawn
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-        line = next((ln for ln in out.stderr.splitlines() if ln.startswith("MEASURED")), None)
-        if line is None:
-            raise SystemExit(f"{what} failed:\n{out.stderr[-2000:]}")
-        _, seconds, mib = line.split()
-        return {"seconds": float(seconds), "peak_mib": float(mib)}
-    wrapped = ("import resource, sys, time\nt = time.perf_counter()\n" + code +
-               "\nprint('MEASURED', time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
-               "file=sys.stderr)")
+    # the screen keeps its own clock (from opening the screen in a started app to its curves drawn)
+    wrapped = code if what == "screen" else (
+        "import resource, sys, time\nt = time.perf_counter()\n" + code +
+        "\nprint('MEASURED', time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+        "file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True, cwd=ROOT)
     line = next((ln for ln in out.stderr.splitlines() if ln.startswith("MEASURED")), None)
     if line is None:

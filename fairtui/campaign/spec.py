@@ -101,13 +101,12 @@ def folder_runs(folder: Path, warn=None) -> list[RunView]:
     """The runs of a folder of committed run files (ValueError when it is none); ``warn`` gets a line for each
     folder holding part of a run and each run with no result to give (an empty or cut stream)."""
     from fairtui.judge.compare import CompareError
-    from fairtui.judge.sources import results_scan, unusable_reason
+    from fairtui.judge.sources import read_results, unusable_reason
 
     try:
-        found, unusable = results_scan(folder)
+        views, unusable = read_results([folder])
     except CompareError as err:
         raise ValueError(str(err)) from None
-    views = [RunView.load(d) for d in found]
     for line in unusable + [unusable_reason(v) for v in views]:
         if line and warn is not None:
             warn(f"left out of --results: {line}")

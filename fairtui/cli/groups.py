@@ -64,9 +64,10 @@ def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=N
              "status": v.status(), "tags": v.meta.get("tags") or [], "name": v.name, "sweep": v.meta.get("sweep"),
              "_view": v} for v in pool]
     chosen = [d["_view"] for d in filter_docs(docs, **wanted)]
+    taken = {id(v) for v in chosen}
     # a committed run is there to be compared: one its filters select but its status keeps out is named
     left_out = [unusable_reason(d["_view"]) for d in filter_docs(docs, **{**wanted, "status": None})
-                if d["_view"] not in chosen]
+                if id(d["_view"]) not in taken]
     return views + chosen, [line for line in left_out if line]
 
 
@@ -123,18 +124,12 @@ def results_selection(folders: list[Path], option: str = "--results") -> tuple[l
     """Every run of these folders of committed run files, and a line for each folder holding part of a run
     (fairtui.judge.sources.results_scan); ``option`` names them in a refusal."""
     from fairtui.judge.compare import CompareError
-    from fairtui.judge.sources import results_scan
-    from fairtui.runs.runfolder import RunView
+    from fairtui.judge.sources import read_results
 
-    views, unusable = [], []
     try:
-        for folder in folders:
-            found, bad = results_scan(folder)
-            views += [RunView.load(d) for d in found]
-            unusable += bad
+        return read_results(folders)
     except CompareError as err:
         raise fail(str(err).replace("--results", option)) from None
-    return views, unusable
 
 
 def bases_views(folders: list[Path]) -> dict[str, "RunView"]:

@@ -40,11 +40,22 @@ def results_scan(folder: Path) -> tuple[list[Path], list[str]]:
         held = [f for f in RUN_FILES if (candidate / f).is_file()]
         if "events.jsonl" in held and "profile.toml" in held:
             found.append(candidate)
-        elif held or any((candidate / f).exists() for f in RUN_FILES):
+        elif any((candidate / f).exists() for f in RUN_FILES):
             missing = [f for f in RUN_FILES[:2] if f not in held]
             unusable.append(f"{candidate}: no readable {' or '.join(missing)} (a run folder holds events.jsonl, "
                             "profile.toml and meta.json)")
     return found, unusable
+
+
+def read_results(folders: list[Path]) -> tuple[list[RunView], list[str]]:
+    """Every run of these folders of committed run files, and a line for each folder holding part of a run
+    (:func:`results_scan`; CompareError for a folder that does not exist)."""
+    views, unusable = [], []
+    for folder in folders:
+        found, bad = results_scan(folder)
+        views += [RunView.load(d) for d in found]
+        unusable += bad
+    return views, unusable
 
 
 def unusable_reason(view: RunView) -> str | None:

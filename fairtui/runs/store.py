@@ -184,12 +184,14 @@ def ran_on(started: dict) -> str | None:
     "auto" before it started (the engine chooses when it starts)."""
     import re
 
-    device = str(started.get("device") or "")
-    if not device:
+    from fairtui.runs.configurations import device_kind
+
+    kind = device_kind(started)
+    if kind is None:
         return "auto" if not started else None
-    if device.startswith("cpu"):
+    if kind == "cpu":
         return "cpu"
-    visible = re.search(r"CUDA_VISIBLE_DEVICES=([\d,]+)", device)
+    visible = re.search(r"CUDA_VISIBLE_DEVICES=([\d,]+)", str(started["device"]))
     return visible.group(1) if visible else "gpu"
 
 

@@ -133,6 +133,7 @@ class Driver:
         opt = optuna()
         TrialState, create_trial = opt.trial.TrialState, opt.trial.create_trial
         known = {t.user_attrs.get("run_id") for t in self.study.get_trials(deepcopy=False)}
+        dims = {d.key: d for d in self.req.space}
         runs = self.req.home / "runs"
         for meta_path in sorted(runs.glob("*/meta.json")) if runs.is_dir() else []:
             try:
@@ -143,21 +144,19 @@ class Driver:
             if meta.get("study") != self.req.study or run_id in known or "orphan" in (meta.get("tags") or []):
                 continue
             view = RunView.load(meta_path.parent)
-            status, params = view.status(), meta.get("params") or {}
-            dims = {d.key: d for d in self.req.space}
+            status, params, pruned = view.status(), meta.get("params") or {}, "pruned" in (meta.get("tags") or [])
             try:
                 distributions = {k: dims[k].distribution(opt) for k in params}
                 values = [self.req.objective.value(e) for e in view.epochs]
                 steps = {e["epoch"]: v for e, v in zip(view.epochs, values) if v is not None}
                 if status == "completed" and values and values[-1] is not None:
-                    frozen = create_trial(params=params, distributions=distributions, value=values[-1],
-                                          intermediate_values=steps, user_attrs={"run_id": run_id, "taken_back": True})
-                elif status in ("failed", "completed") or "pruned" in (meta.get("tags") or []):
-                    state = TrialState.PRUNED if "pruned" in (meta.get("tags") or []) else TrialState.FAIL
-                    frozen = create_trial(params=params, distributions=distributions, state=state,
-                                          intermediate_values=steps, user_attrs={"run_id": run_id, "taken_back": True})
+                    state, value = TrialState.COMPLETE, values[-1]
+                elif status in ("failed", "completed") or pruned:
+                    state, value = (TrialState.PRUNED if pruned else TrialState.FAIL), None
                 else:
                     raise ValueError(f"it did not end ({status})")
+                frozen = create_trial(params=params, distributions=distributions, state=state, value=value,
+                                      intermediate_values=steps, user_attrs={"run_id": run_id, "taken_back": True})
             except (KeyError, ValueError) as err:
                 change_meta(meta_path.parent, lambda m: m.update(tags=[*m.get("tags", []), "orphan"]))
                 self.say(f"run {run_id} (trial {meta.get('trial')} of {self.req.study}) is not in the study's journal "

@@ -5,6 +5,7 @@ key, before any trial or run exists."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -41,46 +42,42 @@ def check_journal(path: Path, repair: bool = False) -> None:
             raise TuneError("STUDY", f"{path}: line {number} is not an Optuna journal operation; the journal was "
                             "edited or damaged (remove the line, or restore the file), nothing was resumed")
     if repair and not data.endswith(b"\n") and data:
-        lock = FlockLock(path)  # a writer's line in flight is no cut line: read again under the writers' lock
-        lock.acquire()
-        try:
+        from engine.contract.locks import locked
+
+        with locked(lock_path(path)):  # a writer's line in flight is no cut line: read again under the writers' lock
             data = path.read_bytes()
             cut = len(data) - (data.rfind(b"\n") + 1)
             if cut:
                 with open(path, "r+b") as fh:
                     fh.truncate(len(data) - cut)
-        finally:
-            lock.release()
+
+
+def lock_path(journal: Path) -> Path:
+    """The file whose flock guards a study's journal: ``<journal>.flock``."""
+    return Path(str(journal) + ".flock")
 
 
 class FlockLock:
     """The journal's write lock (Optuna's BaseJournalFileLock interface: ``acquire``, ``release``): an exclusive
-    flock on ``<journal>.flock``. The kernel releases it when its holder dies, however it dies; Optuna's symlink
-    lock outlives a killed holder and makes every later write wait its 30 s grace period."""
+    flock on :func:`lock_path` (engine.contract.locks.locked). The kernel releases it when its holder dies, however
+    it dies; Optuna's symlink lock outlives a killed holder and makes every later write wait its 30 s grace period."""
 
     def __init__(self, journal: Path) -> None:
-        self.path = Path(str(journal) + ".flock")
-        self._held = None
+        self.path = lock_path(journal)
+        self._held: contextlib.ExitStack | None = None
 
     def acquire(self) -> bool:
-        import fcntl
+        from engine.contract.locks import locked
 
-        fh = open(self.path, "a")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        except BaseException:
-            fh.close()
-            raise
-        self._held = fh
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(locked(self.path))
+            self._held = stack.pop_all()
         return True
 
     def release(self) -> None:
-        import fcntl
-
-        fh, self._held = self._held, None
-        if fh is not None:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
 
 def checked_settings(attrs: dict, journal: Path, to_run: bool = True) -> dict:

@@ -150,7 +150,7 @@ def create(req: Request, unique: bool = False):
             break
         except FileExistsError:
             if not unique:
-                return _refuse_existing(req, opt)
+                raise _refusal(req, opt) from None
             req.study = f"{first}-{attempt}"
         except OSError as err:
             raise storage_error(err, path, "nothing was made") from None
@@ -163,25 +163,24 @@ def create(req: Request, unique: bool = False):
                                  sampler=sampler, pruner=pruner)
         for key, value in described.items():
             study.set_user_attr(key, value)
-    except (OSError, StorageError) as err:  # a study half made is no study: its journal goes (it is its own)
+    except BaseException as err:  # a study half made is no study: its journal goes (it is its own)
         path.unlink(missing_ok=True)
-        raise err if isinstance(err, StorageError) else storage_error(err, path, "nothing was made") from None
-    except BaseException:
-        path.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise storage_error(err, path, "nothing was made") from None
         raise
     return study
 
 
-def _refuse_existing(req: Request, opt) -> None:
-    """A study's journal that exists already: its study (named, with how to continue it), or one being made."""
+def _refusal(req: Request, opt) -> TuneError:
+    """Why a study's journal exists already: its study (named, with how to continue it), or one being made."""
     existing = {s.study_name: s for s in opt.get_all_study_summaries(storage(req.home, req.study))}
     if req.study in existing:
         old = existing[req.study].user_attrs
         if old.get("profile_path") != req.profile_path:
-            raise TuneError("--study", f"{req.study!r} is a study of {old.get('profile_path')!r}; choose another name "
-                            f"(or `fairtui tune {req.study} --resume` to continue it)")
-        raise TuneError("--study", f"{req.study!r} exists: `fairtui tune {req.study} --resume` continues it")
-    raise TuneError("--study", f"{req.study!r} is being made by another command (or a command killed while making "
+            return TuneError("--study", f"{req.study!r} is a study of {old.get('profile_path')!r}; choose another "
+                             f"name (or `fairtui tune {req.study} --resume` to continue it)")
+        return TuneError("--study", f"{req.study!r} exists: `fairtui tune {req.study} --resume` continues it")
+    return TuneError("--study", f"{req.study!r} is being made by another command (or a command killed while making "
                     f"it left {study_path(req.home, req.study)} empty: remove that file); choose another name")
 
 
