@@ -67,6 +67,14 @@ async def test_the_committed_baselines_open_in_the_app_read_only(tmp_path):
         assert type(app.screen).__name__ == "RunsScreen"  # no dialog opened for a committed run
         await pilot.press("enter")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=HANG_S)
+        # its screen offers nothing that writes: no `s stop`, no `e eval` in the footer, and the keys do nothing
+        footer = lambda: {k.action for k in app.screen.query("FooterKey")}  # noqa: E731
+        await wait_until(pilot, lambda: "app.pop_screen" in footer(), timeout=HANG_S)
+        assert {"stop", "evaluate"}.isdisjoint(footer()) and "results" in footer()
+        said = len(app._notifications)  # the runs screen's "read only" for d, t and s
+        await pilot.press("s", "e", "r", "a")
+        await pilot.pause(0.3)
+        assert type(app.screen).__name__ == "RunScreen" and len(app._notifications) == said
     after = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file())).hexdigest()
     assert after == before
     ids = [p.name for side in ("digits-dafa", "digits-trades") for p in sorted((results / side).iterdir())[:2]]

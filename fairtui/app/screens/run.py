@@ -273,6 +273,12 @@ class RunScreen(Screen):
 
         edit_notes(self, run_dir)
 
+    WRITING = frozenset({"stop", "resume", "evaluate", "notes"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A committed run (--results) is read only: what would write to it leaves the footer and its keys."""
+        return not (action in self.WRITING and self.app.read_only(self.run_id))
+
     def action_stop(self) -> None:
         run_dir = self.app.writable_dir(self.run_id)
         if run_dir is None:
