@@ -39,7 +39,7 @@ async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_
     monkeypatch.setattr(LocalQueue, "usage", lambda self: ({"cpu": 2}, os.cpu_count()))
     monkeypatch.setattr(LocalQueue, "tick", lambda self, start=None: [])  # the CPU stays busy
     home = tmp_path / "home"
-    run = make_run(home, "20260101-000000-q1q1q1", name="waiting", status="running", epochs=0)
+    run = make_run(home, "20260101-000000-q1q1q1", name="cifar10-cpu-quick-trades", status="running", epochs=0)
     (run / "events.jsonl").write_text("")
     LocalQueue(home).submit(run, GpuChoice(cpu=True))
     app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
@@ -48,11 +48,27 @@ async def test_a_queued_run_says_what_it_waits_for_in_the_runs_table_and_on_its_
         line = app.screen.query_one("#status-line")
         await wait_until(pilot, lambda: "waits for cpu" in str(line.render()), timeout=HANG_S)
         cores = os.cpu_count()
-        assert str(line.render()) == f"waits for cpu: {cores} of {cores} cores busy, needs {cores}, 0 ahead (train.threads): waiting"
+        reason = f"waits for cpu: {cores} of {cores} cores busy, needs {cores}, 0 ahead (train.threads)"
+        # the reason whole, the name cut to the 78 columns inside the line's padding (the walk's line ended on
+        # "(train.threads): cifar10-cpu-q" cut by the terminal)
+        said = str(line.render())
+        assert said.startswith(reason + ": cifar10-") and said.endswith("…") and len(said) == 78
         await pilot.press("enter")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen", timeout=HANG_S)
         summary = app.screen.query_one("#run-summary")
         await wait_until(pilot, lambda: "queued: waits for cpu" in str(summary.render()), timeout=HANG_S)
+
+
+def test_a_queued_runs_line_keeps_its_reason_whole_and_cuts_the_name_to_the_width():
+    from fairtui.app.screens.runs_table import wait_line
+
+    reason = "waits for cpu: 2 of 2 cores busy, needs 1, 0 ahead (train.threads)"  # 66 characters
+    assert wait_line(reason, "quick", 80) == reason + ": quick"  # 73 of the 78 columns inside the padding
+    assert wait_line(reason, "cifar10-cpu-quick-trades", 80) == reason + ": cifar10-c…"  # 78 exactly
+    assert wait_line(reason, "cifar10-cpu-quick-trades", 120) == reason + ": cifar10-cpu-quick-trades"
+    assert wait_line(reason, "x" * 20, 76) == reason + ": xxxxx…"  # six columns left: five letters and the cut
+    assert wait_line(reason, "x" * 20, 75) == reason  # five: no name, and no dangling colon
+    assert wait_line(reason, "x" * 20, 40) == reason  # narrower than the reason: the terminal cuts it, as before
 
 
 async def test_the_launch_dialog_shows_the_gpus_and_the_profiles_settings_at_80x24(tmp_path, profiles):

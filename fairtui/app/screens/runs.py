@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from fairtui.app.messages import RunsLoaded
 from fairtui.app.screens.runs_table import (COLUMNS, SORTABLE, cells, column_widths, counts_line, fitting_columns,
-                                            matches, row_for, sort_key, study_of)
+                                            matches, row_for, sort_key, study_of, wait_line)
 from fairtui.app.widgets.lineinput import LineInput
 from fairtui.app.widgets.table import RunsTable
 
@@ -197,8 +197,7 @@ class RunsScreen(Screen):
             from fairtui.runs.usertext import inert
 
             name = inert(next((d.get("name") for d in self.docs if d["run_id"] == current), current))
-            # the reason and its fix first (80 columns keep them whole); the name is in the table above
-            self.query_one("#status-line", Static).update(f"{self.waits[current]}: {name}")
+            self.query_one("#status-line", Static).update(wait_line(self.waits[current], name, self.size.width or 80))
             return
         if not self.loaded:
             self.query_one("#status-line", Static).update("reading the run history...")

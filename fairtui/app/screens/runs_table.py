@@ -148,3 +148,13 @@ def counts_line(docs: list[dict], shown: int, marked: int, column: str, reverse:
 def study_of(doc: dict) -> str | None:
     """The study a run is a trial of (its `study:NAME` tag, set by `fairtui tune`), or None."""
     return next((t.split(":", 1)[1] for t in doc.get("tags") or [] if t.startswith("study:")), None)
+
+
+def wait_line(reason: str, name: str, width: int) -> str:
+    """A queued run's status line: the reason and its fix whole (80 columns hold them), then ": name" as far as
+    the line has room (cut with "…"), or not at all where fewer than six columns are left: the table above names
+    the run, and a cut line must not end on a dangling colon."""
+    room = width - 2 - len(reason) - 2  # the line's padding, then ": "
+    if room >= len(name):
+        return f"{reason}: {name}"
+    return f"{reason}: {name[:room - 1]}…" if room >= 6 else reason
