@@ -119,7 +119,8 @@ table() {  # rows of the CIFAR-10 short-schedule table in the issue's order, sid
     # shellcheck disable=SC2086
     python3 experiments/cifar10_fairness.py --scale short --data-root "$DATA" --home "$R/homes/table" \
         --results "$R/table" --methods ${TABLE_METHODS:-at trades wat cfa-trades} --seeds ${TABLE_SEEDS:-0} \
-        --workers "${TABLE_WORKERS:-4}" --threads 2 --gpus "$GPUS" "${SMALL[@]}" "${TABLE_SET[@]}" > "$R/table.txt" 2> "$R/table.err"
+        --workers "${TABLE_WORKERS:-4}" --threads 2 --gpus "$GPUS" "${SMALL[@]}" "${TABLE_SET[@]}" \
+        > "$R/table.txt" 2> "$R/table.err"
     log "table: exit $?"
 }
 

@@ -36,6 +36,7 @@ class RunScreen(Screen):
         Binding("pagedown", "page(1)", "classes", show=False, priority=True),
         Binding("pageup", "page(-1)", "classes", show=False, priority=True),
     ]
+    WRITING = frozenset({"stop", "resume", "evaluate", "notes"})  # the actions a committed run does not offer
 
     def __init__(self, run_id: str):
         super().__init__()
@@ -272,8 +273,6 @@ class RunScreen(Screen):
         from fairtui.app.actions import edit_notes
 
         edit_notes(self, run_dir)
-
-    WRITING = frozenset({"stop", "resume", "evaluate", "notes"})
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A committed run (--results) is read only: what would write to it leaves the footer and its keys."""
