@@ -25,6 +25,31 @@ def checkpoints_to_evaluate(trainer: "Trainer") -> list[str]:
     return [name for name in wanted if name in available]
 
 
+def report_never_acted(trainer: "Trainer") -> None:
+    """Say, once a run, what the profile asked for that the run never made: a mechanism that never acted
+    (``mechanism_inactive``: FAWA that accepted no epoch) and a checkpoint of ``eval.checkpoints`` that does not
+    exist (``checkpoint_missing``), each an event and a warning in engine.log. A resumed final evaluation
+    finds them in the stream already and does not say them again."""
+    from engine.contract.events import read_events
+
+    events, _ = read_events(trainer.run_dir / "events.jsonl")
+    said = {(e["type"], e.get("mechanism") or e.get("checkpoint")) for e in events
+            if e.get("type") in ("mechanism_inactive", "checkpoint_missing")}
+    inactive = trainer.method.never_acted([e for e in events if e.get("type") == "epoch_end"])
+    for item in inactive:
+        if ("mechanism_inactive", item["mechanism"]) not in said:
+            trainer.events.emit("mechanism_inactive", **item)
+            log.warning("%s never acted: %s", item["mechanism"], item["reason"])
+    available = trainer.store.available()
+    why = {item["checkpoint"]: item["reason"] for item in inactive if item.get("checkpoint")}
+    for name in trainer.profile.eval.checkpoints:
+        if name in available or ("checkpoint_missing", name) in said:
+            continue
+        reason = why.get(name, f"the run has no {name} checkpoint (it has: {', '.join(available) or 'none'})")
+        trainer.events.emit("checkpoint_missing", checkpoint=name, reason=reason)
+        log.warning("eval.checkpoints asks for %s, which this run does not have: %s", name, reason)
+
+
 def same_weights(a: dict, b: dict) -> bool:
     """True when two state dicts hold the same tensors, bit for bit."""
     import torch
@@ -35,6 +60,7 @@ def same_weights(a: dict, b: dict) -> bool:
 def final_evaluation(trainer: "Trainer") -> None:
     from engine.process import StopRequested
 
+    report_never_acted(trainer)
     model = copy.deepcopy(trainer.model)
     test = trainer.splits.test
     runtime = trainer.rt.for_evaluation()  # fp32 and eager, whatever the run trained with

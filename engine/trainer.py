@@ -27,21 +27,12 @@ from engine.process import Diverged, StopRequested
 from engine.methods import Method, MethodContext, ValResult, build_method
 from engine.models import build_model
 from engine.optim import new_sgd
+from engine.contract.mechanisms import scheduled_lr as lr_at  # the profile's schedule, torch-free
 from engine.progress import Progress
 from engine.stop_points import StopPoints
 from engine.utils import Runtime, rng_state, seed_everything, set_rng_state
 
 log = logging.getLogger("engine")
-
-
-def lr_at(epoch: int, profile: Profile) -> float:
-    """The learning rate of epoch ``epoch`` (1-based): a pure function, so a resume needs no state."""
-    t = profile.train
-    if t.schedule == "piecewise":
-        return t.lr * t.gamma ** sum(epoch > m for m in t.milestones)
-    if t.schedule == "cosine":
-        return t.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / t.epochs))
-    return t.lr
 
 
 class Trainer(StopPoints):

@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from fairtui.judge.compare import summarise  # noqa: E402
+from fairtui.runs.mechanisms import never_acted_note  # noqa: E402
 from fairtui.runs.provenance import commit_label, first_session, resume_notes  # noqa: E402
 from fairtui.runs.runfolder import RunView  # noqa: E402
 from experiments.fairness_paired import BASES, HEADLINE_ATTACK, paired_table  # noqa: E402,F401
@@ -76,6 +77,11 @@ class Row:
     @property
     def label(self) -> str:
         return LABELS.get(self.method, self.profile)
+
+    @property
+    def notes(self) -> list[str]:
+        """What some of its runs did not do (a FAWA that never accepted): said beside its headline row."""
+        return never_acted_note(self.views, lambda v: int(v.config.get("seed", -1)))
 
     @property
     def seeds(self) -> list[int]:
@@ -170,11 +176,13 @@ def headline_table(rows: list[Row]) -> list[str]:
                 continue
             s = [summarise(r) for r in results]
             weakest = [names[min(range(len(names)), key=r["robust_acc_per_class"].__getitem__)] for r in results]
+            label = row.label + (" (see the note below the table)" if row.notes else "")
             lines.append(
-                f"| {row.label} | {row.profile} | {len(results)} | {ckpt} | {fmt([x['avg_clean'] for x in s])} | "
+                f"| {label} | {row.profile} | {len(results)} | {ckpt} | {fmt([x['avg_clean'] for x in s])} | "
                 f"{fmt([x['avg_robust'] for x in s])} | {fmt([x['worst_robust'] for x in s])} | "
                 f"{fmt([x['cv'] for x in s], scale=1.0, digits=4)} | {', '.join(weakest)} | {time_cell} |")
-    return lines
+    notes = [f"- {row.label} (`{row.profile}`): {note}." for row in rows for note in row.notes]
+    return lines + (["", *notes] if notes else [])
 
 
 def per_class_table(rows: list[Row], checkpoint: str = "best") -> list[str]:

@@ -178,6 +178,12 @@ class Method:
         acc = val.robust_acc_per_class  # a class without validation samples (None) is left out
         return metrics.average(acc) + metrics.worst(acc)
 
+    def never_acted(self, epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The mechanisms of this method that never acted in the run, read from its ``epoch_end`` events: each a
+        dict with ``mechanism``, ``reason`` (one line) and ``checkpoint`` (the one it would have made, or None).
+        The final evaluation records each as a ``mechanism_inactive`` event; most methods have none."""
+        return []
+
     def averaged_models(self) -> dict[str, dict[str, Tensor]]:
         """Extra weights to evaluate at the end (e.g. CFA's FAWA), by checkpoint name."""
         return {}

@@ -87,6 +87,21 @@ class CFA(Method):
         return {"train_robust_acc_per_class": self.t.tolist(), "fawa_accepted": self.fawa_accepted,
                 "val_worst_robust": self.val_worst_robust}
 
+    def never_acted(self, epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """FAWA that accepted no epoch: the run has no "fawa" checkpoint, and the gate, not the method, is why."""
+        if self.fawa is None:
+            return []
+        gated = [e["method_state"] for e in epochs if e.get("method_state", {}).get("fawa_accepted") is not None]
+        if any(m["fawa_accepted"] for m in gated):
+            return []
+        best = max((m["val_worst_robust"] for m in gated if m.get("val_worst_robust") is not None), default=None)
+        seen = f"its best {best:.3f}" if best is not None else "no epoch was gated"
+        last = self.ctx.profile.train.epochs
+        return [{"mechanism": "fawa", "checkpoint": "fawa",
+                 "reason": f"FAWA accepted no epoch: the validation worst-class robust accuracy stayed below the gate "
+                           f"{self.p.fawa_threshold:g} in epochs {self.p.fawa_start_epoch}-{last} ({seen}); the "
+                           f"results are CFA without FAWA (method.fawa_threshold sets the gate)"}]
+
     def averaged_models(self) -> dict[str, dict[str, Tensor]]:
         return {"fawa": self.fawa.state} if self.fawa is not None and self.fawa.state is not None else {}
 
