@@ -14,6 +14,21 @@ METRIC_WORDS = {"worst_robust": "worst", "avg_robust": "average"}
 LEFT_OUT_SHOWN = 5  # a group's left-out runs named in the text, the rest counted (--json lists them all)
 
 
+def dz_text(dz: tuple[float, float, float]) -> str:
+    """The standardised effect d_z with its 95% interval, or '-' where it has none (one pair, no spread)."""
+    value, lo, hi = dz
+    if math.isnan(value):
+        return "-"
+    return f"{value:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def family_text(p: Pairing) -> str:
+    """The Holm family a pairing is adjusted in, named: which groups, against what, on which metric."""
+    others = len(p.family_groups)
+    return (f"{p.family}: {others} group{'s' if others != 1 else ''} against {p.baseline} "
+            f"({', '.join(p.family_groups)}); worst class primary, average secondary, each adjusted on its own")
+
+
 def pct(x: float | None, signed: bool = False, digits: int = 1) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -101,6 +116,8 @@ def terminal(cmp: GroupComparison) -> list:
     for g in cmp.groups:
         for line in left_out_lines(g.label, g.left_out):
             out.append(Text(inert(line), style="yellow"))
+        for note in g.notes:
+            out.append(Text(inert(f"{g.label}: {note}"), style="yellow"))
     for line in shown_lines(cmp.left_out):  # before grouping (unreadable, cut), and of the groups left empty
         out.append(Text(inert(line), style="yellow"))
     family = sum(p.reason is None for p in cmp.pairings)
@@ -153,10 +170,13 @@ def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
         r = p.results[metric]
         ci = f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]"
         lines.append(f"  {word:<7} {pct(r.mean, True)} points {ci}  p {p_text(r.p)} (t), "
-                     f"{p_text(r.p_permutation)} (exact)")
-        holm = f"; Holm p {p_text(r.p_holm)}" if family > 1 else ""
-        lines.append(f"          {r.verdict}{holm}")
+                     f"{p_text(r.p_permutation)} (exact)" + ("" if metric == "worst_robust" else "  (secondary)"))
+        holm = f"Holm p {p_text(r.p_holm)}; " if len(p.family_groups) > 1 else ""
+        lines.append(f"          {r.verdict}")
+        lines.append(f"          {holm}d_z {dz_text(r.dz)}")
         lines.append(f"          {planning_text(r)}")
+    size = len(p.family_groups)
+    lines.append(f"  Holm family: {p.family} ({size} group{'s' if size != 1 else ''} against {p.baseline})")
     rho = [f"{x:+.2f}" if x is not None else "-" for x in p.rho]
     mean = [x for x in p.rho if x is not None]
     if rho:
@@ -182,14 +202,16 @@ def _group_cells(g) -> list[str]:
 
 def _pair_cells(p: Pairing, metric: str) -> list[str]:
     r = p.results[metric]
-    return [p.group, p.baseline, METRIC_WORDS[metric], str(r.n), pct(r.mean, True),
-            f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]", p_text(r.p), p_text(r.p_permutation),
+    word = METRIC_WORDS[metric] + ("" if metric == "worst_robust" else " (secondary)")
+    return [p.group, p.baseline, word, str(r.n), pct(r.mean, True),
+            f"[{pct(r.ci95[0], True)}, {pct(r.ci95[1], True)}]", dz_text(r.dz), p_text(r.p), p_text(r.p_permutation),
             p_text(r.p_holm), r.verdict, detectable_text(r), needed_text(r.seeds_for_effect),
             seeds_text(p.dropped_seeds) or "-"]
 
 
 GROUP_HEAD = ["group", "n", "seeds", "clean", "robust avg", "robust worst", "CV"]
-PAIR_HEAD = ["group", "baseline", "metric", "n", "difference (points)", "95% CI", "p (t)", "p (exact)", "p (t, Holm)",
+PAIR_HEAD = ["group", "baseline", "metric", "n", "difference (points)", "95% CI", "d_z [95% CI]", "p (t)", "p (exact)",
+             "p (t, Holm)",
              "verdict", "80% power for (points)", "seeds for the named effect", "dropped seeds"]
 
 
@@ -213,6 +235,10 @@ def _markdown(cmp: GroupComparison) -> str:
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(runtime_text(p))}.")
         if p.reason is None and p.protocol_differences:
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(protocol_text(p))}.")
+    shown = {p.family: p for p in paired}  # one line a family
+    lines += [f"\nHolm family: {md_cell(family_text(p))}." for p in shown.values()]
+    notes = [f"{g.label}: {note}" for g in cmp.groups for note in g.notes]
+    lines += ["", *(md_cell(line) + "  " for line in notes)] if notes else []
     left = cmp.left_out_lines()
     lines += ["", *(md_cell(line) + "  " for line in left)] if left else []
     return "\n".join(lines) + "\n"
@@ -267,7 +293,7 @@ def _latex(cmp: GroupComparison) -> str:
              r"\end{tabular}"]
     paired = [p for p in cmp.pairings if p.reason is None]
     if paired:
-        lines += ["", r"\begin{tabular}{lllrrlrrrlrrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
+        lines += ["", r"\begin{tabular}{lllrrllrrrlrrl}", r"\toprule", row(PAIR_HEAD), r"\midrule",
                   *(row(_pair_cells(p, m)) for p in paired for m in METRIC_WORDS), r"\bottomrule", r"\end{tabular}"]
         lines += [f"% {inert(p.group)} is paired by seed: {inert(bases_missing_text(p))}" for p in paired
                   if p.bases_missing]
@@ -276,6 +302,7 @@ def _latex(cmp: GroupComparison) -> str:
                   if p.runtime_differs()]
         lines += [f"% {inert(p.group)} against {inert(p.baseline)}: {inert(protocol_text(p))}" for p in paired
                   if p.protocol_differences]
+    lines += [f"% {inert(g.label)}: {inert(note)}" for g in cmp.groups for note in g.notes]
     lines += [f"% {inert(line)}" for line in cmp.left_out_lines()]
     return "\n".join(lines) + "\n"
 
@@ -285,7 +312,7 @@ def _csv(cmp: GroupComparison) -> str:
     w = csv.writer(buf)
     w.writerow(["table", "group", "baseline", "metric", "n", "seeds", "mean", "ci95_lo", "ci95_hi", "p_t",
                 "p_exact", "p_holm", "verdict", "detectable", "seeds_for_effect", "effect", "dropped_seeds", "setting", "checkpoint", "units",
-                "runtime", "protocol_differences"])
+                "runtime", "protocol_differences", "dz", "dz_ci95_lo", "dz_ci95_hi", "holm_family", "role"])
     setting = title(cmp)
     for g in cmp.groups:
         for key in ("avg_clean", "avg_robust", "worst_robust", "cv"):
@@ -293,7 +320,7 @@ def _csv(cmp: GroupComparison) -> str:
             w.writerow(["group", csv_cell(g.label), "", key, len(g.members), seeds_text(g.seeds), f"{mean:.6g}",
                         "" if math.isnan(lo) else f"{lo:.6g}", "" if math.isnan(hi) else f"{hi:.6g}", "", "", "", "",
                         "", "", "", "", csv_cell(setting), cmp.checkpoint, "fractions",
-                        csv_cell("; ".join(g.runtimes())), ""])
+                        csv_cell("; ".join(g.runtimes())), "", "", "", "", "", ""])
     for p in cmp.pairings:
         if p.reason is not None:
             continue
@@ -309,12 +336,18 @@ def _csv(cmp: GroupComparison) -> str:
                         cmp.checkpoint if p.against != "start" else f"{cmp.checkpoint} against the starts "
                         f"({' and '.join(dict.fromkeys(st.checkpoint or '?' for st in p.starts))})", "fractions",
                         csv_cell(" against ".join("; ".join(side) for side in p.runtimes())),
-                        csv_cell("; ".join(p.protocol_differences))])
+                        csv_cell("; ".join(p.protocol_differences)),
+                        *("" if math.isnan(x) else f"{x:.6g}" for x in r.dz), csv_cell(p.family),
+                        "primary" if metric == "worst_robust" else "secondary"])
     for g in cmp.groups:  # a run left out of its group, and why (in the verdict column)
         for line in g.left_out:
             w.writerow(["left_out", csv_cell(g.label), "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "", "",
-                        "", csv_cell(setting), cmp.checkpoint, "", "", ""])
+                        "", csv_cell(setting), cmp.checkpoint, "", "", "", *[""] * 5])
+    for g in cmp.groups:  # what a group's runs did not do (a FAWA that never accepted), in the verdict column
+        for line in g.notes:
+            w.writerow(["note", csv_cell(g.label), "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "", "",
+                        "", csv_cell(setting), cmp.checkpoint, "", "", "", *[""] * 5])
     for line in cmp.left_out:  # before grouping, or of a group left empty (its label in the line)
         w.writerow(["left_out", "", "", "", "", "", "", "", "", "", "", "", csv_cell(line), "", "", "", "",
-                    csv_cell(setting), cmp.checkpoint, "", "", ""])
+                    csv_cell(setting), cmp.checkpoint, "", "", "", *[""] * 5])
     return buf.getvalue()

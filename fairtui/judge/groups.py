@@ -16,13 +16,18 @@ from typing import Any
 from engine.contract import metrics
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
+from fairtui.judge.families import adjust_in_families
 from fairtui.judge.protocol import differences, protocol as protocol_of
 from fairtui.judge.sources import non_finite
 from fairtui.judge.starts import Start, init_run_id, start_of
 from fairtui.runs.configurations import first_of_each_seed, profile_name, runtime_ran, seed_key as seed_of
+from fairtui.runs.mechanisms import never_acted_note
 from fairtui.runs.runfolder import RunView
 
 PAIRED_METRICS = ("worst_robust", "avg_robust")
+# The primary metric decides; the average is reported beside it, as secondary (STATS.md: a declared family).
+ROLES = {"worst_robust": "primary", "avg_robust": "secondary"}
+
 GROUP_METRICS = ("avg_clean", "avg_robust", "worst_robust", "cv")
 
 
@@ -41,6 +46,7 @@ class Group:
     label: str
     members: list[Member] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # runs without the result, or a second run of a seed
+    notes: list[str] = field(default_factory=list)  # what its runs did not do (a FAWA that never accepted)
 
     @property
     def seeds(self) -> list[int | None]:
@@ -67,7 +73,7 @@ class Group:
         out: dict[str, Any] = {"label": self.label, "n": len(self.members), "seeds": self.seeds,
                                "runs": [m.view.run_id for m in self.members], "setting": self.setting(),
                                "left_out": self.left_out, "protocol": protocol(self.members[0]),
-                               "runtime": self.runtimes()}
+                               "runtime": self.runtimes(), "notes": self.notes}
         for key in GROUP_METRICS:
             mean, lo, hi = self.interval(key)
             out[key] = {"mean": mean, "ci95": [_num(lo), _num(hi)], "values": self.values(key)}
@@ -95,6 +101,7 @@ def build_group(label: str, views: list[RunView], attack: str | None, checkpoint
             group.left_out.append(f"{view.name} [{view.run_id}]: a second run of seed {seed}")
             continue
         group.members.append(Member(view, seed, result, summarise(result)))
+    group.notes = never_acted_note([m.view for m in group.members], seed_of)
     return group
 
 
@@ -137,6 +144,9 @@ class Pairing:
     protocol_differences: list[str] = field(default_factory=list)
     results: dict[str, stats.PairedResult] = field(default_factory=dict)
     rho: list[float | None] = field(default_factory=list)
+    # the Holm family this pairing's p is adjusted in: its name and the groups in it (fairtui.judge.groups.families)
+    family: str = ""
+    family_groups: list[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -159,7 +169,9 @@ class Pairing:
             r = self.results[metric]
             out.append({"group": self.group, "baseline": self.baseline, "metric": metric, "n": r.n,
                         "mean": _num(r.mean), "ci95": [_num(r.ci95[0]), _num(r.ci95[1])], "p": _num(r.p),
-                        "p_holm": _num(r.p_holm),
+                        "p_holm": _num(r.p_holm), "holm_family": {"name": self.family, "groups": self.family_groups,
+                                                                   "metric": metric, "role": ROLES[metric]},
+                        "dz": {"value": _num(r.dz[0]), "ci95": [_num(r.dz[1]), _num(r.dz[2])]},
                         "p_permutation": _num(r.p_permutation), "verdict": r.verdict,
                         "detectable": _num(r.detectable), "effect": r.effect, "seeds_for_effect": r.seeds_for_effect,
                         "dropped_seeds": self.dropped_seeds, "seeds": [a.seed for a, _ in self.pairs],
@@ -324,10 +336,12 @@ class GroupComparison:
 def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None, attack: str | None = None,
                    checkpoint: str = "best", n_per_class: int = 0, bases: dict[str, RunView] | None = None,
                    against_start: bool = False, allow_protocol_difference: bool = False,
-                   effect: float = stats.EFFECT, left_out: list[str] | None = None) -> GroupComparison:
+                   effect: float = stats.EFFECT, left_out: list[str] | None = None,
+                   family: str = "table") -> GroupComparison:
     """Groups (label -> runs) with their statistics, and each against ``baseline`` (a label) when given; with
     ``against_start``, a fine-tune of the baseline against the checkpoints its runs started from (:func:`pair`).
-    ``left_out``: lines naming the runs left out before grouping, carried into every output."""
+    ``left_out``: lines naming the runs left out before grouping, carried into every output; ``family``: the Holm
+    families (:func:`family_key`)."""
     if not named:
         raise CompareError("no group to compare: name runs with --group LABEL=RUN,RUN or select them with --by")
     if against_start and baseline is None:
@@ -355,8 +369,6 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
                                f"{checkpoint}")
         pairings = [pair(g, base, bases, attack, checkpoint, n_per_class, against_start, allow_protocol_difference,
                          effect) for g in groups if g is not base]
-        paired = [p for p in pairings if p.reason is None]
-        for metric in PAIRED_METRICS:  # the family: every group paired with this baseline, on this metric
-            for p, adjusted in zip(paired, stats.holm([p.results[metric].p for p in paired])):
-                p.results[metric].p_holm = adjusted
+        adjust_in_families([p for p in pairings if p.reason is None], {g.label: g for g in groups}, family)
     return GroupComparison(attack, checkpoint, groups, baseline, pairings, names, left_out)
+

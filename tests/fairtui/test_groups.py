@@ -35,7 +35,8 @@ def test_paired_t_p_by_the_closed_form_of_two_degrees_of_freedom():
     expected = 2 * 0.5 * (1 - t / math.sqrt(t * t + 2))
     assert stats.paired_t_p([0.02, 0.04, 0.06]) == pytest.approx(expected, rel=1e-9)
     assert expected == pytest.approx(0.0741799, abs=1e-7)
-    assert stats.paired_t_p([0.01, 0.01]) == 0.0 and stats.paired_t_p([0.0, 0.0]) == 1.0
+    # no spread (a tie on the grid): no t-test at all, not p 0 (test_sequential: the exact test speaks there)
+    assert math.isnan(stats.paired_t_p([0.01, 0.01])) and math.isnan(stats.paired_t_p([0.0, 0.0]))
     assert math.isnan(stats.paired_t_p([0.1]))
 
 
@@ -91,8 +92,12 @@ def test_holm_adjusts_each_p_by_its_rank_by_hand():
 def test_verdict_follows_the_interval():
     assert stats.paired([0.02, 0.04, 0.06]).verdict == "not distinguishable at 3 seeds"  # p 0.074
     better = stats.paired([0.05, 0.06, 0.055, 0.052])
-    assert better.verdict == "better" and better.ci95[0] > 0 and better.p < 0.05
-    assert stats.paired([-0.05, -0.06, -0.055]).verdict == "worse"
+    # below 6 seeds the exact test cannot reach 5% (2 / 2^4 = 0.125): the verdict says it rests on the t-test
+    assert better.verdict == "better (t-test; the exact test cannot go below 0.125 at 4 seeds)"
+    assert better.decision == "better" and better.ci95[0] > 0 and better.p < 0.05
+    six = stats.paired([0.05, 0.06, 0.055, 0.052, 0.058, 0.051])  # 2 / 2^6 = 0.031: the exact test could speak
+    assert six.verdict == "better" and six.p_permutation == pytest.approx(2 / 64)
+    assert stats.paired([-0.05, -0.06, -0.055]).verdict.startswith("worse (t-test; the exact test cannot go below 0.25")
     assert stats.paired([0.05]).verdict == "not distinguishable at 1 seed"
 
 
@@ -170,7 +175,7 @@ def test_compare_by_profile_pairs_by_seed_names_the_dropped_seeds_and_writes_not
     ci = test.confidence_interval(0.95)
     assert worst["ci95"] == pytest.approx([ci.low, ci.high], rel=1e-9)
     assert worst["p_permutation"] == pytest.approx(2 / 8)
-    assert worst["verdict"] == "better"  # [+0.9, +8.5] points: 4.67 ± 4.303 x 1.53 / sqrt 3
+    assert worst["verdict"] == "better (t-test; the exact test cannot go below 0.25 at 3 seeds)"  # [+0.9, +8.5] points: 4.67 ± 4.303 x 1.53 / sqrt 3
     # rho (WAT Eq. 7) per seed: (worst - worst_b) / worst_b - (avg_b - avg) / avg_b
     avg = lambda w, last: (w + 0.4 + 0.5 + last) / 4  # noqa: E731
     rho0 = (0.15 - 0.10) / 0.10 - (avg(0.10, 0.6) - avg(0.15, 0.5)) / avg(0.10, 0.6)
@@ -238,7 +243,9 @@ def test_groups_paired_with_one_baseline_carry_holm_adjusted_p(results, tmp_path
     (single,) = [e for e in json.loads(fairtui_cmd(*alone, "--json", home=tmp_path / "home").stdout)["paired"]
                  if e["metric"] == "worst_robust"]
     assert single["p_holm"] == pytest.approx(single["p"])
-    assert "Holm" not in fairtui_cmd(*alone, home=tmp_path / "home").stdout  # one pairing: nothing to adjust
+    shown = " ".join(fairtui_cmd(*alone, home=tmp_path / "home").stdout.split())
+    assert "Holm p" not in shown  # one pairing: nothing to adjust, and its family says so
+    assert "Holm family: a alone (the home) (1 group against b)" in shown or "(1 group against b)" in shown
 
 
 def test_the_terminal_table_fits_80_columns(results, tmp_path):
@@ -478,11 +485,11 @@ def test_a_hostile_profile_name_is_text_in_every_format(tmp_path):
     latex = fairtui_cmd("export", *common, "--format", "latex", home=tmp_path / "home").stdout
     assert "\\input{" not in latex and "\\write18" not in latex and r"\textbackslash{}input\{" in latex
     md = fairtui_cmd("export", *common, "--format", "md", home=tmp_path / "home").stdout
-    evil_rows = [line for line in md.splitlines() if "input" in line]
+    evil_rows = [line for line in md.splitlines() if "input" in line and line.startswith("|")]
     import re
 
     cells_of = lambda line: len(re.findall(r"(?<!\\)\|", line)) - 1  # noqa: E731 (unescaped pipes)
-    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 13}  # the group and the paired tables
+    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 14}  # the group and the paired tables
     cells = list(csv.reader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv", home=tmp_path / "home").stdout)))
     assert all(not c.startswith(("=", "+", "@")) for row in cells for c in row)
     shown = fairtui_cmd("compare", *common, home=tmp_path / "home", env_extra={"COLUMNS": "200"})
