@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from fairtui.campaign.outcome import counted_as_losses
 from fairtui.judge.group_report import p_text, pairing_lines, pct, planning_text, seeds_text
 
 METRIC_WORDS = {"worst_robust": "worst class", "avg_robust": "average"}
@@ -37,7 +38,7 @@ def interim_lines(look, spec) -> list[str]:
             "verdict until every seed has landed"]
 
 
-def verdict_lines(look, spec, failed: dict[int, str]) -> list[str]:
+def verdict_lines(look, spec, failed: dict[int, str], roles: dict[int, str] | None = None) -> list[str]:
     """The verdict: with --until-decided the safe t-test's decision, its e-value and anytime-valid interval first;
     then the paired comparison as `compare --by profile --baseline` gives it (both metrics, the planning numbers,
     every protocol or runtime difference), and the seeds that failed."""
@@ -58,24 +59,18 @@ def verdict_lines(look, spec, failed: dict[int, str]) -> list[str]:
         r = p.results[spec.metric]
         out.append(f"verdict: {r.verdict} ({METRIC_WORDS[spec.metric]}, paired t-test at 5%, {r.n} seeds); "
                    f"{planning_text(r)}")
+    counted = counted_as_losses(look, spec, roles or {}) if p is not None and p.reason is None else None
+    if counted is not None:
+        k, n = len(counted["failed_seeds"]), counted["n"]
+        out.append(f"{n} seeds, {k} failed ({spec.method.label}'s run of seed{'s' if k > 1 else ''} "
+                   f"{seeds_text(counted['failed_seeds'])}): left out of the verdict above; counted as losses (each "
+                   f"the worst difference seen, {pct(counted['loss'], True)} points): mean {pct(counted['mean'], True)} "
+                   f"points {_interval(*counted['interval'])}, {counted['verdict']}")
     if p is not None:
-        out += pairing_lines(p) + cpu_lines(p)
+        out += pairing_lines(p)
     out += [f"failed: {line} (left out; remove the run and run the same command to train it again)"
             for line in (failed[s] for s in sorted(failed))]
     return out
-
-
-def cpu_lines(p) -> list[str]:
-    """A line where the paired runs' CPUs differ or are not all recorded: CPU kinds choose other kernels, so their
-    numbers differ by more than the method (never mixed without saying so)."""
-    from fairtui.runs.provenance import cpu_kind
-
-    mine = list(dict.fromkeys(cpu_kind(a.view) for a, _ in p.pairs))
-    theirs = list(dict.fromkeys(cpu_kind(b.view) for _, b in p.pairs))
-    if len(set(mine + theirs)) <= 1 and "cpu not recorded" not in mine + theirs:
-        return []
-    return [f"  CPUs: {p.group} on {'; '.join(mine)}, {p.baseline} on {'; '.join(theirs)}: the paired differences "
-            "may include the kernels' effect (docs/results-and-guarantees.md)"]
 
 
 def forest_lines(look, width: int = 36) -> list[str]:

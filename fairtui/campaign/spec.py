@@ -28,6 +28,9 @@ class Request:
     effect: float = 0.02
     allow_protocol_difference: bool = False
     gpus: str | None = None
+    # where the baseline's seeds train when its committed runs trained on another kind of CPU: "here" (the default:
+    # a pair is trained on one CPU) or "committed" (pair with the committed runs across CPUs, saying so)
+    baseline_cpu: str = "here"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -70,6 +73,8 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     committed, aside = committed_by_seed(base_views)
     for line in aside:
         warn(f"left out of {baseline}: {line}")
+    committed_seeds = sorted(committed)  # the seeds to judge by default, wherever they train
+    committed, here_seeds = baseline_cpu_check(committed, baseline, pool, request.baseline_cpu, warn)
     runtime = ran_as(list(committed.values()))
     base_table = baseline_table(base_table, method.table, one_thread, runtime)
     amp = (method.table.get("train") or {}).get("amp")
@@ -86,15 +91,70 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
         seeds = list(range(request.max_seeds))
     elif request.seeds:
         seeds = parse_seeds(request.seeds)
-    elif committed:
-        seeds = sorted(committed)
+    elif committed_seeds:
+        seeds = committed_seeds
     else:
         raise ValueError(f"{baseline} has no committed runs to take the seeds from: give --seeds 0-4 or "
                          "--until-decided")
     bases = {v.run_id: v for folder in request.bases for v in folder_runs(Path(folder))}
     return Spec(method, Side(baseline, base_table, base_path, committed), seeds, request.until_decided,
                 request.metric, request.checkpoint, request.effect, request.allow_protocol_difference, bases, pool,
-                request.to_json())
+                request.to_json(), baseline_here=here_seeds)
+
+
+def this_cpu() -> dict | None:
+    """This machine's CPU as a run's provenance records it (model, vendor, the kernel-selecting instruction sets and
+    torch's capability level), or None where it cannot be read. torch's capability comes from a child process, so
+    that the command line and the app never import torch to ask."""
+    import subprocess
+    import sys
+
+    from engine.provenance import cpu
+
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                             capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return {"cpu": cpu(), "determinism": {"cpu_capability": out.stdout.strip()}}
+
+
+def baseline_cpu_check(committed: dict, label: str, pool: list[str], choice: str, warn,
+                       here: dict | None = None) -> tuple[dict, list[int]]:
+    """Before anything trains: the committed baseline seeds whose CPU ran other kernels than this machine's. With
+    ``choice`` "here" they are trained here too (a pair is trained on one CPU: STATS.md), with "committed" they are
+    kept and the crossing is said. The committed runs kept, and the seeds to train here."""
+    from fairtui.judge.machines import kernel_kind, same_kernels
+    from fairtui.runs.provenance import first_session
+
+    if choice not in ("here", "committed"):
+        raise ValueError(f"--baseline-cpu must be here or committed, got {choice!r}")
+    if pool != ["cpu"] or not committed:
+        return committed, []
+    here = here if here is not None else this_cpu()
+    if here is None:
+        warn(f"warning: this machine's CPU could not be read: {label}'s committed runs are paired as they are")
+        return committed, []
+    other = {s: v for s, v in committed.items()
+             if (first_session(v).get("provenance") or {}).get("cpu") and not same_kernels(
+                 first_session(v).get("provenance") or {}, here)}
+    if not other:
+        return committed, []
+    kinds = "; ".join(dict.fromkeys(kernel_kind(v) or "?" for v in other.values()))
+    mine = f"{here['determinism']['cpu_capability']} on {here['cpu'].get('model', '?')} " \
+           f"({', '.join(here['cpu'].get('flags') or []) or '-'})"
+    seeds = ", ".join(str(s) for s in sorted(other))
+    if choice == "committed":
+        warn(f"warning: {label}'s committed seeds {seeds} trained on {kinds}; this machine is {mine}: their kernels "
+             "round differently, and every pair of those seeds holds that difference with the method's "
+             "(--baseline-cpu committed; the default trains them here)")
+        return committed, []
+    warn(f"{label}'s committed seeds {seeds} trained on {kinds}; this machine is {mine}: their kernels round "
+         f"differently, so those seeds of {label} are trained here too ({len(other)} more run(s)), and each pair is "
+         "trained on one CPU (--baseline-cpu committed pairs with the committed runs instead, saying so)")
+    return {s: v for s, v in committed.items() if s not in other}, sorted(other)
 
 
 def folder_runs(folder: Path, warn=None) -> list[RunView]:

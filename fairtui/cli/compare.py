@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from fairtui.cli.groups import AgainstStart, AllowProtocol, Bases, By, Effect, GroupOpt, Results, judging
+from fairtui.cli.groups import AgainstStart, AllowProtocol, Bases, By, Effect, Family, GroupOpt, Results, judging
 from fairtui.cli.options import Home, HomeT, Json, fail, resolve_run
 
 HELP = ("Compare 2 to 20 runs per class under one attack, with deltas and rho against a baseline; or groups of "
@@ -29,6 +29,7 @@ def compare(
     against_start: bool = AgainstStart,
     allow_protocol_difference: bool = AllowProtocol,
     effect: float = Effect,
+    family: str = Family,
     method: Optional[str] = typer.Option(None, "--method", help="with --by: only runs of this method"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="with --by: only runs on this data set"),
     status: Optional[str] = typer.Option(None, "--status", help="with --by: runs of this status (default "
@@ -63,7 +64,7 @@ def compare(
             return
         raise typer.Exit(compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint,
                                                 n_per_class, filters, json_out, against_start,
-                                                judging(allow_protocol_difference, effect)))
+                                                judging(allow_protocol_difference, effect, family)))
     if against_start:
         raise fail("--against-start pairs groups: give --by or --group with --baseline")
     runs = runs or []

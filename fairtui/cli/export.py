@@ -30,7 +30,8 @@ def export(
     groups: Optional[dict] = None,  # --by, --group, --results, --bases, --baseline, --against-start
     home: HomeT = Home,
 ) -> None:
-    by, group, results, bases, baseline, against_start, allow, effect = (groups[k] for k, _, _ in GROUP_OPTIONS)
+    by, group, results, bases, baseline, against_start, allow, effect, family = (groups[k] for k, _, _ in
+                                                                                        GROUP_OPTIONS)
     from fairtui.judge.compare import CompareError, export_rows
     from fairtui.judge.export import render
     from fairtui.runs.runfolder import RunView
@@ -43,7 +44,7 @@ def export(
         if by is None and not group:
             raise fail("--results needs --by or --group: which runs form which group")
         text = group_text(home, by, group, results, bases, baseline, attack, checkpoint, n_per_class, fmt,
-                          against_start, judging(allow, effect))
+                          against_start, judging(allow, effect, family))
         write_or_print(text, output, force, home)
         return
 

@@ -29,16 +29,21 @@ AllowProtocol = typer.Option(False, "--allow-protocol-difference", help="pair gr
                              "difference in every output; groups measured differently are never paired")
 Effect = typer.Option(2.0, "--effect", min=0.0, help="the difference to plan for, in points of accuracy, named in "
                       "advance: the seeds that detect it with 80% power")
+Family = typer.Option("table", "--family", help="the family Holm adjusts over: table (the groups of one --results "
+                      "folder are one family, the table they were committed as; a group of the home's runs is its own) "
+                      "or all (every group of the command)")
 # the group options that `export` and `plot` both take, declared once (options.option_group)
 GROUP_OPTIONS = (("by", Optional[str], By), ("group", List[str], GroupOpt), ("results", List[Path], Results),
                  ("bases", List[Path], Bases), ("baseline", Optional[str], Baseline),
                  ("against_start", bool, AgainstStart), ("allow_protocol_difference", bool, AllowProtocol),
-                 ("effect", float, Effect))
+                 ("effect", float, Effect), ("family", str, Family))
 
 
-def judging(allow_protocol_difference: bool, effect: float) -> dict:
+def judging(allow_protocol_difference: bool, effect: float, family: str = "table") -> dict:
     """compare_groups' keywords from the judging options (``--effect`` in points, the statistics in fractions)."""
-    return {"allow_protocol_difference": allow_protocol_difference, "effect": effect / 100}
+    if family not in ("table", "all"):
+        raise fail(f"--family must be table or all, got {family!r}")
+    return {"allow_protocol_difference": allow_protocol_difference, "effect": effect / 100, "family": family}
 with_group_options = option_group("groups", GROUP_OPTIONS)
 
 

@@ -35,6 +35,10 @@ def judge(
     effect: float = Effect,
     allow_protocol_difference: bool = AllowProtocol,
     gpus: Optional[str] = typer.Option(None, "--gpus", help="the GPUs to spread the runs over (default: the CPU)"),
+    baseline_cpu: str = typer.Option("here", "--baseline-cpu", help="where the baseline's seeds come from when its "
+                                     "committed runs trained on another kind of CPU: here (train them on this "
+                                     "machine, so that each pair is trained on one CPU) or committed (pair with them "
+                                     "across CPUs, saying so)"),
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
@@ -48,12 +52,14 @@ def judge(
 
     request = Request(str(profile), baseline, [str(r) for r in results], [str(b) for b in bases], list(set_), seeds,
                       until_decided, max_seeds, METRICS[metric], checkpoint, effect / 100, allow_protocol_difference,
-                      gpus)
+                      gpus, baseline_cpu)
     try:
         spec = build_spec(request, resolve_home(home), warn=lambda line: typer.echo(line, err=True))
     except (ProfileError, ValueError) as err:
         raise fail(str(err)) from None
     campaign = Campaign(resolve_home(home), spec)
+    if not campaign.take_driver():  # one driver a judgement: a second terminal trains nothing
+        raise fail(campaign.busy_text())
     raise typer.Exit(follow(campaign, json_out))
 
 
@@ -64,7 +70,7 @@ def follow(campaign, json_out: bool) -> int:
 
     from rich.console import Console
 
-    from fairtui.campaign.judging import to_json
+    from fairtui.campaign.outcome import to_json
     from fairtui.campaign.report import interim_lines, verdict_lines
     from fairtui.cli.launching import child_line, sweep_bars
 
@@ -97,8 +103,8 @@ def follow(campaign, json_out: bool) -> int:
                   "landed seeds are kept, the others resume from their checkpoints)", soft_wrap=True)
         return 130
     if json_out:
-        typer.echo(json.dumps(to_json(look, spec, campaign.failed)))
+        typer.echo(json.dumps(to_json(look, spec, campaign.failed, campaign.failed_roles)))
     else:
-        Console(width=min(Console().width, 100)).print("\n".join(verdict_lines(look, spec, campaign.failed)),
+        Console(width=min(Console().width, 100)).print("\n".join(verdict_lines(look, spec, campaign.failed, campaign.failed_roles)),
                                                        soft_wrap=True)
     return 1 if campaign.failed or not look.seeds else 0

@@ -38,7 +38,8 @@ def plot(
     groups: Optional[dict] = None,  # --by, --group, --results, --bases, --baseline, --against-start
     home: HomeT = Home,
 ) -> None:
-    by, group, results, bases, baseline, against_start, allow, effect = (groups[k] for k, _, _ in GROUP_OPTIONS)
+    by, group, results, bases, baseline, against_start, allow, effect, family = (groups[k] for k, _, _ in
+                                                                                        GROUP_OPTIONS)
     from fairtui.cli.groups import collect_runs
     from fairtui.judge.export import OutputError, write_output
     from fairtui.figures import KINDS, PlotError, figure_format, require_matplotlib
@@ -54,7 +55,7 @@ def plot(
     if kind == "forest":  # groups of seeds against a baseline group, paired by seed
         raise typer.Exit(_plot_forest(runs, by, group, results, bases, baseline, attack, checkpoint, n_per_class,
                                       output, fmt, width, force, home, against_start,
-                                      judging(allow, effect)))
+                                      judging(allow, effect, family)))
     if against_start:
         raise fail("--against-start belongs to plot forest (groups paired with a --baseline)")
     if kind == "study":  # a tuning study (fairtui tune): its objective over the trials, and one parameter's effect

@@ -175,6 +175,7 @@ def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
         lines.append(f"          {r.verdict}")
         lines.append(f"          {holm}d_z {dz_text(r.dz)}")
         lines.append(f"          {planning_text(r)}")
+    lines += [f"  CPUs: {line}" for line in p.cpus]
     size = len(p.family_groups)
     lines.append(f"  Holm family: {p.family} ({size} group{'s' if size != 1 else ''} against {p.baseline})")
     rho = [f"{x:+.2f}" if x is not None else "-" for x in p.rho]
@@ -219,6 +220,11 @@ def _markdown(cmp: GroupComparison) -> str:
     lines = [f"Groups ({title(cmp)}; mean ± 95% t half-width over seeds, %):", "",
              "| " + " | ".join(GROUP_HEAD) + " |", "|" + "---|" * len(GROUP_HEAD)]
     lines += ["| " + " | ".join(md_cell(c) for c in _group_cells(g)) + " |" for g in cmp.groups]
+    head = ["group", *cmp.class_names]
+    lines += ["", "Per-class robust accuracy (mean ± 95% t half-width over seeds, %):", "",
+              "| " + " | ".join(md_cell(c) for c in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([md_cell(g.label), *(mean_ci(c) for c in g.per_class_intervals())]) + " |"
+              for g in cmp.groups]
     paired = [p for p in cmp.pairings if p.reason is None]
     if paired:
         lines += ["", f"Paired against {cmp.baseline} (differences in points of %):", "",
@@ -235,6 +241,9 @@ def _markdown(cmp: GroupComparison) -> str:
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(runtime_text(p))}.")
         if p.reason is None and p.protocol_differences:
             lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}: {md_cell(protocol_text(p))}.")
+        if p.reason is None and p.cpus:
+            lines.append(f"\n{md_cell(p.group)} against {md_cell(p.baseline)}, CPUs: "
+                         + "; ".join(md_cell(line) for line in p.cpus) + ".")
     shown = {p.family: p for p in paired}  # one line a family
     lines += [f"\nHolm family: {md_cell(family_text(p))}." for p in shown.values()]
     notes = [f"{g.label}: {note}" for g in cmp.groups for note in g.notes]
@@ -302,6 +311,8 @@ def _latex(cmp: GroupComparison) -> str:
                   if p.runtime_differs()]
         lines += [f"% {inert(p.group)} against {inert(p.baseline)}: {inert(protocol_text(p))}" for p in paired
                   if p.protocol_differences]
+        lines += [f"% {inert(p.group)} against {inert(p.baseline)}, CPUs: {inert(line)}" for p in paired
+                  for line in p.cpus]
     lines += [f"% {inert(g.label)}: {inert(note)}" for g in cmp.groups for note in g.notes]
     lines += [f"% {inert(line)}" for line in cmp.left_out_lines()]
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ from engine.contract import metrics
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError, pick_result, setting_label, summarise
 from fairtui.judge.families import adjust_in_families
+from fairtui.judge.machines import group_cpu_note, pairing_cpu_lines
 from fairtui.judge.protocol import differences, protocol as protocol_of
 from fairtui.judge.sources import non_finite
 from fairtui.judge.starts import Start, init_run_id, start_of
@@ -62,6 +63,11 @@ class Group:
         rows = [m.result["robust_acc_per_class"] for m in self.members]
         return [statistics.fmean(r[c] for r in rows if r[c] is not None) for c in range(len(rows[0]))]
 
+    def per_class_intervals(self) -> list[tuple[float, float, float]]:
+        """Each class's robust accuracy over the seeds: (mean, lo, hi), the 95% t-interval (nan with one seed)."""
+        rows = [m.result["robust_acc_per_class"] for m in self.members]
+        return [stats.t_interval([r[c] for r in rows if r[c] is not None]) for c in range(len(rows[0]))]
+
     def setting(self) -> str:
         return "; ".join(dict.fromkeys(setting_label(m.result) for m in self.members))
 
@@ -78,6 +84,7 @@ class Group:
             mean, lo, hi = self.interval(key)
             out[key] = {"mean": mean, "ci95": [_num(lo), _num(hi)], "values": self.values(key)}
         out["robust_acc_per_class_mean"] = self.per_class_means()
+        out["robust_acc_per_class_ci95"] = [[_num(lo), _num(hi)] for _, lo, hi in self.per_class_intervals()]
         return out
 
 
@@ -101,7 +108,7 @@ def build_group(label: str, views: list[RunView], attack: str | None, checkpoint
             group.left_out.append(f"{view.name} [{view.run_id}]: a second run of seed {seed}")
             continue
         group.members.append(Member(view, seed, result, summarise(result)))
-    group.notes = never_acted_note([m.view for m in group.members], seed_of)
+    group.notes = never_acted_note([m.view for m in group.members], seed_of) + group_cpu_note(group)
     return group
 
 
@@ -147,6 +154,7 @@ class Pairing:
     # the Holm family this pairing's p is adjusted in: its name and the groups in it (fairtui.judge.groups.families)
     family: str = ""
     family_groups: list[str] = field(default_factory=list)
+    cpus: list[str] = field(default_factory=list)  # which kinds of CPU the pairs trained on, where they differ
 
     @property
     def n(self) -> int:
@@ -180,7 +188,7 @@ class Pairing:
                         "against": self.against, "starts": [st.to_json() for st in self.starts],
                         "starts_left_out": self.starts_left_out, "protocol_differences": self.protocol_differences,
                         "runtime": dict(zip(("group", "baseline"), self.runtimes())),
-                        "rho_per_seed": self.rho, "rho_mean": _num(_mean_or_nan(self.rho))})
+                        "cpus": self.cpus, "rho_per_seed": self.rho, "rho_mean": _num(_mean_or_nan(self.rho))})
         return out
 
 
@@ -370,5 +378,8 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
         pairings = [pair(g, base, bases, attack, checkpoint, n_per_class, against_start, allow_protocol_difference,
                          effect) for g in groups if g is not base]
         adjust_in_families([p for p in pairings if p.reason is None], {g.label: g for g in groups}, family)
+        for p in pairings:
+            if p.reason is None:
+                p.cpus = pairing_cpu_lines(p)
     return GroupComparison(attack, checkpoint, groups, baseline, pairings, names, left_out)
 

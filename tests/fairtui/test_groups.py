@@ -248,6 +248,56 @@ def test_groups_paired_with_one_baseline_carry_holm_adjusted_p(results, tmp_path
     assert "Holm family: a alone (the home) (1 group against b)" in shown or "(1 group against b)" in shown
 
 
+def test_a_committed_tables_holm_family_does_not_move_with_a_users_own_runs(results, tmp_path):
+    """STATS.md: the family is declared. The groups of one --results folder are one family (the table they were
+    committed as); a group of the home's runs is its own, so adding one leaves the committed adjusted p as it was,
+    unless --family all asks for one family of everything."""
+    for seed, worst in {0: 0.12, 1: 0.13, 2: 0.16}.items():
+        write_run(results, "cpu-other", f"20260106-00000{seed}-oth{seed:03d}", seed, [worst, 0.4, 0.5, 0.6])
+    args = ("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base", "--checkpoint", "last",
+            "--json")
+    home = tmp_path / "home"
+    before = {e["group"]: e for e in json.loads(fairtui_cmd(*args, home=home).stdout)["paired"]
+              if e["metric"] == "worst_robust"}
+    for seed, worst in {0: 0.30, 1: 0.31, 2: 0.33}.items():  # a user's own variant, a strong one, in the home
+        write_run(home, "runs", f"20261201-00000{seed}-mine{seed:02d}", seed, [worst, 0.4, 0.5, 0.6])
+        run = home / "runs" / f"20261201-00000{seed}-mine{seed:02d}"
+        started = json.loads((run / "events.jsonl").read_text().splitlines()[0])
+        assert started["config"]["name"] == "runs"
+    after = {e["group"]: e for e in json.loads(fairtui_cmd(*args, home=home).stdout)["paired"]
+             if e["metric"] == "worst_robust"}
+    assert "runs" in after, "the home's runs formed a group"
+    for label in ("cpu-new", "cpu-other"):
+        assert after[label]["p_holm"] == before[label]["p_holm"]  # the table's family, unmoved
+        assert after[label]["holm_family"]["groups"] == ["cpu-new", "cpu-other"]
+        assert after[label]["holm_family"]["name"] == f"{results} (committed)"
+    assert after["runs"]["p_holm"] == after["runs"]["p"] and after["runs"]["holm_family"]["groups"] == ["runs"]
+    assert after["runs"]["holm_family"]["name"] == "runs alone (the home)"
+    every = {e["group"]: e for e in json.loads(fairtui_cmd(*args, "--family", "all", home=home).stdout)["paired"]
+             if e["metric"] == "worst_robust"}
+    ps = [every[g]["p"] for g in ("cpu-new", "cpu-other", "runs")]
+    assert [every[g]["p_holm"] for g in ("cpu-new", "cpu-other", "runs")] == pytest.approx(stats.holm(ps))
+    # the average is the secondary metric, adjusted in the same family on its own, and says so
+    (avg,) = [e for e in json.loads(fairtui_cmd(*args, home=home).stdout)["paired"]
+              if e["metric"] == "avg_robust" and e["group"] == "cpu-new"]
+    assert avg["holm_family"]["role"] == "secondary" and before["cpu-new"]["holm_family"]["role"] == "primary"
+
+
+def test_the_standardised_effect_by_hand_and_by_its_defining_property():
+    """d_z = mean / sd of the differences: 1, 2, 3 points give 2 exactly; its 95% interval is where the noncentral t
+    of t = d_z sqrt(n) puts the observed t at the 97.5% and 2.5% points."""
+    from scipy import stats as sp
+
+    dz, lo, hi = stats.cohen_dz([0.01, 0.02, 0.03])
+    assert dz == pytest.approx(2.0, abs=1e-12)
+    t = 2.0 * math.sqrt(3)
+    assert float(sp.nct.cdf(t, 2, lo * math.sqrt(3))) == pytest.approx(0.975, abs=1e-9)
+    assert float(sp.nct.cdf(t, 2, hi * math.sqrt(3))) == pytest.approx(0.025, abs=1e-9)
+    assert lo < dz < hi
+    assert all(math.isnan(x) for x in stats.cohen_dz([0.01, 0.01]))  # no spread: no d_z
+    assert all(math.isnan(x) for x in stats.cohen_dz([0.01]))
+
+
 def test_the_terminal_table_fits_80_columns(results, tmp_path):
     out = fairtui_cmd("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base",
                       home=tmp_path / "home", env_extra={"COLUMNS": "200"})
@@ -489,7 +539,7 @@ def test_a_hostile_profile_name_is_text_in_every_format(tmp_path):
     import re
 
     cells_of = lambda line: len(re.findall(r"(?<!\\)\|", line)) - 1  # noqa: E731 (unescaped pipes)
-    assert evil_rows and {cells_of(line) for line in evil_rows} == {7, 14}  # the group and the paired tables
+    assert evil_rows and {cells_of(line) for line in evil_rows} == {5, 7, 14}  # the per-class, group and paired tables
     cells = list(csv.reader(io.StringIO(fairtui_cmd("export", *common, "--format", "csv", home=tmp_path / "home").stdout)))
     assert all(not c.startswith(("=", "+", "@")) for row in cells for c in row)
     shown = fairtui_cmd("compare", *common, home=tmp_path / "home", env_extra={"COLUMNS": "200"})
@@ -652,3 +702,23 @@ def test_a_pairing_with_every_pair_left_out_says_why_not_seeds_and_dashes():
     assert pairing_lines(gone) == ["faal against at: nothing paired", "  left out: faal-s0 [r0]: no start recorded"]
     missing = Pairing("faal", "at", bases_missing=[0, 1])
     assert pairing_lines(missing)[1] == "  left out: the runs seeds 0, 1 started from are not at hand"
+
+
+def test_per_class_means_carry_their_interval_across_seeds(results, tmp_path):
+    """The group tables' per-class robust accuracy: each class's mean over the seeds with its 95% t-interval, by hand
+    for cpu-base's first class (BASE_WORST over three seeds)."""
+    args = ("compare", "--results", str(results), "--by", "profile", "--baseline", "cpu-base", "--checkpoint", "last")
+    doc = json.loads(fairtui_cmd(*args, "--json", home=tmp_path / "home").stdout)
+    (base,) = [g for g in doc["groups"] if g["label"] == "cpu-base"]
+    values = list(BASE_WORST.values())
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    from scipy import stats as sp
+
+    half = sp.t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values))
+    assert base["robust_acc_per_class_mean"][0] == pytest.approx(mean)
+    assert base["robust_acc_per_class_ci95"][0] == pytest.approx([mean - half, mean + half])
+    assert base["robust_acc_per_class_ci95"][1] == [None, None]  # every seed 0.4: no spread, no t-interval
+    md = fairtui_cmd("export", *args[1:], "--format", "md", home=tmp_path / "home").stdout
+    assert "Per-class robust accuracy (mean ± 95% t half-width over seeds, %):" in md
+    assert f"| cpu-base | {100 * mean:.1f} ± {100 * half:.1f} | 40.0 |" in md
