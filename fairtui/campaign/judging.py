@@ -58,12 +58,17 @@ class Spec:
     bases: dict = field(default_factory=dict)
     pool: list[str] = field(default_factory=lambda: ["cpu"])
     request: dict = field(default_factory=dict)  # what was asked (fairtui.campaign.spec.Request), kept in the record
+    # the baseline's seeds trained here because its committed runs trained on another kind of CPU (spec.py)
+    baseline_here: list[int] = field(default_factory=list)
 
     @property
     def key(self) -> str:
         method = {k: v for k, v in self.method.table.items() if k not in KEY_IGNORES}
         method["train"] = {k: v for k, v in (method.get("train") or {}).items() if k != "threads"}
-        text = json.dumps({"method": method, "baseline": self.baseline.label}, sort_keys=True, default=str)
+        what = {"method": method, "baseline": self.baseline.label}
+        if self.baseline_here:  # another judgement than the one that pairs with the committed runs
+            what["baseline_trained_here"] = self.baseline_here
+        text = json.dumps(what, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -103,13 +108,66 @@ class Campaign:
         self.queue = queue or LocalQueue(home, worker=True)
         self.path = home / "judges" / f"{spec.key}.json"
         self.record = self._load()
-        if not self.path.exists() or self.record.get("request") != spec.request:  # reopened with what was asked
-            self.record["request"] = spec.request
+        self._driver = None  # the open file holding the judgement's driver lock (take_driver)
+        if not self.path.exists():  # a new judgement's record: what was asked (the app's judge screen reopens it)
             self._save()
         threads = int((spec.method.table.get("train") or {}).get("threads") or 0)
         self.slots = slots(spec.pool, threads)
         self.failed: dict[int, str] = {}
+        self.failed_roles: dict[int, str] = {}  # seed -> the side whose run failed (METHOD or BASELINE)
         self._runs: dict[tuple[str, int], Path] | None = None  # runs(): read from the index once
+
+    # -- one driver ------------------------------------------------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / "judges" / f"{self.spec.key}.lock"
+
+    def take_driver(self) -> bool:
+        """Become the judgement's one driver: an exclusive flock on ``<key>.lock``, which the kernel releases when
+        this process ends, however it ends, with this process's PID, host and start written in it. False when
+        another process drives it (:meth:`driver` says which); then this one may look, never train."""
+        if self._driver is not None:
+            return True
+        from engine.contract.locks import try_lock
+
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fh = try_lock(self.lock_path, patience=0.2)
+        if fh is None:
+            return False
+        import socket
+
+        fh.truncate(0)
+        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
+        fh.flush()
+        self._driver = fh
+        if self.record.get("request") != self.spec.request:  # reopened with what was asked, by its driver alone
+            self.record["request"] = self.spec.request
+            self._save()
+        return True
+
+    def driver(self) -> dict | None:
+        """Who drives the judgement now ({pid, host, started}), or None when nobody does."""
+        from engine.contract.locks import is_locked
+
+        if self._driver is not None:
+            return {"pid": os.getpid()}
+        if not is_locked(self.lock_path):
+            return None
+        try:
+            info = json.loads(self.lock_path.read_text() or "{}")
+        except (OSError, ValueError):
+            info = {}
+        return info if isinstance(info, dict) else {}
+
+    def busy_text(self) -> str:
+        """The one line a second command on a driven judgement is refused with."""
+        info = self.driver() or {}
+        since = time.strftime("%H:%M", time.localtime(info["started"])) if isinstance(info.get("started"),
+                                                                                        (int, float)) else "?"
+        return (f"judge {self.spec.key} is driven by PID {info.get('pid', '?')} on {info.get('host', '?')} since "
+                f"{since}: this command would train nothing. Follow it in the app (fairtui, then j on one of its "
+                f"runs) or with `fairtui ls --tag judge:{self.spec.key}`")
 
     # -- the record and the runs ------------------------------------------------------------------------------
 
@@ -205,9 +263,10 @@ class Campaign:
         statuses = [v.status() if v else None for _, v in sides]
         if statuses == ["completed", "completed"]:
             return "landed"
-        for (label, view), status in zip(sides, statuses):
+        for role, (label, view), status in zip((METHOD, BASELINE), sides, statuses):
             if status == "failed":
                 self.failed[seed] = f"{label} seed {seed} [{view.run_id}] failed"
+                self.failed_roles[seed] = role
                 return "failed"
         if any(s in ("queued", "running") for s in statuses):
             return "training"
@@ -237,8 +296,10 @@ class Campaign:
         """One look at the judgement, never waiting: record the pairs that landed (``on_look`` for each, in order),
         then either end it (the returned look is ``final``: every seed landed or failed, or the sequential test
         decided, and then the runs still training are stopped) or start what the slots allow. The look and the
-        running runs."""
+        running runs. A judgement another process drives is only looked at: nothing is recorded or started."""
         runs = self.runs()
+        if not self.take_driver():
+            return self.look(runs), [d for d in runs.values() if RunView.load(d).status() == "running"]
         states = {s: self.state(s, runs) for s in self.spec.seeds}
         new = [s for s in self.spec.seeds if states[s] == "landed" and s not in self.record["landed"]]
         if new:
@@ -312,12 +373,3 @@ def committed_by_seed(views: list[RunView]) -> tuple[dict[int, RunView], list[st
     kept, aside = replicates_apart(views)
     aside += [f"{v.name} [{v.run_id}]: no seed" for v in kept if seed_key(v) is None]
     return {seed_key(v): v for v in kept if seed_key(v) is not None}, aside
-
-
-def to_json(look: Look, spec: Spec, failed: dict[int, str]) -> dict[str, Any]:
-    doc = look.comparison.to_json() if look.comparison else None
-    return {"judge": spec.key, "method": spec.method.label, "baseline": spec.baseline.label,
-            "metric": spec.metric, "checkpoint": spec.checkpoint, "seeds_landed": look.seeds,
-            "until_decided": spec.until_decided, "max_seeds": len(spec.seeds) if spec.until_decided else None,
-            "sequential": look.sequential.to_json() if look.sequential else None,
-            "failed": [failed[s] for s in sorted(failed)], "comparison": doc}

@@ -27,6 +27,8 @@ async def test_judge_from_the_launch_dialog_and_reopen_it_with_j(tmp_path, engin
         assert "tinytrades against tinybase (fixed seeds): verdict" in str(title.render())
         forest = str(app.screen.query_one("#judge-forest").render())
         assert "seed 0" in forest and "seed 1" in forest and "mean" in forest and "verdict: " in forest
+        # drawn as rows (#83 item 8): never a literal backslash-n between them
+        assert "\\n" not in forest and forest.index("seed 1") > forest.index("\n") > forest.index("seed 0")
         table = app.screen.query_one("#judge-runs")
         assert table.row_count == 2 and all(table.get_row_at(i)[1] == "completed" for i in range(2))
         runs = sorted((home / "runs").iterdir())

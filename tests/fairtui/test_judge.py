@@ -175,3 +175,41 @@ def test_a_committed_baseline_run_that_cannot_be_read_is_named_and_not_taken_as_
                       tmp_path, warn=said.append)
     assert sorted(spec.baseline.committed) == [1, 2, 3, 4]
     assert [line for line in said if cut.parent.name in line and "ends before the run did" in line], said
+
+
+def test_a_second_command_on_a_driven_judgement_is_refused_in_one_line_and_trains_nothing(tmp_path):
+    """#83 item 1: one driver a judgement, a flock the kernel releases with its holder. While this process drives
+    it, the same command from a second terminal is refused in one line naming the driver's PID; nothing is made."""
+    from fairtui.campaign.judging import Campaign
+    from fairtui.campaign.spec import Request, build_spec
+
+    method, base = profiles(tmp_path)
+    home = tmp_path / "home"
+    spec = build_spec(Request(str(method), str(base), seeds="0-1"), home)
+    holder = Campaign(home, spec)
+    assert holder.take_driver()
+    out = fairtui_cmd("judge", str(method), "--baseline", str(base), "--seeds", "0-1", home=home)
+    assert out.returncode == 2, out.stderr
+    (line,) = [x for x in out.stderr.splitlines() if x.strip()]
+    assert f"judge {spec.key} is driven by PID {os.getpid()}" in line and f"--tag judge:{spec.key}" in line
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    # the holder gone (its file closed, as at its death), the lock is free at once
+    holder._driver.close()
+    assert Campaign(home, spec).take_driver()
+
+
+def test_two_judge_commands_started_at_once_train_each_seed_once(tmp_path):
+    method, base = profiles(tmp_path)
+    home = tmp_path / "home"
+    command = [sys.executable, "-c", "from fairtui.cli import main; main()", "judge", str(method), "--baseline",
+               str(base), "--seeds", "0-1", "--home", str(home)]
+    procs = [subprocess.Popen(command, env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    results = [(p.wait(timeout=HANG_S), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes in ([0, 0], [0, 2]), results  # the second is refused, or (started after the first ended) reads it
+    runs = judge_runs(home)
+    assert sorted(runs) == [(role, s) for role in ("baseline", "method") for s in range(2)]
+    assert all(len(ids) == 1 for ids in runs.values()), runs  # each seed trained once
+    if codes == [0, 2]:
+        assert any("is driven by PID" in err for code, err in results if code == 2)

@@ -83,7 +83,7 @@ class JudgeScreen(Screen):
             rows = seed_rows(campaign, campaign.runs())
             lines = forest_lines(look)
             if look.final:
-                lines += [""] + verdict_lines(look, campaign.spec, campaign.failed)
+                lines += [""] + verdict_lines(look, campaign.spec, campaign.failed, campaign.failed_roles)
         except Exception as err:  # noqa: BLE001 - a worker's error is a notice on the screen, never a dead app
             self.app.call_from_thread(self.show_error, f"judge {self.key}: {type(err).__name__}: {err}")
             return
@@ -114,7 +114,8 @@ class JudgeScreen(Screen):
         table.clear()
         for row in rows:
             table.add_row(*(inert(c) for c in row), key=row[0])
-        self.query_one("#judge-forest", Static).update(inert("\n".join(lines)))
+        # each line made inert on its own: inert() writes a newline as a visible "\n", and the forest is rows
+        self.query_one("#judge-forest", Static).update("\n".join(inert(line) for line in lines))
         self.final = look.final
 
     def action_stop(self) -> None:
