@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.contract.config import profile_from_table
+from fairtui.campaign.driver import DriverLock
 from fairtui.judge import stats
 from fairtui.judge.groups import GroupComparison, compare_groups
 from fairtui.launch.launcher import create_run
@@ -31,6 +32,17 @@ from fairtui.runs.runfolder import RunView
 from fairtui.runs.store import RunIndex
 
 METHOD, BASELINE = "method", "baseline"
+RECORD_MAX_BYTES = 1 << 20  # a judgement's record holds its request and a seed list: far less than this
+
+
+def valid_seeds(landed: list, seeds: list[int]) -> list[int]:
+    """The record's landed seeds as the looks may read them: integers (never bools or floats) of this judgement,
+    each once, in their order."""
+    out: list[int] = []
+    for s in landed:
+        if type(s) is int and s in seeds and s not in out:
+            out.append(s)
+    return out
 KEY_IGNORES = ("seed", "name", "description")
 
 
@@ -60,12 +72,20 @@ class Spec:
     request: dict = field(default_factory=dict)  # what was asked (fairtui.campaign.spec.Request), kept in the record
     # the baseline's seeds trained here because its committed runs trained on another kind of CPU (spec.py)
     baseline_here: list[int] = field(default_factory=list)
+    # the run ids of the baseline's committed runs the judgement was read against, wherever its seeds train
+    baseline_sources: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
+        """What decides the verdict, hashed: the method's resolved profile (up to its seed, name, thread count and
+        where its data lies: data.root is a location, not a setting), the baseline's label and the committed runs
+        it was read from, the metric and the checkpoint, and the seeds trained here for another CPU. Two commands
+        that differ in any of these are two judgements, each with its record and runs."""
         method = {k: v for k, v in self.method.table.items() if k not in KEY_IGNORES}
         method["train"] = {k: v for k, v in (method.get("train") or {}).items() if k != "threads"}
-        what = {"method": method, "baseline": self.baseline.label}
+        method["data"] = {k: v for k, v in (method.get("data") or {}).items() if k != "root"}
+        what = {"method": method, "baseline": self.baseline.label, "baseline_runs": self.baseline_sources,
+                "metric": self.metric, "checkpoint": self.checkpoint}
         if self.baseline_here:  # another judgement than the one that pairs with the committed runs
             what["baseline_trained_here"] = self.baseline_here
         text = json.dumps(what, sort_keys=True, default=str)
@@ -108,7 +128,7 @@ class Campaign:
         self.queue = queue or LocalQueue(home, worker=True)
         self.path = home / "judges" / f"{spec.key}.json"
         self.record = self._load()
-        self._driver = None  # the open file holding the judgement's driver lock (take_driver)
+        self.driver_lock = DriverLock(home / "judges" / f"{spec.key}.lock")
         if not self.path.exists():  # a new judgement's record: what was asked (the app's judge screen reopens it)
             self._save()
         threads = int((spec.method.table.get("train") or {}).get("threads") or 0)
@@ -119,63 +139,38 @@ class Campaign:
 
     # -- one driver ------------------------------------------------------------------------------------------
 
-    @property
-    def lock_path(self) -> Path:
-        return self.home / "judges" / f"{self.spec.key}.lock"
-
     def take_driver(self) -> bool:
-        """Become the judgement's one driver: an exclusive flock on ``<key>.lock``, which the kernel releases when
-        this process ends, however it ends, with this process's PID, host and start written in it. False when
-        another process drives it (:meth:`driver` says which); then this one may look, never train."""
-        if self._driver is not None:
+        """Become the judgement's one driver (fairtui.campaign.driver); False when another process drives it, and
+        then this one may look, never train. The driver alone writes the request into the record."""
+        if self.driver_lock.held:
             return True
-        from engine.contract.locks import try_lock
-
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fh = try_lock(self.lock_path, patience=0.2)
-        if fh is None:
+        if not self.driver_lock.take():
             return False
-        import socket
-
-        fh.truncate(0)
-        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
-        fh.flush()
-        self._driver = fh
-        if self.record.get("request") != self.spec.request:  # reopened with what was asked, by its driver alone
+        if self.record.get("request") != self.spec.request:  # reopened with what was asked
             self.record["request"] = self.spec.request
             self._save()
         return True
 
-    def driver(self) -> dict | None:
-        """Who drives the judgement now ({pid, host, started}), or None when nobody does."""
-        from engine.contract.locks import is_locked
-
-        if self._driver is not None:
-            return {"pid": os.getpid()}
-        if not is_locked(self.lock_path):
-            return None
-        try:
-            info = json.loads(self.lock_path.read_text() or "{}")
-        except (OSError, ValueError):
-            info = {}
-        return info if isinstance(info, dict) else {}
-
     def busy_text(self) -> str:
         """The one line a second command on a driven judgement is refused with."""
-        info = self.driver() or {}
-        since = time.strftime("%H:%M", time.localtime(info["started"])) if isinstance(info.get("started"),
-                                                                                        (int, float)) else "?"
-        return (f"judge {self.spec.key} is driven by PID {info.get('pid', '?')} on {info.get('host', '?')} since "
-                f"{since}: this command would train nothing. Follow it in the app (fairtui, then j on one of its "
-                f"runs) or with `fairtui ls --tag judge:{self.spec.key}`")
+        return self.driver_lock.busy_text(self.spec.key)
 
     # -- the record and the runs ------------------------------------------------------------------------------
 
     def _load(self) -> dict:
+        """The judgement's record, checked: it is input (a file anyone may edit, copy or break). A folder in its place
+        is refused (ValueError, one line); a record past RECORD_MAX_BYTES, unreadable, or not a record is rebuilt
+        from the runs (its looks in the order the method runs ended); ``landed`` keeps only distinct integer seeds
+        of this judgement, and a seed's pair is checked at every look (:meth:`step` drops one no longer landed)."""
+        if self.path.is_dir():
+            raise ValueError(f"{self.path} is a folder where the judgement's record should be: move it away and run "
+                             "the same command (the record is rebuilt from the runs)")
         try:
-            record = json.loads(self.path.read_text())
-            if isinstance(record, dict) and isinstance(record.get("landed"), list):
-                return record
+            if self.path.stat().st_size <= RECORD_MAX_BYTES:
+                record = json.loads(self.path.read_text())
+                if isinstance(record, dict) and isinstance(record.get("landed"), list):
+                    record["landed"] = valid_seeds(record["landed"], self.spec.seeds)
+                    return record
         except (OSError, ValueError):
             pass
         return {"key": self.spec.key, "method": self.spec.method.label, "baseline": self.spec.baseline.label,
@@ -272,6 +267,12 @@ class Campaign:
             return "training"
         return "stopped" if any(s in ("stopped", "lost") for s in statuses) else "new"
 
+    def landed_at(self, seed: int, runs: dict) -> float:
+        """When seed's pair landed: the end of its method run (a committed baseline ended long before)."""
+        method, _ = self.views(seed, runs)
+        end = (method.finished or {}).get("t") if method is not None else None
+        return float(end) if isinstance(end, (int, float)) else float("inf")
+
     def look(self, runs: dict, final: bool = False) -> Look:
         seeds = [s for s in self.record["landed"] if s in self.spec.seeds]
         if not seeds:
@@ -301,7 +302,12 @@ class Campaign:
         if not self.take_driver():
             return self.look(runs), [d for d in runs.values() if RunView.load(d).status() == "running"]
         states = {s: self.state(s, runs) for s in self.spec.seeds}
-        new = [s for s in self.spec.seeds if states[s] == "landed" and s not in self.record["landed"]]
+        gone = [s for s in self.record["landed"] if states.get(s) != "landed"]  # a run removed or edited since
+        if gone:
+            self.record["landed"] = [s for s in self.record["landed"] if s not in gone]
+            self._save()
+        new = sorted((s for s in self.spec.seeds if states[s] == "landed" and s not in self.record["landed"]),
+                     key=lambda s: self.landed_at(s, runs))
         if new:
             self.record["landed"] += new
             self._save()

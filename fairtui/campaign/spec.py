@@ -41,14 +41,24 @@ class Request:
         return cls(**{k: v for k, v in doc.items() if k in known})
 
 
+MAX_SEED = 2 ** 31 - 1  # a seed the engine's generators take (numpy's legacy seeding stops at 2^32 - 1)
+MAX_SEEDS = 1000  # seeds one judgement may train: past that, no method needs seeds, only a smaller question
+
+
 def parse_seeds(text: str) -> list[int]:
-    """"0-4" -> 0..4, "0,2,5", "0-2,7"; ValueError naming the option otherwise."""
+    """"0-4" -> 0..4, "0,2,5", "0-2,7"; ValueError naming the option otherwise, and for a seed above MAX_SEED or
+    more than MAX_SEEDS seeds (said before any range is made, so a huge one costs no memory)."""
     out: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         lo, sep, hi = part.partition("-")
         if not (lo.isdigit() and (not sep or hi.isdigit())):
             raise ValueError(f"--seeds {text!r}: write seeds as 0-4 or 0,2,5")
-        out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last > MAX_SEED:
+            raise ValueError(f"--seeds {text!r}: a seed is at most {MAX_SEED}")
+        if last - first + 1 + len(out) > MAX_SEEDS:
+            raise ValueError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds a judgement")
+        out += list(range(first, last + 1))
     if not out or len(set(out)) != len(out):
         raise ValueError(f"--seeds {text!r}: no seeds, or a seed named twice")
     return out
@@ -60,6 +70,8 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
 
     if request.until_decided and request.seeds:
         raise ValueError("give --seeds or --until-decided (seeds 0 to --max-seeds - 1, in order), not both")
+    if not 2 <= request.max_seeds <= MAX_SEEDS:
+        raise ValueError(f"--max-seeds {request.max_seeds}: give 2 to {MAX_SEEDS}")
     from fairtui.launch.queue import pool_of
 
     pool = pool_of(request.gpus)
@@ -67,6 +79,7 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     one_thread = pool == ["cpu"] and "threads" not in (written.get("train") or {})
     method_profile = load_profile(request.profile, request.overrides + (["train.threads=1"] if one_thread else []))
     shown = [o for o in request.overrides if not o.replace(" ", "").startswith("data.root=")]  # a location
+    check_judgeable(method_profile, request.profile, request.metric)
     label = method_profile.name + (f" ({', '.join(shown)})" if shown else "")
     method = Side(label, method_profile.to_table(), request.profile)
     baseline, base_views, base_table, base_path = find_baseline(request.baseline, request.results, home, warn)
@@ -74,6 +87,7 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     for line in aside:
         warn(f"left out of {baseline}: {line}")
     committed_seeds = sorted(committed)  # the seeds to judge by default, wherever they train
+    sources = sorted(v.run_id for v in committed.values())
     committed, here_seeds = baseline_cpu_check(committed, baseline, pool, request.baseline_cpu, warn)
     runtime = ran_as(list(committed.values()))
     base_table = baseline_table(base_table, method.table, one_thread, runtime)
@@ -99,7 +113,7 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     bases = {v.run_id: v for folder in request.bases for v in folder_runs(Path(folder))}
     return Spec(method, Side(baseline, base_table, base_path, committed), seeds, request.until_decided,
                 request.metric, request.checkpoint, request.effect, request.allow_protocol_difference, bases, pool,
-                request.to_json(), baseline_here=here_seeds)
+                request.to_json(), baseline_here=here_seeds, baseline_sources=sources)
 
 
 def this_cpu() -> dict | None:
@@ -157,6 +171,37 @@ def baseline_cpu_check(committed: dict, label: str, pool: list[str], choice: str
     return {s: v for s, v in committed.items() if s not in other}, sorted(other)
 
 
+def check_pool(pool: list[str], text: str | None) -> None:
+    """--gpus names devices this machine has, as integers (a string never reaches a shell, but a queue entry that
+    cannot start must not be made): ValueError in one line otherwise."""
+    if pool == ["cpu"]:
+        return
+    bad = [g for g in pool if not g.isdigit()]
+    if bad:
+        raise ValueError(f"--gpus {text!r}: give GPU indices (0,1) or cpu, not {bad[0]!r}")
+    from fairtui.launch.gpus import inventory
+
+    have = len(inventory())
+    missing = [g for g in pool if int(g) >= have]
+    if missing:
+        raise ValueError(f"--gpus {text!r}: this machine has {have} GPU(s)" + (f" (0 to {have - 1})" if have else "")
+                         + f", not GPU {missing[0]}; --gpus cpu trains on the CPU")
+
+
+def check_judgeable(profile, path: str, metric: str) -> None:
+    """Before anything exists: the method's runs can be read on the metric (a robust attack in eval.attacks, a test
+    evaluation at the end) and its data is where data.root says (ProfileError in one line, as `fairtui run`)."""
+    from engine.contract.profile_io import check_data_root
+    from engine.contract.profile_schema import ProfileError
+
+    check_data_root(profile, path)
+    if not profile.eval.test_at_end:
+        raise ProfileError(path, "eval.test_at_end", "is false: a judgement reads each run's test result; set it true")
+    if not [a for a in profile.eval.attacks if a != "clean"]:
+        raise ProfileError(path, "eval.attacks", f"has no robust attack, and {metric} is a robust accuracy: add one "
+                           '(eval.attacks = ["pgd20"])')
+
+
 def folder_runs(folder: Path, warn=None) -> list[RunView]:
     """The runs of a folder of committed run files (ValueError when it is none); ``warn`` gets a line for each
     folder holding part of a run and each run with no result to give (an empty or cut stream)."""
@@ -190,9 +235,18 @@ def find_baseline(label: str, results: list[str], home: Path, warn=None) -> tupl
     judgement's own runs), the resolved profile its new seeds train, and where that came from. A label that is no
     group is taken as a profile (a file, or profiles/<label>.toml), labelled by its name."""
     from engine.contract.profile_io import load_profile, read_toml
+    from fairtui.judge.families import source_of
     from fairtui.judge.sources import grouped
 
     groups = grouped(completed_views(results, home, warn), "profile")
+    if label not in groups:  # the committed group, labelled apart from the home's own runs of that profile
+        committed = [name for name in groups if name.startswith(label + " (")
+                     and all(source_of(v) != "home" for v in groups[name])]
+        if len(committed) == 1:
+            if warn is not None:
+                warn(f"--baseline {label}: the committed group {committed[0]!r} (your own runs of {label} in the home "
+                     "are labelled apart by what they change)")
+            label = committed[0]
     if label in groups:
         first = groups[label][0]
         return label, groups[label], read_toml(first.run_dir / "profile.toml"), str(first.run_dir / "profile.toml")

@@ -146,6 +146,12 @@ def main() -> None:
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
         raise
+    except KeyboardInterrupt:
+        code = 130
+        raise
+    except BaseException:  # a crash: the process exits 1, and so does its document
+        code = 1
+        raise
     finally:
         sys.stdout, sys.stderr = out.stream, err.stream
         if not out.written:

@@ -48,7 +48,13 @@ def judge(
 
     if metric not in METRICS:
         raise fail(f"--metric must be worst or avg, got {metric!r}")
-    from fairtui.campaign.spec import Request, build_spec
+    from fairtui.campaign.spec import Request, build_spec, check_pool
+    from fairtui.launch.queue import pool_of
+
+    try:  # the app offers only the GPUs it sees; the command line checks what it was given
+        check_pool(pool_of(gpus), gpus)
+    except ValueError as err:
+        raise fail(str(err)) from None
 
     request = Request(str(profile), baseline, [str(r) for r in results], [str(b) for b in bases], list(set_), seeds,
                       until_decided, max_seeds, METRICS[metric], checkpoint, effect / 100, allow_protocol_difference,
@@ -57,7 +63,10 @@ def judge(
         spec = build_spec(request, resolve_home(home), warn=lambda line: typer.echo(line, err=True))
     except (ProfileError, ValueError) as err:
         raise fail(str(err)) from None
-    campaign = Campaign(resolve_home(home), spec)
+    try:
+        campaign = Campaign(resolve_home(home), spec)
+    except ValueError as err:
+        raise fail(str(err)) from None
     if not campaign.take_driver():  # one driver a judgement: a second terminal trains nothing
         raise fail(campaign.busy_text())
     raise typer.Exit(follow(campaign, json_out))

@@ -194,7 +194,7 @@ def test_a_second_command_on_a_driven_judgement_is_refused_in_one_line_and_train
     assert f"judge {spec.key} is driven by PID {os.getpid()}" in line and f"--tag judge:{spec.key}" in line
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     # the holder gone (its file closed, as at its death), the lock is free at once
-    holder._driver.close()
+    holder.driver_lock.release()
     assert Campaign(home, spec).take_driver()
 
 
@@ -213,3 +213,25 @@ def test_two_judge_commands_started_at_once_train_each_seed_once(tmp_path):
     assert all(len(ids) == 1 for ids in runs.values()), runs  # each seed trained once
     if codes == [0, 2]:
         assert any("is driven by PID" in err for code, err in results if code == 2)
+
+
+def test_the_record_is_input_checked_and_rebuilt(tmp_path):
+    """#83 item 6: duplicated, float or bool seeds in `landed` are not looks; a record past its size bound is rebuilt;
+    a folder in its place is refused in one line (exit 2) and nothing trains."""
+    from fairtui.campaign.judging import RECORD_MAX_BYTES, Campaign
+    from fairtui.campaign.spec import Request, build_spec
+
+    method, base = profiles(tmp_path)
+    home = tmp_path / "home"
+    spec = build_spec(Request(str(method), str(base), seeds="0-2"), home)
+    record = home / "judges" / f"{spec.key}.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"key": spec.key, "landed": [1, 1, 1.0, True, 2, 7, "0", 2], "request": {}}))
+    assert Campaign(home, spec).record["landed"] == [1, 2]  # 1.0, True, 7 (not a seed of it) and "0" left out
+    record.write_text(json.dumps({"key": spec.key, "landed": [0], "pad": "x" * (RECORD_MAX_BYTES + 1)}))
+    assert Campaign(home, spec).record["landed"] == []  # rebuilt from the runs at the next look
+    record.unlink()
+    record.mkdir()
+    out = fairtui_cmd("judge", str(method), "--baseline", str(base), "--seeds", "0-2", home=home)
+    assert out.returncode == 2 and "is a folder where the judgement's record should be" in out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
