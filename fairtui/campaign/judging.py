@@ -55,6 +55,7 @@ class Side:
     table: dict
     profile_path: str
     committed: dict[int, RunView] = field(default_factory=dict)
+    stem: str = ""  # its new runs' name before -s<seed>: the profile's name and what the overrides change
 
 
 @dataclass
@@ -221,8 +222,14 @@ class Campaign:
         queued = []
         roles = [METHOD] + ([BASELINE] if seed not in self.spec.baseline.committed else [])
         for role in roles:
+            from fairtui.launch.control import stranded
+
             run_dir = runs.get((role, seed))
             status = RunView.load(run_dir).status() if run_dir else None
+            if status == "queued" and stranded(run_dir):  # queued, and no queue holds it: queued again
+                self.queue.submit(run_dir, None, pool=self.spec.pool)
+                queued.append(run_dir.name)
+                continue
             if status in ("completed", "running", "queued") or status == "failed":
                 continue
             if run_dir is not None:  # stopped or lost: it continues from its checkpoint
@@ -240,7 +247,7 @@ class Campaign:
         side = self.spec.method if role == METHOD else self.spec.baseline
         table = {**side.table, "seed": seed}
         profile = profile_from_table(table, side.profile_path)
-        run_dir = create_run(self.home, profile, side.profile_path, f"{profile.name}-s{seed}",
+        run_dir = create_run(self.home, profile, side.profile_path, f"{side.stem or profile.name}-s{seed}",
                              [f"judge:{self.spec.key}"], None,
                              extra_meta={"judge": {"key": self.spec.key, "role": role, "seed": seed}})
         RunIndex(self.home).register(run_dir)
@@ -253,9 +260,14 @@ class Campaign:
     def state(self, seed: int, runs: dict) -> str:
         """"landed" (both sides completed), "failed" (a side failed: named in ``failed``), "training" (a side is
         queued or running), "stopped" (a side stopped or lost: the next start resumes it) or "new"."""
+        from fairtui.launch.control import stranded
+
         method, base = self.views(seed, runs)
         sides = [(self.spec.method.label, method), (self.spec.baseline.label, base)]
-        statuses = [v.status() if v else None for _, v in sides]
+        # a run marked queued that no queue holds (its engine stopped while it started, a Ctrl-C mid-start) waits
+        # for nothing: it is taken as stopped, and the next start queues it again
+        statuses = [("stopped" if v.status() == "queued" and stranded(v.run_dir) else v.status()) if v else None
+                    for _, v in sides]
         if statuses == ["completed", "completed"]:
             return "landed"
         for role, (label, view), status in zip((METHOD, BASELINE), sides, statuses):

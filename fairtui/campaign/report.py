@@ -73,6 +73,26 @@ def verdict_lines(look, spec, failed: dict[int, str], roles: dict[int, str] | No
     return out
 
 
+def next_look_text(running, method_runs: set[str]) -> str:
+    """When the next look comes, from the running method runs' time left (the test evaluation comes on top):
+    "next look in about 3 min (seed 2's pair)", or why it cannot be said yet."""
+    from fairtui.runs.runfolder import RunView
+    from fairtui.runs.runstate import format_seconds, run_eta
+
+    best = None
+    for run_dir in running:
+        if run_dir.name not in method_runs:
+            continue
+        view = RunView.load(run_dir)
+        left = run_eta(view.epochs, int((view.config.get("train") or {}).get("epochs") or 0))
+        seed = (view.meta.get("judge") or {}).get("seed")
+        if left is not None and (best is None or left < best[0]):
+            best = (left, seed)
+    if best is None:
+        return "next look: after a running method run's first epoch" if running else "next look: when a run starts"
+    return f"next look in about {format_seconds(best[0])} + its test (seed {best[1]}'s pair)"
+
+
 def forest_lines(look, width: int = 36) -> list[str]:
     """The paired differences as a text forest plot (the app's judge screen): a row per landed seed, its difference
     as a dot, and the mean with its interval (the anytime-valid one with --until-decided, else the 95% t-interval),

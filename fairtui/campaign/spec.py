@@ -45,6 +45,27 @@ MAX_SEED = 2 ** 31 - 1  # a seed the engine's generators take (numpy's legacy se
 MAX_SEEDS = 1000  # seeds one judgement may train: past that, no method needs seeds, only a smaller question
 
 
+def run_stem(name: str, overrides: list[str], method: str) -> str:
+    """A judgement's runs are named with what they change, so that they never take the committed runs' names:
+    'cifar10-cpu-quick-dafa' with method.dafa_lambda=2 -> 'cifar10-cpu-quick-dafa-lambda2' (the key's last part less
+    the method's prefix, the value as written, at most 60 characters)."""
+    import re
+
+    parts = []
+    for text in overrides:
+        key, _, value = text.partition("=")
+        last = key.strip().rsplit(".", 1)[-1].removeprefix(f"{method}_")
+        value = value.strip().strip("\"'")
+        try:
+            number = float(value)
+            value = f"{number:g}"
+        except ValueError:
+            pass
+        parts.append(re.sub(r"[^A-Za-z0-9.]+", "", last.replace("_", "") + value))
+    stem = "-".join([name, *[p for p in parts if p]])
+    return stem[:60].rstrip("-.")
+
+
 def parse_seeds(text: str) -> list[int]:
     """"0-4" -> 0..4, "0,2,5", "0-2,7"; ValueError naming the option otherwise, and for a seed above MAX_SEED or
     more than MAX_SEEDS seeds (said before any range is made, so a huge one costs no memory)."""
@@ -81,7 +102,8 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     shown = [o for o in request.overrides if not o.replace(" ", "").startswith("data.root=")]  # a location
     check_judgeable(method_profile, request.profile, request.metric)
     label = method_profile.name + (f" ({', '.join(shown)})" if shown else "")
-    method = Side(label, method_profile.to_table(), request.profile)
+    method = Side(label, method_profile.to_table(), request.profile, stem=run_stem(method_profile.name, shown,
+                                                                                  method_profile.method.name))
     baseline, base_views, base_table, base_path = find_baseline(request.baseline, request.results, home, warn)
     committed, aside = committed_by_seed(base_views)
     for line in aside:

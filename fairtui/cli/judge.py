@@ -80,7 +80,7 @@ def follow(campaign, json_out: bool) -> int:
     from rich.console import Console
 
     from fairtui.campaign.outcome import to_json
-    from fairtui.campaign.report import interim_lines, verdict_lines
+    from fairtui.campaign.report import interim_lines, next_look_text, verdict_lines
     from fairtui.cli.launching import child_line, sweep_bars
 
     err = Console(stderr=True)
@@ -93,8 +93,10 @@ def follow(campaign, json_out: bool) -> int:
     lines = [bar.add_task("", total=None, visible=False) for _ in range(campaign.slots)]
 
     def on_tick(running) -> None:
+        method_runs = {d.name for (role, _), d in campaign.runs().items() if role == "method"}
         bar.update(task, completed=len(campaign.record["landed"]),
-                   description=f"{spec.method.label}: pairs landed ({len(running)} running)")
+                   description=f"{spec.method.label}: pairs landed ({len(running)} running; "
+                               f"{next_look_text(running, method_runs)})")
         for i, line in enumerate(lines):
             text = child_line(campaign.home, [running[i].name]) if i < len(running) else ""
             bar.update(line, description=text, visible=bool(text))

@@ -99,6 +99,15 @@ def cells(d: dict) -> dict[str, str]:
             "started": time.strftime("%m-%d %H:%M", time.localtime(d["started"])) if d.get("started") else "-"}
 
 
+def cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its middle replaced by an ellipsis: run names of one profile differ
+    at their ends ('cifar10-cpu-quick-dafa-lambda2-s1' -> 'cifar10-cpu…mbda2-s1')."""
+    if len(text) <= width or width < 5:
+        return text
+    tail = (width - 1) // 2
+    return text[:width - 1 - tail] + "…" + text[len(text) - tail:]
+
+
 def choose_columns(rows: list[dict[str, str]], width: int, wide: bool) -> tuple[list[str], int]:
     """The columns that fit ``width`` (by priority) and the width the name column may take."""
     need = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in ORDER}
@@ -126,6 +135,11 @@ def print_table(docs: list[dict], total: int, wide: bool) -> None:
     console = Console()
     rows = [cells(d) for d in docs]
     columns, name_width = choose_columns(rows, console.width, wide)
+    if not wide:  # a long name loses its middle, never its end: the seed and what a judgement's run changes
+        from fairtui.runs.usertext import inert
+
+        for r, d in zip(rows, docs):
+            r["name"] = inert(cut_middle(d.get("name") or "", name_width), markup=True)
     marks = "; l: last checkpoint, v: validation" if any(c["robust"].endswith(("l", "v")) for c in rows) else ""
     table = Table(title=f"{total} run{'s' if total != 1 else ''} (accuracies: best checkpoint, first robust attack"
                   f"{marks})", title_justify="left",

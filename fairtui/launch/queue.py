@@ -231,7 +231,9 @@ class LocalQueue:
                 continue
             if (run_dir / "engine.json").exists():
                 view = RunView.load(run_dir)
-                running = view.finished is None and view.status() == "running"
+                # its slot is free when its engine process has exited, not when the engine has recorded its end:
+                # the 2-5 s between the two (the last writes, the interpreter's exit) still take a core
+                running = engine_starting(run_dir) or (view.finished is None and view.status() == "running")
             else:
                 view, running = None, (run_dir / ENGINE_LOCK).exists() and engine_starting(run_dir)
             if running:
@@ -270,7 +272,11 @@ class LocalQueue:
                     started.append(entry["run_id"])
                     continue
                 need = cpu_threads(run_dir, self.cores)
-                devs = self._devices_for(entry, counts, reserved, need)
+                try:
+                    devs = self._devices_for(entry, counts, reserved, need)
+                except Exception as err:  # noqa: BLE001 - an entry naming devices that cannot be had fails alone
+                    fail_entry(run_dir, f"the queue could not place it: {type(err).__name__}: {err}")
+                    continue
                 if devs is None:
                     keep.append(entry)
                     continue
@@ -285,6 +291,9 @@ class LocalQueue:
                     proc = start(run_dir, GpuChoice.parse(label))
                 except EngineRunning:  # an engine trains it already (a resume raced with the queue)
                     proc = None
+                except Exception as err:  # noqa: BLE001 - one entry that cannot start fails alone: the queue goes on
+                    fail_entry(run_dir, f"the queue could not start it: {type(err).__name__}: {err}")
+                    continue
                 _fault_point("spawned")
                 if proc is not None:
                     entry["pid"] = proc.pid
@@ -305,6 +314,15 @@ class LocalQueue:
             for run_id in started:
                 index.register(self.home / "runs" / run_id)
         return started
+
+
+def fail_entry(run_dir: Path, reason: str) -> None:
+    """A queued run that cannot start ends ``failed`` with ``reason`` (recorded beside its stream, as a start Slurm
+    refused), and leaves the queue: the other entries of the home keep their places."""
+    from engine.contract.protocol import record_end
+
+    record_end(run_dir, "failed", reason)
+    (run_dir / "queued").unlink(missing_ok=True)
 
 
 def _was_started(run_dir: Path, entry: dict) -> bool:

@@ -235,3 +235,23 @@ def test_the_record_is_input_checked_and_rebuilt(tmp_path):
     out = fairtui_cmd("judge", str(method), "--baseline", str(base), "--seeds", "0-2", home=home)
     assert out.returncode == 2 and "is a folder where the judgement's record should be" in out.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_stranded_queued_run_is_queued_again_not_waited_for(tmp_path):
+    """#83 item 4: a judgement's run marked queued that no queue holds (its engine stopped while it started) was
+    waited for forever ("0 running"); it is now taken as stopped and queued again at the next look."""
+    from fairtui.campaign.judging import METHOD, Campaign
+    from fairtui.campaign.spec import Request, build_spec
+    from fairtui.launch.queue import LocalQueue
+
+    method, base = profiles(tmp_path)
+    home = tmp_path / "home"
+    spec = build_spec(Request(str(method), str(base), seeds="0-1"), home)
+    queue = LocalQueue(home, worker=False)
+    campaign = Campaign(home, spec, queue)
+    run_dir = campaign._create(METHOD, 0)
+    (run_dir / "queued").touch()  # the marker, with no entry in the queue
+    assert not queue.holds(run_dir.name)
+    runs = campaign.runs()
+    assert campaign.state(0, runs) == "stopped"
+    assert run_dir.name in campaign.start(0, runs) and queue.holds(run_dir.name)

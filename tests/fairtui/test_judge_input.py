@@ -119,3 +119,46 @@ def test_the_baseline_names_the_committed_group_when_a_variant_of_it_sits_in_the
     assert label.startswith("cpu-dafa (") and len(views) == 3
     assert all("/results/" in str(v.run_dir) for v in views)
     assert any("the committed group" in line for line in said)
+
+
+def test_a_judgements_runs_are_named_with_what_they_change_and_ls_keeps_their_ends():
+    """#83 item 8: the user's lambda 2 is never 'cifar10-cpu-quick-dafa-s1', the committed run's name; ls cuts a long
+    name in its middle, so the seed and the change stay in view."""
+    from fairtui.campaign.spec import run_stem
+    from fairtui.cli.ls import cut_middle
+
+    assert run_stem("cifar10-cpu-quick-dafa", ["method.dafa_lambda=2"], "dafa") == "cifar10-cpu-quick-dafa-lambda2"
+    assert run_stem("cifar10-cpu-quick-trades", ["method.beta=3.0", "train.lr=0.1"], "trades") == \
+        "cifar10-cpu-quick-trades-beta3-lr0.1"
+    assert run_stem("tiny", [], "trades") == "tiny"
+    a, b = (cut_middle(f"cifar10-cpu-quick-dafa{x}-s1", 20) for x in ("-lambda2", ""))
+    assert len(a) == 20 and a.endswith("lambda2-s1"[-9:]) and a != b and b.endswith("-s1")
+    assert cut_middle("short-s1", 20) == "short-s1"
+
+
+def test_the_next_look_is_said_from_the_running_method_runs_time_left(tmp_path):
+    """#83 item 8: the command line says when the next look comes: the soonest running method run's time left."""
+    import time
+
+    from fairtui.campaign.report import next_look_text
+    from fairtui.runs.runstate import format_seconds
+
+    def run(name: str, seed: int, done: int, epoch_s: float) -> Path:
+        run_dir = tmp_path / "runs" / name
+        run_dir.mkdir(parents=True)
+        now = time.time()
+        events = [{"v": 1, "seq": 0, "t": now, "run_id": name, "type": "run_started", "seed": seed,
+                   "config": {"name": "m", "seed": seed, "train": {"epochs": 10}}, "num_classes": 2,
+                   "class_names": ["a", "b"], "device": "cpu"}]
+        events += [{"v": 1, "seq": i + 1, "t": now, "run_id": name, "type": "epoch_end", "epoch": i + 1, "lr": 0.1,
+                    "time_s": epoch_s} for i in range(done)]
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        (run_dir / "meta.json").write_text(json.dumps({"run_id": name, "judge": {"seed": seed, "role": "method"}}))
+        return run_dir
+
+    slow, fast = run("slow", 1, 2, 60.0), run("fast", 3, 6, 30.0)
+    text = next_look_text([slow, fast], {"slow", "fast"})
+    assert text.startswith("next look in about ") and "(seed 3's pair)" in text
+    assert format_seconds(4 * 30.0) in text or format_seconds(4 * 30.0 - 1) in text
+    assert next_look_text([], set()) == "next look: when a run starts"
+    assert next_look_text([slow], set()).startswith("next look: after")  # a baseline's run alone

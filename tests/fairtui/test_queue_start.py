@@ -200,3 +200,48 @@ def test_a_start_cut_by_an_interrupt_then_cancelled_leaves_no_false_queued_mark(
     assert (run / "queued").exists() and queue.entries()[0]["state"] == "starting"
     assert queue.cancel(run.name) and not queue.entries()
     assert (run / "queued").exists() == (point == "starting")
+
+
+def test_a_cpu_slot_is_free_when_the_engine_process_has_exited_not_when_it_recorded_its_end(tmp_path):
+    """#83 item 7: an engine that has written run_finished still holds its core for the seconds until it exits
+    (its last writes, the interpreter's exit): the queue counts its slot until the engine's lock is released."""
+    from engine.contract.locks import try_lock
+    from engine.contract.protocol import ENGINE_LOCK
+
+    home = tmp_path / "home"
+    run_dir = make_run(home, "20260101-000000-done00", status="completed")
+    (run_dir / "engine.json").write_text(json.dumps({"pid": 1, "started": time.time()}))
+    (run_dir / "meta.json").write_text(json.dumps({"run_id": run_dir.name, "gpus": "cpu"}))
+    queue = LocalQueue(home)
+    assert queue.usage()[1] == 0  # ended and exited: no slot
+    held = try_lock(run_dir / ENGINE_LOCK)  # the engine process, still alive after its run_finished
+    try:
+        assert RunView.load(run_dir).finished is not None
+        assert queue.usage()[1] >= 1
+    finally:
+        held.close()
+    assert queue.usage()[1] == 0
+
+
+def test_a_queue_entry_that_cannot_start_fails_alone_and_the_queue_goes_on(tmp_path):
+    """#83 item 3: a queued run whose start raises (a device string no machine has) ends failed with its reason; the
+    home's other entries start in the same tick, and later ticks do not raise."""
+    home = tmp_path / "home"
+    bad = make_run(home, "20260101-000000-bad000", status="stopped")
+    good = make_run(home, "20260101-000001-good00", status="stopped")
+    queue = LocalQueue(home)
+    queue.submit(bad, None, pool=["x;touch PWN"])
+    queue.submit(good, GpuChoice(cpu=True))
+    started = []
+
+    def start(run_dir, gpus):
+        if run_dir == bad:
+            raise ValueError("no such device")
+        started.append(run_dir.name)
+        return None
+
+    assert queue.tick(start) == [good.name]
+    assert started == [good.name] and not queue.holds(bad.name) and not (bad / "queued").exists()
+    end = RunView.load(bad).finished
+    assert end["status"] == "failed" and end["error"].startswith("the queue could not start it: ")
+    assert queue.tick(start) == []  # nothing left, nothing raised
