@@ -142,19 +142,18 @@ def this_cpu() -> dict | None:
     """This machine's CPU as a run's provenance records it (model, vendor, the kernel-selecting instruction sets and
     torch's capability level), or None where it cannot be read. torch's capability comes from a child process, so
     that the command line and the app never import torch to ask."""
+    import json
     import subprocess
     import sys
 
-    from engine.provenance import cpu
-
+    # the engine's own record of a CPU (engine.provenance.cpu), asked of a child: the app imports only engine.contract
+    code = ("import json, torch; from engine.provenance import cpu; "
+            "print(json.dumps({'cpu': cpu(), 'determinism': {'cpu_capability': torch.backends.cpu.get_cpu_capability()}}))")
     try:
-        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
-                             capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
-    if out.returncode != 0:
-        return None
-    return {"cpu": cpu(), "determinism": {"cpu_capability": out.stdout.strip()}}
 
 
 def baseline_cpu_check(committed: dict, label: str, pool: list[str], choice: str, warn,
