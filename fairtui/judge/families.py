@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 from fairtui.judge import stats
 from fairtui.judge.compare import CompareError
 
-if TYPE_CHECKING:
-    from fairtui.judge.groups import Group, Pairing
+if TYPE_CHECKING:  # the groups' types by name only: importing fairtui.judge.groups here would make a circle
     from fairtui.runs.runfolder import RunView
 
 FAMILIES = ("table", "all")

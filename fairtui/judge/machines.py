@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from fairtui.runs.provenance import first_session
 
-if TYPE_CHECKING:
-    from fairtui.judge.groups import Group, Pairing
+if TYPE_CHECKING:  # the groups' types by name only: importing fairtui.judge.groups here would make a circle
     from fairtui.runs.runfolder import RunView
 
 
