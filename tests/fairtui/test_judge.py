@@ -255,3 +255,42 @@ def test_a_stranded_queued_run_is_queued_again_not_waited_for(tmp_path):
     runs = campaign.runs()
     assert campaign.state(0, runs) == "stopped"
     assert run_dir.name in campaign.start(0, runs) and queue.holds(run_dir.name)
+
+
+def test_ten_ctrl_c_at_random_moments_end_with_each_seed_trained_once_and_the_uninterrupted_verdict(tmp_path):
+    """#83 item 4: Ctrl-C at ten moments drawn at random (seeded: the same moments on every run of the test, but in
+    any phase the machine's speed puts there: starting, training, a look, the test evaluation), then the same command
+    to the end: every seed has one run of each side, nothing is stranded, and the numbers and verdict are an
+    uninterrupted judgement's (exact resume)."""
+    import random
+
+    method, base = profiles(tmp_path, epochs=4)
+    args = ["judge", str(method), "--baseline", str(base), "--seeds", "0-1"]
+    clean = fairtui_cmd(*args, "--json", home=tmp_path / "clean")
+    assert clean.returncode == 0, clean.stderr
+    home = tmp_path / "home"
+    # the console entry (python -m fairtui, as the fairtui command): a Ctrl-C while it loads ends with 130 too
+    command = [sys.executable, "-m", "fairtui", *args, "--home", str(home)]
+    rng = random.Random(83)
+    for _ in range(10):
+        proc = subprocess.Popen(command, env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(rng.uniform(0.5, 6.0))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=HANG_S)
+        assert proc.returncode in (0, 130), err  # 0: it had ended before the signal
+        assert "Traceback" not in err, err
+    final = fairtui_cmd(*args, "--json", home=home)
+    assert final.returncode == 0, final.stderr
+    runs = judge_runs(home)
+    assert sorted(runs) == [(role, s) for role in ("baseline", "method") for s in range(2)]
+    assert all(len(ids) == 1 for ids in runs.values()), runs  # each seed trained once, in one folder
+    assert not list((home / "runs").glob("*/queued"))  # nothing left stranded
+    a, b = json.loads(clean.stdout), json.loads(final.stdout)
+    assert sorted(b["seeds_landed"]) == [0, 1]
+
+    def numbers(doc):  # each metric's difference by seed, and its verdict
+        return {e["metric"]: (dict(zip(e["seeds"], e["differences"])), e["verdict"])
+                for e in doc["comparison"]["paired"]}
+
+    assert numbers(b) == numbers(a)
