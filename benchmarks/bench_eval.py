@@ -63,7 +63,7 @@ def autoattack_rows(per_class: int) -> list[tuple[str, float]]:
     import torch
 
     from engine.attacks.autoattack import make_autoattack
-    from engine.checkpoint import CheckpointStore
+    from engine.runtime.checkpoint import CheckpointStore
     from engine.contract.profile_io import load_profile
     from engine.data import load_splits
     from engine.models import build_model
@@ -103,9 +103,9 @@ def pgd_rows(images: int) -> list[tuple[str, float, float]]:
     from engine.attacks.suite import AttackSettings, build_attack
     from engine.contract.config import ModelConfig, TrainConfig
     from engine.data.tensors import TensorData
-    from engine.evaluate import predict
+    from engine.evaluation.evaluate import predict
     from engine.models import build_model
-    from engine.utils import make_runtime
+    from engine.runtime.device import make_runtime
 
     rows = []
     for arch, shape, bs in (("small_cnn", (1, 8, 8), 256), ("preact_resnet18", (3, 32, 32), 64)):

@@ -77,10 +77,10 @@ def sync(device) -> None:
 
 def bench_trainer(run_dir: Path, profile):
     """The engine's Trainer of ``profile`` in a scratch run folder, started: (its runtime, the trainer)."""
-    from engine import trainer as trainer_mod
+    from engine.training import trainer as trainer_mod
     from engine.contract.events import EventWriter
-    from engine.progress import Progress
-    from engine.utils import make_runtime
+    from engine.runtime.progress import Progress
+    from engine.runtime.device import make_runtime
 
     rt = make_runtime(profile.train)
     trainer = trainer_mod.Trainer(run_dir, profile, rt, EventWriter(run_dir / "events.jsonl", "bench"),
@@ -110,11 +110,11 @@ def bare_times(profile, epochs: int, compiled: bool) -> list[float]:
     import torch
     import torch.nn.functional as F
 
-    from engine.compiled import compile_model
+    from engine.runtime.compiled import compile_model
     from engine.data import load_splits
     from engine.data.augment import plan_epoch
     from engine.models import build_model
-    from engine.utils import make_runtime
+    from engine.runtime.device import make_runtime
 
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -125,7 +125,7 @@ def bare_times(profile, epochs: int, compiled: bool) -> list[float]:
     model = build_model(profile.model, splits.input_shape, splits.num_classes, splits.mean, splits.std).to(dev)
     if rt.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    # Compiled as the engine compiles (engine/compiled.py): graphs at the training and evaluation batch sizes,
+    # Compiled as the engine compiles (engine/runtime/compiled.py): graphs at the training and evaluation batch sizes,
     # the short last batch eager. A plain torch.compile(model, mode="reduce-overhead") took 52 s an epoch on
     # the first H100 (bf16, at.toml), slower than eager (31 s): no baseline for the engine's 12.5 s.
     mode = "reduce-overhead" if dev.type == "cuda" else "default"

@@ -53,7 +53,7 @@ def main() -> None:
                         help="a configuration of bench_train_step.py (MODEL:WIDTH:fp32|bf16:contig|cl)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from engine.provenance import cpu
+    from engine.runtime.provenance import cpu
 
     cores = os.cpu_count() or 1
     rows = []

@@ -61,7 +61,7 @@ def main() -> None:
         parser.error("--batches and --repeats must be 1 or more, --threads 0 (the default) or more")
     import torch
 
-    from engine.provenance import cpu
+    from engine.runtime.provenance import cpu
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -5,7 +5,7 @@
 Each row is a fresh process, as the engine is started by `fairtui run` and by the tests; the table gives the
 median CPU time (user + system) and wall time over the repeats, and whether the process imported torch._dynamo.
 The tiny run is the tests' profile (tests/conftest.py's TINY: digits, small_cnn, 300 training images, 2 epochs,
-PGD-5), trained once with the engine's SGD on the CPU (engine/optim.py) and once with torch.optim.SGD in its place,
+PGD-5), trained once with the engine's SGD on the CPU (engine/training/optim.py) and once with torch.optim.SGD in its place,
 whose first step imports torch._dynamo. Run it on an otherwise idle machine, one thread per process.
 """
 
@@ -31,8 +31,8 @@ import runpy, sys
 run_dir, optimizer = sys.argv[1], sys.argv[2]
 if optimizer == "torch":
     import torch
-    import engine.trainer
-    engine.trainer.new_sgd = lambda params, device, **hyper: torch.optim.SGD(params, **hyper)
+    import engine.training.trainer
+    engine.training.trainer.new_sgd = lambda params, device, **hyper: torch.optim.SGD(params, **hyper)
 sys.argv = ["engine", "train", run_dir]
 try:
     runpy.run_module("engine", run_name="__main__")

@@ -64,11 +64,11 @@ def make_trainer(arch: str, batches: int, run_dir: Path, width: int | None = Non
                  channels_last: bool = False):
     import torch  # noqa: F401
 
-    from engine import trainer as trainer_mod
+    from engine.training import trainer as trainer_mod
     from engine.contract.profile_io import load_profile
     from engine.contract.events import EventWriter
-    from engine.progress import Progress
-    from engine.utils import make_runtime
+    from engine.runtime.progress import Progress
+    from engine.runtime.device import make_runtime
 
     case = CASES[arch]
     profile_path = run_dir / "p.toml"
@@ -177,7 +177,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.batches, args.repeats, args.threads)))
         return
-    from engine.provenance import cpu
+    from engine.runtime.provenance import cpu
 
     rows = []
     for arch, width, precision, cl in CONFIGS:

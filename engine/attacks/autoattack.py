@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 import torch
 
-from engine.utils import eval_mode, rng_state, set_rng_state
+from engine.runtime.modes import eval_mode
+
+from engine.runtime.seeding import rng_state, set_rng_state
 
 FAST = ["apgd-ce", "apgd-t"]
 

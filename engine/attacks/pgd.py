@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attacks.noise import WHOLE, Draws
-from engine.utils import attack_mode
+from engine.runtime.modes import attack_mode
 
 Tensor = torch.Tensor
 

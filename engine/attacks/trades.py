@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.pgd import as_per_sample, ascent_step, project
-from engine.utils import attack_mode
+from engine.runtime.modes import attack_mode
 
 
 def trades_kl(logits_adv: torch.Tensor, logits_clean: torch.Tensor, form: str = "log_space") -> torch.Tensor:

@@ -100,7 +100,7 @@ class TrainConfig:
     # The fast path on CUDA is the default since it was measured (issue #36, docs/gpus.md): bf16 autocast
     # with channels-last gave the fp32 run's test robust accuracy within the seed spread, 2.3x faster with
     # compilation. "auto": bf16 on CUDA, and on a CPU with bf16 units (AVX512-BF16, AMX) since the CPU's accuracy
-    # check (#57, engine.utils.CPU_AUTO_BF16); fp32 on other CPUs, where bf16 is emulated and slower. "bf16": bf16
+    # check (#57, engine.runtime.device.CPU_AUTO_BF16); fp32 on other CPUs, where bf16 is emulated and slower. "bf16": bf16
     # on any device. Test-split evaluations run in fp32 whatever this is.
     amp: str = field("auto", choices=("auto", "none", "bf16"))
     channels_last: bool = field(True)  # memory layout under bf16 (CUDA's default, the CPU's fast path); else ignored

@@ -84,7 +84,7 @@ class EventWriter:
     def __init__(self, path: str | Path, run_id: str, keep_digest: bool = True):
         self.path = Path(path)
         self.run_id = run_id
-        # called with each event once it is written (the engine's live dashboards: engine.sinks)
+        # called with each event once it is written (the engine's live dashboards: engine.runtime.sinks)
         self.listeners: list[Callable[[dict], None]] = []
         self._fh = open(self.path, "a+b")
         with self._locked():

@@ -20,7 +20,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
 # The one lock for "an engine trains this run folder": taken by whoever starts a training engine (the launcher,
 # before the engine exists, handing the open file down: LOCK_FD_ENV names its descriptor) or by the engine
 # itself when started by hand (`python -m engine train RUN`); held until the engine exits.
-# The `runtime` of run_started and run_resumed for a run in plain fp32, eager (engine.utils.Runtime.options); the
+# The `runtime` of run_started and run_resumed for a run in plain fp32, eager (engine.runtime.device.Runtime.options); the
 # runtime of runs from engines before that field, read from their device text (fairtui.runs.configurations).
 RUNTIME_FP32 = "fp32"
 ENGINE_LOCK = "engine.lock"

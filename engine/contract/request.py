@@ -56,7 +56,7 @@ def scaled_step(own_step: float, own_eps: float, eps: float) -> float:
 @dataclass(frozen=True)
 class EvalRequest:
     """``None`` / 0 mean the profile's own (its attacks, eps, eval batch size and seed; the whole split).
-    ``seed`` seeds the attacks' random draws, batch by batch (engine.evaluate.seeded_draws), and is part
+    ``seed`` seeds the attacks' random draws, batch by batch (engine.evaluation.evaluate.seeded_draws), and is part
     of the result's identity: the same checkpoint, settings and seed give the same numbers."""
 
     attacks: tuple[str, ...] = field(default_factory=tuple)
@@ -82,7 +82,7 @@ class EvalRequest:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise RequestError(name, f"a whole number of at least 0, got {value!r}")
         if self.eps is not None:
-            check_eps(self.eps, None)  # the run's norm bounds it further (engine.eval_run)
+            check_eps(self.eps, None)  # the run's norm bounds it further (engine.entry.eval_run)
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
                                       or not 0 <= self.seed < 2**63):
             raise RequestError("seed", f"a whole number from 0 to 2^63 - 1, got {self.seed!r}")

@@ -12,8 +12,8 @@ shows the same scalars under the same names, at the same steps, with the same re
   ``label`` what it is ("pgd20, eps 0.0314, whole split @ best");
 - ``close(status)``: the session's `run_finished` status, or None when it ended without one.
 
-Two sinks today: W&B, live from the engine (`engine/wandb_log.py`, `train.log_to = ["wandb"]`, under the
-guard of `engine/sinks.py`: a dashboard never fails or changes a run), and TensorBoard, from a run folder
+Two sinks today: W&B, live from the engine (`engine/runtime/wandb_log.py`, `train.log_to = ["wandb"]`, under the
+guard of `engine/runtime/sinks.py`: a dashboard never fails or changes a run), and TensorBoard, from a run folder
 by the app (`fairtui/judge/tbexport.py`, `fairtui export --format tensorboard`). Where a third goes:
 docs/development.md.
 """
@@ -28,8 +28,8 @@ from engine.contract.scalars import epoch_scalars, result_prefix, result_scalars
 
 
 # The live dashboards a profile's `train.log_to` may name: name -> "module:class" of its sink, built by the
-# engine as cls(run_dir, profile) (engine/sinks.py).
-LIVE_SINKS = {"wandb": "engine.wandb_log:WandbSink"}
+# engine as cls(run_dir, profile) (engine/runtime/sinks.py).
+LIVE_SINKS = {"wandb": "engine.runtime.wandb_log:WandbSink"}
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ class MethodContext:
     device: torch.device
     # The validation split, for methods that measure more than the loop does (WAT's TRADES losses).
     val: Any = None  # engine.data.TensorData
-    # This process's place in a multi-process run (engine.distributed.Group); None: one process.
+    # This process's place in a multi-process run (engine.training.distributed.Group); None: one process.
     group: Any = None
     # The module every attack of the method runs (the trainer's attack view: the model, maybe compiled,
     # never DDP); the attacks get it when they are built. None: a method used on its own (tests), whose
@@ -173,7 +173,7 @@ class Method:
 
     def selection_score(self, val: ValResult) -> float:
         """Higher is better: the best checkpoint maximises validation average + worst robust accuracy."""
-        from engine import metrics
+        from engine.runtime import metrics
 
         acc = val.robust_acc_per_class  # a class without validation samples (None) is left out
         return metrics.average(acc) + metrics.worst(acc)
@@ -199,7 +199,7 @@ class Method:
 
     def batch_state(self) -> dict[str, Tensor]:
         """What :meth:`loss` has gathered over the epoch's batches so far (sums for :meth:`end_epoch` or
-        :meth:`measurements`), for a stop inside an epoch (engine.checkpoint's ``partial.pt``): the
+        :meth:`measurements`), for a stop inside an epoch (engine.runtime.checkpoint's ``partial.pt``): the
         resumed epoch restores it after :meth:`start_epoch` and :meth:`prepare_epoch` and continues.
         A method whose loss changes no state of its own (most) has none. A method that gathers
         something per batch and leaves it out resumes a stopped epoch with part of its sums lost."""

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from engine import metrics
+from engine.runtime import metrics
 from engine.attacks.noise import WHOLE, Draws
-from engine.averaging import WeightAverage
+from engine.runtime.averaging import WeightAverage
 from engine.contract.method_params import CFAParams, MethodParams, PGDATParams, TRADESParams
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult
 from engine.methods.standard import FAT, PGDAT, TRADES

@@ -30,7 +30,7 @@ from engine.attacks.trades import TRADESAttack, trades_kl
 from engine.contract.method_params import CSRParams, MethodParams
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample
 from engine.methods.standard import FineTunePhase
-from engine.utils import eval_mode
+from engine.runtime.modes import eval_mode
 
 Tensor = torch.Tensor
 

@@ -37,7 +37,7 @@ from engine.contract.method_params import DAFAParams, MethodParams, PGDATParams,
 from engine.methods.base import Method, MethodContext, StepOutput, ValResult, ce_per_sample, clean_predictions
 from engine.methods.standard import PGDAT, TRADES
 from engine.contract.profile_schema import ProfileError
-from engine.utils import attack_mode
+from engine.runtime.modes import attack_mode
 
 Tensor = torch.Tensor
 log = logging.getLogger("engine")

@@ -147,7 +147,7 @@ class FAAL(FineTunePhase, Method):
         return self.p.finetune_lr * self.p.finetune_gamma ** passed
 
     def selection_score(self, val: ValResult) -> float:
-        from engine import metrics
+        from engine.runtime import metrics
 
         if self.p.select == "worst":
             return metrics.worst(val.robust_acc_per_class)

@@ -128,7 +128,7 @@ def initial_checkpoint(ref: str) -> tuple[dict[str, Any], dict[str, Any] | None]
     SHA-256, and when the file is a run's checkpoint, the run, which checkpoint ("best" or "last": a run folder
     gives its best) and the epoch it holds, so that a comparison can pair the fine-tune with the very checkpoint
     it started from (fairtui.judge.groups)."""
-    from engine.checkpoint import CheckpointError, load_checkpoint, sha256_of
+    from engine.runtime.checkpoint import CheckpointError, load_checkpoint, sha256_of
 
     try:
         path = resolve_init_checkpoint(ref)
@@ -151,7 +151,7 @@ def load_initial_weights(model: torch.nn.Module, ref: str, device: torch.device,
     """The fine-tuned methods' (FRL, FAAL) starting weights: ``init_from``'s checkpoint (or its ``state``, read
     already by :func:`initial_checkpoint`) into ``model``. A checkpoint of another architecture is a ProfileError
     naming the key, not a traceback."""
-    from engine.checkpoint import CheckpointError, load_checkpoint
+    from engine.runtime.checkpoint import CheckpointError, load_checkpoint
 
     try:
         if state is None:

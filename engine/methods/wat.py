@@ -20,7 +20,7 @@ from engine.attacks.noise import WHOLE, Draws
 from engine.contract.method_params import MethodParams, WATParams
 from engine.methods.base import MethodContext, StepOutput, ValResult, ce_per_sample
 from engine.methods.standard import TRADES
-from engine.utils import eval_mode
+from engine.runtime.modes import eval_mode
 
 Tensor = torch.Tensor
 

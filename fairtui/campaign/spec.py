@@ -146,8 +146,8 @@ def this_cpu() -> dict | None:
     import subprocess
     import sys
 
-    # the engine's own record of a CPU (engine.provenance.cpu), asked of a child: the app imports only engine.contract
-    code = ("import json, torch; from engine.provenance import cpu; "
+    # the engine's own record of a CPU (engine.runtime.provenance.cpu), asked of a child: the app imports only engine.contract
+    code = ("import json, torch; from engine.runtime.provenance import cpu; "
             "print(json.dumps({'cpu': cpu(), 'determinism': {'cpu_capability': torch.backends.cpu.get_cpu_capability()}}))")
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

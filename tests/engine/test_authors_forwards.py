@@ -27,7 +27,7 @@ def ctx3(params) -> MethodContext:
 
 def ours_step(method, model, x, y, seed):
     """The trainer's batch: the method's loss, one SGD step, and the train-mode clean forward after it
-    when the method asks for one (engine/trainer.py, train_epoch)."""
+    when the method asks for one (engine/training/trainer.py, train_epoch)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model.train()
     torch.manual_seed(seed)

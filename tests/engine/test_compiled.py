@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from engine.attacks.pgd import PGD
-from engine.compiled import ShapeStableModel, compile_model
+from engine.runtime.compiled import ShapeStableModel, compile_model
 from engine.contract.config import TrainConfig
 from engine.models import SmallCNN
-from engine.utils import make_runtime
+from engine.runtime.device import make_runtime
 
 from tests.conftest import events_of, make_run_dir, run_engine
 

@@ -113,7 +113,7 @@ def test_a_milestone_after_the_last_epoch_is_a_warning_not_an_error(tiny_profile
 def test_percent_milestones_are_the_cfa_authors_rule(tiny_profile, epochs, expected):
     """"p%" is the first epoch e with (e - 1) / epochs >= p: the lr drops after epoch ceil(p * epochs)."""
     from engine.contract.profile_io import load_profile
-    from engine.trainer import lr_at
+    from engine.training.trainer import lr_at
 
     p = load_profile(tiny_profile(), [f"train.epochs={epochs}", 'train.milestones=["50%", "75%"]'])
     assert p.train.milestones == expected

@@ -47,7 +47,7 @@ def test_the_attack_grammar():
 def test_the_engine_takes_an_l2_eps_above_1_and_refuses_it_for_linf(tmp_path):
     from engine.contract.config import Profile
     from engine.contract.profile_io import dumps_profile, load_run_profile
-    from engine.eval_run import EvalRequestError, check_request
+    from engine.entry.eval_run import EvalRequestError, check_request
 
     for norm, ok in (("l2", True), ("linf", False)):
         run = tmp_path / norm

@@ -1,4 +1,4 @@
-"""A CPU run started while other processes keep the cores busy says so, with the fix (engine.cpuload);
+"""A CPU run started while other processes keep the cores busy says so, with the fix (engine.runtime.cpuload);
 the measure is /proc's tick counts, checked here on hand-computed numbers."""
 
 import subprocess
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from engine.cpuload import busy_warning, machine_ticks, others_busy, own_ticks
+from engine.runtime.cpuload import busy_warning, machine_ticks, others_busy, own_ticks
 from tests.conftest import HANG_S, ROOT, engine_env, make_run_dir
 
 STAT = "cpu  100 5 20 300 10 1 2 7 50 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 1 2\n"
@@ -22,7 +22,7 @@ def test_the_ticks_are_read_as_proc_says():
 
 def test_only_the_cores_this_process_may_run_on_are_counted(monkeypatch):
     """Under an affinity mask (taskset, a Slurm job's cpuset) the other cores' work shares nothing with the run."""
-    import engine.cpuload as cpuload
+    import engine.runtime.cpuload as cpuload
 
     stat = ("cpu  30 0 10 60 0 0 0 0 0 0\n"
             "cpu0 25 0 5 10 0 0 0 0 0 0\n"  # kept busy by another job: 30 of 40 ticks

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.contract.atomic import DiskFull, atomic_write
-from engine.utils import atomic_torch_save
+from engine.runtime.checkpoint import atomic_torch_save
 
 Usage = namedtuple("Usage", "total used free")
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from engine.attacks.noise import WHOLE
-from engine.distributed import Group, fingerprint
+from engine.training.distributed import Group, fingerprint
 from engine.contract.events import read_events
 from tests.conftest import HANG_S, ROOT, engine_env, free_port, make_run_dir, set_epochs
 
@@ -112,8 +112,8 @@ def test_fingerprints_tell_equal_state_from_changed_or_permuted_state():
 COLLECTIVES = textwrap.dedent("""
     import json, os, sys
     import torch
-    from engine.distributed import Group, RankMismatch
-    from engine.sync_bn import GroupBatchNorm, convert_sync_bn
+    from engine.training.distributed import Group, RankMismatch
+    from engine.training.sync_bn import GroupBatchNorm, convert_sync_bn
     g = Group.from_env()
     g.init(torch.device("cpu"), 60)
     out = {}

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from engine import utils
+from engine.runtime import device as utils
 from tests.conftest import TINY, make_run_dir, train_tiny
 
 
@@ -29,9 +29,9 @@ def bf16_cpu() -> utils.Runtime:
 
 def test_the_final_evaluation_runs_in_fp32_after_bf16_training(tmp_path, monkeypatch):
     from engine.contract.events import EventWriter
-    from engine.final_eval import final_evaluation
-    from engine.progress import Progress
-    from engine.trainer import Trainer
+    from engine.training.final_eval import final_evaluation
+    from engine.runtime.progress import Progress
+    from engine.training.trainer import Trainer
     from engine.contract.profile_io import load_profile
 
     profile_path = tmp_path / "tiny.toml"
@@ -50,7 +50,8 @@ def test_the_final_evaluation_runs_in_fp32_after_bf16_training(tmp_path, monkeyp
 
 
 def test_fairtui_eval_runs_in_fp32_whatever_the_profile_asks(tmp_path, monkeypatch):
-    from engine import eval_run, process
+    from engine.entry import eval_run
+    from engine.training import process
 
     run_dir = train_tiny(tmp_path)
     monkeypatch.setattr(process.StopFlag, "install", lambda self: None)

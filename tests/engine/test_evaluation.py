@@ -11,8 +11,8 @@ from engine.attacks.autoattack import AutoAttackAdapter, make_autoattack
 from engine.attacks.suite import AttackSettings
 from engine.data import load_splits
 from engine.contract.config import DataConfig
-from engine.evaluate import per_class_result, predict
-from engine.utils import make_runtime
+from engine.evaluation.evaluate import per_class_result, predict
+from engine.runtime.device import make_runtime
 from engine.contract.config import TrainConfig
 from tests.conftest import events_of, train_tiny
 
@@ -62,7 +62,8 @@ def trained_run(tmp_path_factory):
 
 
 def test_interrupted_evaluation_continues_from_its_finished_batches(trained_run, monkeypatch):
-    from engine import eval_run, process
+    from engine.entry import eval_run
+    from engine.training import process
     from engine.attacks import pgd
 
     monkeypatch.setattr(process.StopFlag, "install", lambda self: None)
@@ -97,7 +98,8 @@ def test_a_stop_inside_one_autoattack_batch_comes_within_a_forward_pass(trained_
     busy machine. The stop now comes between forward passes inside it: a stop asked for after the attack's 30th
     forward pass ends the evaluation at the 31st (exit 130), no result recorded, nothing left hooked; the run's
     other results are kept, and a rerun evaluates it whole."""
-    from engine import eval_run, process
+    from engine.entry import eval_run
+    from engine.training import process
 
     monkeypatch.setattr(process.StopFlag, "install", lambda self: None)
     passes = {"n": 0, "stop_at": 30}
@@ -127,7 +129,7 @@ def test_a_stop_inside_one_autoattack_batch_comes_within_a_forward_pass(trained_
 
 
 def test_bad_requests_exit_2_naming_what_exists(trained_run, capsys):
-    from engine import eval_run
+    from engine.entry import eval_run
 
     assert eval_run.evaluate_run(trained_run, {"attacks": ["deepfool"]}) == 2
     assert "unknown attack 'deepfool'" in capsys.readouterr().err
@@ -149,7 +151,7 @@ def test_fairtui_eval_json_and_subset(trained_run, tmp_path):
     fgsm = next(r for r in doc["results"] if r["attack"] == "fgsm")
     assert fgsm["n_per_class"] == 3 and fgsm["checkpoint"] == "best"
     from engine.contract.events import read_events
-    from engine.provenance import cpu
+    from engine.runtime.provenance import cpu
 
     stored = [e for e in read_events(trained_run / "events.jsonl")[0] if e["type"] == "eval_result"
               and e["attack"] == "fgsm" and e["n_per_class"] == 3]  # a later evaluation records its own setup
@@ -261,7 +263,7 @@ def test_an_evaluation_gives_the_same_numbers_whatever_ran_before_it(attack):
 
 
 def test_fairtui_eval_twice_gives_the_same_per_class_numbers(trained_run):
-    from engine import eval_run
+    from engine.entry import eval_run
 
     request = {"attacks": ["pgd7"], "checkpoint": "best", "split": "test", "batch_size": 30, "force": True}
     torch.manual_seed(1)
@@ -276,7 +278,7 @@ def test_fairtui_eval_twice_gives_the_same_per_class_numbers(trained_run):
 def test_the_request_seed_is_the_result_identity_and_its_draws(trained_run):
     """A request's seed seeds the draws and is recorded: two seeds are two results (neither the headline
     one); the run's own seed, given or not, is the same result."""
-    from engine import eval_run
+    from engine.entry import eval_run
     from engine.contract.results import is_headline, same_setting
 
     base = {"attacks": ["pgd20"], "checkpoint": "best", "split": "test", "force": True}  # the profile's own

@@ -1,4 +1,4 @@
-"""engine.supervisor is a thin wrapper around torch.distributed's launcher (elastic_launch). What the
+"""engine.entry.supervisor is a thin wrapper around torch.distributed's launcher (elastic_launch). What the
 wrapper adds must hold: the ranks die with it, engine.json names them, and a failed run names the rank
 that caused it (its own error first, from its failure file or the launcher's error file, else the rank
 the launcher saw die, with its pid and signal)."""
@@ -27,7 +27,7 @@ def failure(rank: int, pid: int, exitcode: int, when: float, error_file: str = "
 
 
 def test_the_reason_is_a_ranks_own_error_then_the_rank_the_launcher_saw_die():
-    from engine.supervisor import reason
+    from engine.entry.supervisor import reason
 
     killed = failure(1, 4242, -signal.SIGKILL, 10.0)
     collective = failure(0, 4241, 1, 9.0)  # rank 0 saw its peer go first, and said so in its file
@@ -41,7 +41,7 @@ def test_the_reason_is_a_ranks_own_error_then_the_rank_the_launcher_saw_die():
 
 
 def test_a_ranks_own_exception_reaches_the_launchers_error_file(tmp_path, monkeypatch):
-    from engine.process import _told_to_launcher
+    from engine.training.process import _told_to_launcher
 
     error_file = tmp_path / "error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
@@ -53,7 +53,7 @@ def test_a_ranks_own_exception_reaches_the_launchers_error_file(tmp_path, monkey
         _told_to_launcher(body)()
     told = failure(1, 99, 1, 5.0, str(error_file))
     assert told.message["message"] == "ValueError: the profile names no such data set"
-    from engine.supervisor import reason
+    from engine.entry.supervisor import reason
 
     assert reason({1: told, 0: failure(0, 98, -signal.SIGKILL, 1.0)}, {}) == \
         "rank 1: ValueError: the profile names no such data set"
@@ -93,7 +93,7 @@ def test_the_launch_config_takes_only_the_keys_this_torch_has(tmp_path, monkeypa
 
     import torch.distributed.launcher.api as api
 
-    from engine import supervisor
+    from engine.entry import supervisor
 
     current = {f.name for f in dataclasses.fields(api.LaunchConfig)}
     Older = dataclasses.make_dataclass("Older", [(f.name, f.type, f) for f in dataclasses.fields(api.LaunchConfig)
@@ -108,7 +108,7 @@ def test_the_launch_config_takes_only_the_keys_this_torch_has(tmp_path, monkeypa
 
 
 def test_two_processes_on_one_gpu_are_refused(monkeypatch):
-    from engine.supervisor import visible_devices
+    from engine.entry.supervisor import visible_devices
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,0")
     with pytest.raises(ValueError, match="GPU 0 to several"):

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from engine import metrics
-from engine.evaluate import confusion_matrix, per_class_result
+from engine.runtime import metrics
+from engine.evaluation.evaluate import confusion_matrix, per_class_result
 
 
 def test_rho_reproduces_wat_table_1():
@@ -61,7 +61,7 @@ def test_empty_class_is_none_not_zero():
 
 
 def test_cvc_by_hand():
-    from engine.evaluate import class_means, confidence_variance
+    from engine.evaluation.evaluate import class_means, confidence_variance
 
     # softmax([0, 0]) = [0.5, 0.5]: variance 0; softmax([ln 3, 0]) = [0.75, 0.25]: variance 0.0625
     logits = torch.tensor([[0.0, 0.0], [1.0986123, 0.0], [1.0986123, 0.0]])

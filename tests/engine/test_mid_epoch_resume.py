@@ -18,7 +18,7 @@ from tests.conftest import HANG_S, ROOT, engine_env, events_of, make_run_dir, ru
 
 STOPPER = """
 import runpy, sys
-import engine.trainer as t
+import engine.training.trainer as t
 
 epoch, phase, after = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 sys.argv = ["engine", "train", sys.argv[4]]

@@ -66,13 +66,13 @@ def test_the_cpu_trains_in_bf16_when_asked_or_by_auto_where_it_has_bf16_units(mo
     it anywhere; "auto" takes it only on a CPU with bf16 units (AVX512-BF16 or AMX, the flags faked both ways),
     since the accuracy check found it within the seed spread there (experiments/results/cifar10-cpu-precision/README.md);
     "none" is fp32 everywhere."""
-    from engine import utils
+    from engine.runtime import device as utils
     from engine.contract.config import TrainConfig
-    from engine.utils import cpu_precision, make_runtime
+    from engine.runtime.device import cpu_precision, make_runtime
 
     fast = make_runtime(TrainConfig(device="cpu", amp="bf16", channels_last=True))
     assert fast.autocast_dtype == torch.bfloat16 and fast.channels_last
-    from engine.utils import cpu_text
+    from engine.runtime.device import cpu_text
 
     assert fast.describe() == f"{cpu_text()}; autocast bfloat16, channels-last"
     threads, cores = torch.get_num_threads(), os.cpu_count()
@@ -100,7 +100,7 @@ def test_the_cpu_trains_in_bf16_when_asked_or_by_auto_where_it_has_bf16_units(mo
 
 def test_cuda_request_without_a_gpu_is_a_clear_error(monkeypatch):
     from engine.contract.config import TrainConfig
-    from engine.utils import make_runtime
+    from engine.runtime.device import make_runtime
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="no CUDA device is visible"):
@@ -109,7 +109,7 @@ def test_cuda_request_without_a_gpu_is_a_clear_error(monkeypatch):
 
 def test_auto_device_picks_cuda_when_the_inventory_has_one(monkeypatch):
     from engine.contract.config import TrainConfig
-    from engine.utils import make_runtime
+    from engine.runtime.device import make_runtime
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     rt = make_runtime(TrainConfig(device="auto", amp="bf16", channels_last=True))
@@ -121,9 +121,9 @@ def test_the_defaults_are_the_fast_path_on_cuda_and_eager_on_the_cpu(monkeypatch
     """Issue #36's measurement made bf16 + channels-last + compile the CUDA default; the CPU stays eager (bf16
     only where it has the units, #57; fp32 here, the units faked away), and a DDP run stays eager (compiled DDP
     has not run on a GPU)."""
-    from engine import utils
+    from engine.runtime import device as utils
     from engine.contract.config import TrainConfig
-    from engine.utils import make_runtime
+    from engine.runtime.device import make_runtime
 
     monkeypatch.setattr(utils, "cpu_has_bf16", lambda flags=None: False)
     cpu = make_runtime(TrainConfig(device="cpu"))
@@ -160,13 +160,13 @@ def test_resnet_base_width_sets_the_stages_channels(arch):
 
 def test_the_profiles_of_committed_cpu_results_pin_fp32_now_that_auto_picks_bf16_where_it_can():
     """The CPU-scale CIFAR-10 rows and the digits tables (and their tuning studies) trained in fp32 with "auto"
-    (amp unset). Since "auto" picks bf16 on CPUs that have the units (engine.utils.CPU_AUTO_BF16, #57), every
+    (amp unset). Since "auto" picks bf16 on CPUs that have the units (engine.runtime.device.CPU_AUTO_BF16, #57), every
     profile behind committed CPU results pins train.amp = "none", so that a new seed of a row matches its old
     ones in arithmetic on any CPU."""
     import tomllib
     from pathlib import Path
 
-    from engine import utils
+    from engine.runtime import device as utils
 
     root = Path(__file__).resolve().parents[2] / "profiles"
     profiles = sorted(root.glob("cifar10-cpu-*.toml")) + sorted(root.glob("digits-*.toml"))

@@ -108,7 +108,7 @@ def test_a_node_whose_rank_dies_fails_the_run_and_it_resumes_on_one_node(tmp_pat
 def test_rank_zero_names_the_peer_that_failed_from_the_run_folder(tmp_path):
     """What rank 0 under torchrun says when a collective failed: a peer's own error first, else the
     peers that left nothing (with their pid and host), else what it saw itself."""
-    from engine.process import peer_failure, write_failure
+    from engine.training.process import peer_failure, write_failure
 
     members = [{"rank": r, "pid": 100 + r, "host": f"node{r}"} for r in range(4)]
     seen = "PeerLost: all-reduce failed: Connection closed by peer"

@@ -1,4 +1,4 @@
-"""engine.optim.SGD: the same weights as torch.optim.SGD on the CPU, bit for bit, and the same checkpoint layout."""
+"""engine.training.optim.SGD: the same weights as torch.optim.SGD on the CPU, bit for bit, and the same checkpoint layout."""
 
 import copy
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.optim import SGD, new_sgd
+from engine.training.optim import SGD, new_sgd
 from tests.conftest import HANG_S, ROOT, TINY, engine_env, make_run_dir
 
 CONFIGS = [
@@ -109,7 +109,7 @@ def test_the_cpu_gets_this_sgd_and_other_devices_torch_s():
 
 
 def test_a_cpu_training_run_does_not_import_torch_dynamo(tmp_path):
-    """What engine.optim is for: importing torch._dynamo is about half of a small CPU run's start-up."""
+    """What engine.training.optim is for: importing torch._dynamo is about half of a small CPU run's start-up."""
     (tmp_path / "tiny.toml").write_text(TINY)
     run_dir = make_run_dir(tmp_path, tmp_path / "tiny.toml", overrides=("train.epochs=1",))
     probe = ("import runpy, sys\nsys.argv = ['engine', 'train', sys.argv[1]]\ntry:\n"

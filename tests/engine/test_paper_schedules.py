@@ -1,7 +1,7 @@
 """Every shipped paper profile trains at its authors' learning rate in every epoch. Each authors' schedule is written
 out by hand below, as their code computes it and with the epoch it is called with, so that an off-by-one in a
 profile's milestones (fairtui lowers the rate *after* epoch m) cannot pass. The engine's rate is the trainer's:
-the profile's schedule (engine.trainer.lr_at), then the method's own (Method.lr_for: FRL, FAAL, CSR)."""
+the profile's schedule (engine.training.trainer.lr_at), then the method's own (Method.lr_for: FRL, FAAL, CSR)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from engine.contract.profile_io import load_profile
 from engine.methods import build_method
 from engine.methods.base import MethodContext
-from engine.trainer import lr_at
+from engine.training.trainer import lr_at
 from tests.conftest import ROOT
 
 

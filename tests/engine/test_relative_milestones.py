@@ -5,7 +5,7 @@ import pytest
 
 from engine.contract.profile_io import load_profile
 from engine.contract.profile_schema import ProfileError
-from engine.trainer import lr_at
+from engine.training.trainer import lr_at
 from tests.conftest import ROOT
 
 

@@ -41,7 +41,7 @@ def test_every_run_records_its_thread_count_switches_cpu_and_data(tmp_path):
     det = started["provenance"]["determinism"]
     assert det["threads"] == 2 and det["deterministic_algorithms"] is False
     assert {"interop_threads", "cpu_count", "cpu_capability", "cudnn_deterministic", "env"} <= set(det)
-    from engine.provenance import KERNEL_FLAGS, cpu
+    from engine.runtime.provenance import KERNEL_FLAGS, cpu
 
     assert started["provenance"]["cpu"] == cpu() and set(cpu()["flags"]) <= set(KERNEL_FLAGS)
     # the data's fingerprint is the splits' own: the same profile's splits, loaded again, hash the same
@@ -75,7 +75,7 @@ def test_the_data_fingerprint_moves_with_one_pixel_or_one_label():
 
 
 def test_the_cpu_record_reads_model_and_kernel_flags_from_cpuinfo():
-    from engine.provenance import cpu
+    from engine.runtime.provenance import cpu
 
     info = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
             "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu sse avx2 fma avx512f avx512_bf16 "

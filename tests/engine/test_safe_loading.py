@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from engine.checkpoint import CheckpointError, load_checkpoint
+from engine.runtime.checkpoint import CheckpointError, load_checkpoint
 from tests.conftest import events_of, fairtui_cmd, make_run_dir, run_engine, train_tiny
 
 

@@ -56,7 +56,7 @@ def stub_attacks(method, named):
 
 
 def one_step(params, epoch=1, epochs=3, prepare=None):
-    """The trainer's batch (engine/trainer.py, train_epoch): the loss, one SGD step, and a train-mode clean
+    """The trainer's batch (engine/training/trainer.py, train_epoch): the loss, one SGD step, and a train-mode clean
     forward after it when the loss asks for one. Returns the train-mode forwards by name."""
     x, y, named = batch()
     profile = Profile(attack=AttackConfig(eps=0.1, step=0.03, steps=2), train=TrainConfig(epochs=epochs),

@@ -161,7 +161,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_profile
         for key in weights:
             assert torch.equal(weights[key], sb["averaged"][name][key]), (name, key)
     # the names a reader lists without torch are the ones the checkpoint has
-    from engine.checkpoint import CheckpointStore
+    from engine.runtime.checkpoint import CheckpointStore
     from fairtui.runs.runfolder import RunView
 
     assert RunView.load(killed).checkpoint_names() == CheckpointStore(killed / "checkpoints").available()
@@ -185,7 +185,7 @@ def test_sigint_stops_cleanly_and_keeps_the_checkpoint(tmp_path, tiny_profile):
 def test_a_repeated_sigterm_is_one_stop_request_and_a_second_ctrl_c_leaves_now():
     """Slurm's scancel reaches a rank directly and again through its launcher: the second SIGTERM must
     not turn the stop at the next batch (the same batch on every rank) into leaving at once."""
-    from engine.process import StopFlag
+    from engine.training.process import StopFlag
 
     saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
@@ -202,12 +202,12 @@ def test_a_repeated_sigterm_is_one_stop_request_and_a_second_ctrl_c_leaves_now()
 
 
 def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, tiny_profile, monkeypatch):
-    from engine import trainer as trainer_mod
+    from engine.training import trainer as trainer_mod
     from engine.contract.profile_io import load_profile
     from engine.contract.events import EventWriter
-    from engine.progress import Progress
-    from engine.process import guarded
-    from engine.utils import make_runtime
+    from engine.runtime.progress import Progress
+    from engine.training.process import guarded
+    from engine.runtime.device import make_runtime
 
     run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=("train.epochs=3",))
     profile = load_profile(run_dir / "profile.toml")
@@ -277,7 +277,7 @@ def test_one_lock_whoever_starts_the_engine(tmp_path, tiny_profile, monkeypatch)
 
 def test_lr_schedules():
     from engine.contract.config import Profile, TrainConfig
-    from engine.trainer import lr_at
+    from engine.training.trainer import lr_at
 
     p = Profile(train=TrainConfig(lr=0.1, epochs=200, milestones=(100, 150)))
     assert [lr_at(e, p) for e in (1, 100, 101, 150, 151)] == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])
@@ -289,12 +289,12 @@ def test_lr_schedules():
 def test_frl_best_checkpoint_never_comes_from_its_pretraining(tmp_path, tiny_profile, monkeypatch):
     """An FRL run whose pre-training epoch has the best validation score: `best.pt` is still an FRL epoch
     (neither FRL's paper nor its code selects across pre-training)."""
-    from engine import trainer as trainer_mod
+    from engine.training import trainer as trainer_mod
     from engine.contract.profile_io import load_profile
     from engine.contract.events import EventWriter
     from engine.methods.frl import FRL
-    from engine.progress import Progress
-    from engine.utils import make_runtime
+    from engine.runtime.progress import Progress
+    from engine.runtime.device import make_runtime
 
     run_dir = make_run_dir(tmp_path, tiny_profile(), overrides=(
         'method.name="frl"', "method.pretrain_epochs=2", "train.epochs=4", "method.finetune_lr=0.01"))

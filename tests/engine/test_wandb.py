@@ -95,8 +95,8 @@ class Mirrored:
     """The engine's wiring in small: each event recorded first, then handed to W&B's live mirror."""
 
     def __init__(self, run_dir, profile):
-        from engine.sinks import LiveMirror
-        from engine.wandb_log import WandbSink
+        from engine.runtime.sinks import LiveMirror
+        from engine.runtime.wandb_log import WandbSink
 
         self.run_dir, self.emitted, self.closed = run_dir, [], False
         self.events = self

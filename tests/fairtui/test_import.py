@@ -188,7 +188,7 @@ RB_MODEL = "Wong2020Fast"
 def robustbench_zoo():
     """The robustbench package's zoo, or skip (it is an optional extra: fairtui[robustbench])."""
     try:
-        from engine.imported import robustbench_entry
+        from engine.entry.imported import robustbench_entry
 
         # Wong et al.'s PreActResNet-18 (11 M parameters): the import path is the same for every entry, and
         # the Standard WideResNet-28-10 (36 M) takes three times as long to build, save and load
@@ -252,7 +252,7 @@ def test_the_authors_layer_layout_of_preact_resnet18_imports(tmp_path):
     theirs = {authors_name(k): v for k, v in ours[1].state_dict().items()}
     assert any(k.startswith("layer4.1.") for k in theirs) and "bn.weight" in theirs
     torch.save(theirs, tmp_path / "cfa.pt")
-    from engine.imported import from_layer_layout, load_strict
+    from engine.entry.imported import from_layer_layout, load_strict
 
     fresh = build_model(ModelConfig(arch="preact_resnet18"), (3, 32, 32), 10, (0.5,) * 3, (0.25,) * 3).eval()
     load_strict(fresh[1], from_layer_layout(theirs, "preact_resnet18"), "preact_resnet18", 10)
@@ -280,7 +280,7 @@ def test_the_layer_layout_of_resnet18_maps_logit_for_logit():
     """WAT's ResNet18 (models/resnet.py): layer1.0 ... layer4.1, shortcut Sequential(conv, bn) as fairtui's."""
     import re
 
-    from engine.imported import from_layer_layout, load_strict
+    from engine.entry.imported import from_layer_layout, load_strict
     from engine.models import build_model
 
     torch.manual_seed(1)

@@ -32,7 +32,7 @@ def test_a_state_dict_larger_than_any_model_is_refused_before_it_is_read(tmp_pat
     monkeypatch.setattr(hashlib, "sha256", lambda: pytest.fail("the file was hashed before its size was checked"))
     with pytest.raises(typer.Exit):
         _source_file("state_dict", str(big), "models", "digits", "Linf")
-    from engine.imported import ImportFailed, read_state_dict  # and the engine's own check says the same
+    from engine.entry.imported import ImportFailed, read_state_dict  # and the engine's own check says the same
 
     with pytest.raises(ImportFailed, match="refused before reading it"):
         read_state_dict(big)

@@ -7,10 +7,11 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
-from engine import metrics
+from engine.runtime import metrics
 from engine.attacks.noise import WHOLE, Draws
 from engine.data import TensorData
-from engine.utils import Runtime, eval_mode
+from engine.runtime.device import Runtime
+from engine.runtime.modes import eval_mode
 
 ProgressFn = Callable[[int, int], None]
 
@@ -44,7 +45,7 @@ def seeded_draws(seed: int, batch: int, device: torch.device) -> Iterator[None]:
 
 
 class BatchCache(Protocol):
-    """Finished batches kept somewhere (engine.eval_run.PredictionCache: on disk), so that an interrupted
+    """Finished batches kept somewhere (engine.entry.eval_run.PredictionCache: on disk), so that an interrupted
     prediction continues from them: batch index -> (clean, adversarial, confidence variance), on the CPU."""
 
     batches: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]

@@ -2,7 +2,7 @@
 
 A run with N > 1 processes (``fairtui run ... --gpus 0,1``, or ``python -m engine
 train RUN --nproc 2``) is started by torch.distributed's own launcher (what ``torchrun``
-runs; :mod:`engine.supervisor` wraps it for the run folder), and a run across nodes by
+runs; :mod:`engine.entry.supervisor` wraps it for the run folder), and a run across nodes by
 ``torchrun`` itself: N ranks of ``python -m engine train RUN`` with ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` in their
 environment. NCCL on CUDA (one GPU per rank), gloo on the CPU. The ranks keep the
@@ -26,7 +26,7 @@ single-process semantics where they must:
 
 ``train.sync_bn`` turns BatchNorm into statistics over the whole global batch:
 PyTorch's SyncBatchNorm on CUDA, and on the CPU (gloo, where SyncBatchNorm
-does not run) :class:`engine.sync_bn.GroupBatchNorm`, the same computation with a
+does not run) :class:`engine.training.sync_bn.GroupBatchNorm`, the same computation with a
 differentiable all-reduce.
 """
 
@@ -44,11 +44,11 @@ from torch import nn
 
 from engine.attacks.noise import Draws
 
-ENV_SUPERVISED = "FAIRTUI_SUPERVISED"  # the pid of engine.supervisor, in its ranks' environment
+ENV_SUPERVISED = "FAIRTUI_SUPERVISED"  # the pid of engine.entry.supervisor, in its ranks' environment
 
 
 def die_with_supervisor() -> None:
-    """In a rank started by engine.supervisor: be killed (SIGKILL) when the supervisor dies (Linux
+    """In a rank started by engine.entry.supervisor: be killed (SIGKILL) when the supervisor dies (Linux
     PR_SET_PDEATHSIG), and end now if it already has. A killed supervisor never leaves ranks training
     unwatched; torch's launcher does not ask for this."""
     parent = int(os.environ.get(ENV_SUPERVISED, "0") or 0)
@@ -129,7 +129,7 @@ class Group:
     def close(self) -> None:
         """Leave the group together: a barrier, so that no rank tears its groups down while a peer is
         still in the run's last collective, then each rank destroys its groups (the process itself ends
-        with engine.process.exit_now)."""
+        with engine.training.process.exit_now)."""
         if self.active and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.barrier()
@@ -192,7 +192,7 @@ class Group:
     def prepare_model(self, model: nn.Module, device: torch.device, sync_bn: bool) -> tuple[nn.Module, bool]:
         """``model`` with its BatchNorm synchronised across ranks when the profile asks for it and there
         is a group and a BatchNorm (SyncBatchNorm on CUDA, GroupBatchNorm on the CPU); whether it is."""
-        from engine.sync_bn import convert_sync_bn, has_batchnorm
+        from engine.training.sync_bn import convert_sync_bn, has_batchnorm
 
         if not (sync_bn and self.active and has_batchnorm(model)):
             return model, False
@@ -222,7 +222,7 @@ class Group:
         if not self.is_main:
             return NoEvents(), NoProgress()
         from engine.contract.events import EventWriter
-        from engine.progress import Progress
+        from engine.runtime.progress import Progress
 
         return EventWriter(run_dir / "events.jsonl", run_dir.name), Progress(run_dir / "progress.json")
 

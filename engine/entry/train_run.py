@@ -11,7 +11,7 @@ from typing import Any
 from engine.contract.config import profile_warnings
 from engine.contract.profile_io import load_run_profile
 from engine.contract.protocol import clear_end
-from engine.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, clear_failures, exit_now,
+from engine.training.process import (EXIT_USAGE, STOP_MARKER, StopFlag, acquire_lock, add_ranks, clear_failures, exit_now,
                             guarded, setup_logging, write_process_file)
 from engine.contract.profile_schema import ProfileError
 
@@ -20,8 +20,8 @@ log = logging.getLogger("engine")
 
 def train(run_dir: Path, nproc: int = 1) -> int:
     """Train ``run_dir`` in this process, as one rank of a group, or (``nproc`` > 1 and no group yet) under
-    the supervisor. Which process does what is :class:`engine.distributed.Group`'s to say."""
-    from engine.distributed import Group, die_with_supervisor
+    the supervisor. Which process does what is :class:`engine.training.distributed.Group`'s to say."""
+    from engine.training.distributed import Group, die_with_supervisor
 
     group = Group.from_env()
     if group.supervised:
@@ -31,7 +31,7 @@ def train(run_dir: Path, nproc: int = 1) -> int:
     if profile is None:
         return EXIT_USAGE
     if nproc > 1 and not group.active:
-        from engine.supervisor import supervise
+        from engine.entry.supervisor import supervise
 
         return supervise(run_dir, nproc)
     stop = StopFlag(run_dir)
@@ -46,8 +46,8 @@ def train(run_dir: Path, nproc: int = 1) -> int:
         clear_failures(run_dir)  # an earlier attempt's: the ranks' failure files name this one's
     events, progress = group.writers(run_dir)
     mirrors: list = []
-    if group.is_main and profile.train.log_to:  # dashboards: each event, once written, handed on (engine.sinks)
-        from engine.sinks import live_mirrors
+    if group.is_main and profile.train.log_to:  # dashboards: each event, once written, handed on (engine.runtime.sinks)
+        from engine.runtime.sinks import live_mirrors
 
         mirrors = live_mirrors(run_dir, profile)
         events.listeners.extend(mirrors)
@@ -69,7 +69,7 @@ def _stopped_before_training(run_dir: Path, stop: Any) -> int:
     run is recorded stopped beside its stream (engine.contract.protocol.record_end), and the next resume starts
     clean. Exit 130, as any stop."""
     from engine.contract.protocol import record_end
-    from engine.process import EXIT_STOPPED
+    from engine.training.process import EXIT_STOPPED
 
     started = (run_dir / "events.jsonl").exists() and (run_dir / "events.jsonl").stat().st_size > 0
     record_end(run_dir, "stopped", "stopped before training " + ("resumed" if started else "began")
@@ -113,13 +113,13 @@ def _take_folder(run_dir: Path) -> Any:
 
 
 def _fit(run_dir: Path, profile: Any, group: Any, events: Any, progress: Any, stop: Any) -> None:
-    from engine.final_eval import final_evaluation
-    from engine.trainer import Trainer
-    from engine.utils import make_runtime
+    from engine.training.final_eval import final_evaluation
+    from engine.training.trainer import Trainer
+    from engine.runtime.device import make_runtime
 
     runtime = make_runtime(profile.train, group.local_rank, group.world)
     if runtime.device.type == "cpu" and not group.active:
-        from engine.cpuload import warn_if_busy
+        from engine.runtime.cpuload import warn_if_busy
 
         warn_if_busy()
     group.init(runtime.device, profile.train.dist_timeout)

@@ -10,27 +10,28 @@ from typing import Any, Iterator
 
 import torch
 
-from engine import metrics
+from engine.runtime import metrics
 from engine.attacks.noise import Draws
 from engine.attacks.suite import AttackSettings, build_attack
-from engine.averaging import WeightAverage
-from engine.checkpoint import CheckpointStore
+from engine.runtime.averaging import WeightAverage
+from engine.runtime.checkpoint import CheckpointStore
 from engine.contract.config import Profile
 from engine.data import Splits, TensorData, load_splits
 from engine.data.augment import plan_epoch
-from engine.distributed import Group
-from engine.epoch_record import EpochStats, check_same_start, run_resumed_payload, run_started_payload, val_summary
-from engine.evaluate import predict
+from engine.training.distributed import Group
+from engine.training.epoch_record import EpochStats, check_same_start, run_resumed_payload, run_started_payload, val_summary
+from engine.evaluation.evaluate import predict
 from engine.contract.events import EventWriter
 from engine.contract.protocol import resumed_text
-from engine.process import Diverged, StopRequested
+from engine.training.process import Diverged, StopRequested
 from engine.methods import Method, MethodContext, ValResult, build_method
 from engine.models import build_model
-from engine.optim import new_sgd
+from engine.training.optim import new_sgd
 from engine.contract.mechanisms import scheduled_lr as lr_at  # the profile's schedule, torch-free
-from engine.progress import Progress
-from engine.stop_points import StopPoints
-from engine.utils import Runtime, rng_state, seed_everything, set_rng_state
+from engine.runtime.progress import Progress
+from engine.training.stop_points import StopPoints
+from engine.runtime.device import Runtime
+from engine.runtime.seeding import rng_state, seed_everything, set_rng_state
 
 log = logging.getLogger("engine")
 
@@ -73,12 +74,12 @@ class Trainer(StopPoints):
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}
         self.val_attack = build_attack(profile.eval.val_attack, self.attack_model, self.attack_settings())
         self.last_val: ValResult | None = None
-        # A stop's mid-epoch state (engine.checkpoint's partial.pt), taken up by the epoch it belongs to.
+        # A stop's mid-epoch state (engine.runtime.checkpoint's partial.pt), taken up by the epoch it belongs to.
         self.resume_point: dict[str, Any] | None = None
         self._epoch_started, self._prepare_s, self._train_batches = time.time(), 0.0, 0
 
     def new_optimizer(self) -> Any:
-        """SGD: torch.optim's on a GPU, engine.optim's (the same arithmetic, without torch._dynamo) on the CPU."""
+        """SGD: torch.optim's on a GPU, engine.training.optim's (the same arithmetic, without torch._dynamo) on the CPU."""
         t = self.profile.train
         return new_sgd(self.model.parameters(), self.rt.device, lr=t.lr, momentum=t.momentum,
                        weight_decay=t.weight_decay, nesterov=t.nesterov)

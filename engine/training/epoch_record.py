@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from engine import metrics
+from engine.runtime import metrics
 from engine.methods import ValResult
 
 log = logging.getLogger("engine")
@@ -49,7 +49,7 @@ def run_started_payload(profile: Any, splits: Any, rt: Any, group_payload: dict[
     runtime options (``Runtime.options``), the provenance (code version, environment) and, for a fine-tune,
     ``init``: the checkpoint it starts from (``Method.start_record``)."""
     from engine.contract.config import trades_kl_form
-    from engine.provenance import provenance
+    from engine.runtime.provenance import provenance
 
     sizes = splits.sizes()
     for split, counts in sizes.items():
@@ -86,6 +86,6 @@ def check_same_start(method: Any, run_dir: Path) -> None:
 def run_resumed_payload(splits: Any) -> dict[str, Any]:
     """What a `run_resumed` event records of the session it opens: the code, machine and data that train the
     run's next epochs, which need not be those of `run_started` (a resume on another commit or CPU)."""
-    from engine.provenance import provenance
+    from engine.runtime.provenance import provenance
 
     return {"data_fingerprint": splits.fingerprint(), "provenance": provenance()}

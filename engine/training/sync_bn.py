@@ -1,7 +1,7 @@
 """Synchronised BatchNorm (``train.sync_bn``): statistics over the whole global batch of a multi-process
 run. PyTorch's SyncBatchNorm on CUDA; on the CPU (gloo, where SyncBatchNorm does not run)
 :class:`GroupBatchNorm`, the same computation with a differentiable all-reduce. Used by
-engine.distributed.Group.prepare_model."""
+engine.training.distributed.Group.prepare_model."""
 
 from __future__ import annotations
 

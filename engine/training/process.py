@@ -122,7 +122,7 @@ def guarded(run_dir: Path, events: Any, body: Callable[[], None], group: Any = N
 def _told_to_launcher(body: Callable[[], None]) -> Callable[[], None]:
     """``body``, whose own exception (not a peer's failure seen in a collective) is also written where
     torch's launcher reads it (TORCHELASTIC_ERROR_FILE): torchrun's summary then names it."""
-    from engine.distributed import is_collective_error
+    from engine.training.distributed import is_collective_error
 
     def told() -> None:
         try:
@@ -141,7 +141,7 @@ def _told_to_launcher(body: Callable[[], None]) -> Callable[[], None]:
 
 
 def _guarded_rank(run_dir: Path, events: Any, body: Callable[[], None], group: Any) -> int:
-    from engine.distributed import is_collective_error
+    from engine.training.distributed import is_collective_error
 
     def own_body() -> None:
         try:
@@ -189,7 +189,7 @@ class _Silent(BaseException):
 
 def _one_line(err: BaseException) -> str:
     from engine.contract.atomic import DiskFull
-    from engine.checkpoint import CheckpointError
+    from engine.runtime.checkpoint import CheckpointError
     from engine.data.tensors import DataError
 
     if isinstance(err, (ProfileError, CheckpointError, Diverged, DataError, DiskFull)):
@@ -199,7 +199,7 @@ def _one_line(err: BaseException) -> str:
 
 def _guarded(run_dir: Path, events: Any, body: Callable[[], None]) -> int:
     from engine.contract.atomic import DiskFull
-    from engine.checkpoint import CheckpointError
+    from engine.runtime.checkpoint import CheckpointError
     from engine.data.tensors import DataError
 
     try:

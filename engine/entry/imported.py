@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.checkpoint import sha256_of
+from engine.runtime.checkpoint import sha256_of
 from engine.contract.config import Profile
 from engine.contract.imported import too_large
 
@@ -49,7 +49,7 @@ def _strip(state: dict[str, Any], prefix: str) -> dict[str, Any]:
 def read_weights_file(path: Path) -> dict:
     """The file's contents as ``weights_only`` loading reads them (no code runs), refused when too large or
     unreadable."""
-    from engine.checkpoint import CheckpointError, load_checkpoint
+    from engine.runtime.checkpoint import CheckpointError, load_checkpoint
 
     refusal = too_large(path)
     if refusal:
@@ -256,7 +256,7 @@ def check_outputs(model: nn.Module, input_shape: tuple[int, ...], num_classes: i
 def import_run(run_dir: Path, request: dict) -> int:
     """Import the model of ``request`` into the (new) run folder ``run_dir``."""
     from engine.contract.profile_io import load_profile
-    from engine.process import EXIT_OK, EXIT_USAGE, report_failure, setup_logging
+    from engine.training.process import EXIT_OK, EXIT_USAGE, report_failure, setup_logging
 
     setup_logging()
     profile = load_profile(run_dir / "profile.toml")
@@ -269,11 +269,11 @@ def import_run(run_dir: Path, request: dict) -> int:
 
 
 def _import(run_dir: Path, profile: Profile, request: dict) -> dict:
-    from engine.checkpoint import CheckpointStore
+    from engine.runtime.checkpoint import CheckpointStore
     from engine.data import load_splits
     from engine.contract.events import EventWriter
-    from engine.provenance import provenance
-    from engine.utils import atomic_torch_save
+    from engine.runtime.provenance import provenance
+    from engine.runtime.checkpoint import atomic_torch_save
 
     splits = load_splits(profile.data, profile.seed)
     src = profile.source

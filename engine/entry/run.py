@@ -1,6 +1,6 @@
 """The engine process: `python -m engine train | eval | import RUN`, dispatched to its command's module
-(engine.train_run, engine.eval_run, engine.imported), each exiting with the protocol's codes (engine.contract.protocol)
-(engine.process): 0 completed; 1 failed (the reason in `run_finished` and on stderr); 2 a bad
+(engine.entry.train_run, engine.entry.eval_run, engine.entry.imported), each exiting with the protocol's codes (engine.contract.protocol)
+(engine.training.process): 0 completed; 1 failed (the reason in `run_finished` and on stderr); 2 a bad
 profile; 130 stopped by SIGINT / SIGTERM (last checkpoint kept).
 """
 
@@ -10,13 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-from engine.process import EXIT_USAGE
+from engine.training.process import EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from engine import cpuload
+    from engine.runtime import cpuload
 
     cpuload.mark()  # the machine's CPU time as the engine starts: is another process keeping the cores busy?
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("checkpoint", type=Path)
     args = parser.parse_args(argv)
     if args.command == "check-weights":  # for the command line, which never imports torch itself
-        from engine.checkpoint import CheckpointError, load_checkpoint
+        from engine.runtime.checkpoint import CheckpointError, load_checkpoint
 
         try:
             load_checkpoint(args.checkpoint, need=("model",))
@@ -52,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.nproc < 1:
             print(f"--nproc must be at least 1, got {args.nproc}", file=sys.stderr)
             return EXIT_USAGE
-        from engine.train_run import train
+        from engine.entry.train_run import train
 
         return train(args.run_dir, args.nproc)
     if args.command == "import":
-        from engine.imported import import_run
+        from engine.entry.imported import import_run
 
         return import_run(args.run_dir, json.loads(args.request))
-    from engine.eval_run import evaluate_run
+    from engine.entry.eval_run import evaluate_run
 
     return evaluate_run(args.run_dir, json.loads(args.request))

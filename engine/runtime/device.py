@@ -1,48 +1,17 @@
-"""Seeding, device selection and atomic file writes: decided once, used everywhere."""
+"""Device, precision and compilation, decided once from the profile (:class:`Runtime`), and what the CPU's
+threads and bf16 units settle."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
-import random
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterator
 
-import numpy as np
 import torch
 
-from engine.contract.atomic import atomic_write
 from engine.contract.config import TrainConfig
 from engine.contract.protocol import RUNTIME_FP32
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) from the run's seed."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    """Every RNG's state as tensors, tuples and numbers, so a checkpoint loads with weights_only=True."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss,
-                                                     cached), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    keys = keys.numpy() if isinstance(keys, torch.Tensor) else keys  # older checkpoints: an ndarray
-    np.random.set_state((name, keys.astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 @dataclass(frozen=True)
@@ -56,7 +25,7 @@ class Runtime:
 
     @property
     def cuda_graphs(self) -> bool:
-        from engine.compiled import uses_cuda_graphs
+        from engine.runtime.compiled import uses_cuda_graphs
 
         return self.compile_mode is not None and uses_cuda_graphs(self.compile_mode)
 
@@ -64,7 +33,7 @@ class Runtime:
         """The module the hot loop calls: ``model`` itself, or compiled for ``batch_sizes``."""
         if self.compile_mode is None:
             return model
-        from engine.compiled import compile_model
+        from engine.runtime.compiled import compile_model
 
         return compile_model(model, batch_sizes, self.compile_mode)
 
@@ -153,7 +122,7 @@ def make_runtime(cfg: TrainConfig, local_rank: int = 0, world: int = 1) -> Runti
         dtype = cpu_precision(cfg.amp)
     compile_on = cfg.compile == "on" or (cfg.compile == "auto" and want_cuda and world == 1)
     # CUDA graphs need CUDA: on the CPU the same request compiles without them.
-    from engine.compiled import uses_cuda_graphs
+    from engine.runtime.compiled import uses_cuda_graphs
 
     mode = "default" if not want_cuda and uses_cuda_graphs(cfg.compile_mode) else cfg.compile_mode
     return Runtime(device=device, autocast_dtype=dtype, channels_last=cfg.channels_last and (want_cuda or dtype is not None),
@@ -173,7 +142,7 @@ CPU_AUTO_BF16 = True
 def cpu_has_bf16(flags: list[str] | None = None) -> bool:
     """Whether this CPU (or one reporting ``flags``, /proc/cpuinfo's names) has bf16 units."""
     if flags is None:
-        from engine.provenance import cpu
+        from engine.runtime.provenance import cpu
 
         flags = cpu()["flags"]
     return any(f in flags for f in CPU_BF16_FLAGS)
@@ -193,24 +162,3 @@ def cpu_precision(amp: str, flags: list[str] | None = None) -> torch.dtype | Non
     if amp == "auto" and CPU_AUTO_BF16 and cpu_has_bf16(flags):
         return torch.bfloat16
     return None
-
-
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
-    """torch.save, atomically (checkpoints)."""
-    atomic_write(path, lambda fh: torch.save(obj, fh))
-
-
-def attack_mode(model: torch.nn.Module, mode: str) -> contextlib.AbstractContextManager:
-    """The mode an attack runs the model in: "eval" (restored after), or "train" (as the loop left it)."""
-    return contextlib.nullcontext() if mode == "train" else eval_mode(model)
-
-
-@contextlib.contextmanager
-def eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """Put the model in eval mode for the block and restore its mode after."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)

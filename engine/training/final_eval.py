@@ -8,11 +8,11 @@ import time
 from typing import TYPE_CHECKING
 
 from engine.attacks.suite import build_attack
-from engine.checkpoint import CheckpointError
-from engine.evaluate import per_class_result, predict
+from engine.runtime.checkpoint import CheckpointError
+from engine.evaluation.evaluate import per_class_result, predict
 
 if TYPE_CHECKING:
-    from engine.trainer import Trainer
+    from engine.training.trainer import Trainer
 
 log = logging.getLogger("engine")
 
@@ -58,7 +58,7 @@ def same_weights(a: dict, b: dict) -> bool:
 
 
 def final_evaluation(trainer: "Trainer") -> None:
-    from engine.process import StopRequested
+    from engine.training.process import StopRequested
 
     report_never_acted(trainer)
     model = copy.deepcopy(trainer.model)

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from engine import metrics
-from engine.checkpoint import CheckpointError
-from engine.epoch_record import EpochStats
-from engine.utils import rng_state, set_rng_state
+from engine.runtime import metrics
+from engine.runtime.checkpoint import CheckpointError
+from engine.training.epoch_record import EpochStats
+from engine.runtime.seeding import rng_state, set_rng_state
 
 log = logging.getLogger("engine")
 
@@ -25,7 +25,7 @@ log = logging.getLogger("engine")
 class StopPoints:
     def _keep_point(self, epoch: int, phase: str, done: int, batches: int, counts: dict[str, Any],
                     rng: dict | None = None) -> str:
-        """A stop inside epoch ``epoch``: keep its work so far in partial.pt (engine.checkpoint), so that
+        """A stop inside epoch ``epoch``: keep its work so far in partial.pt (engine.runtime.checkpoint), so that
         the resume continues after batch ``done`` of ``batches`` of the training (``phase`` "train") or
         starts the validation again (``phase`` "val", ``rng``: the RNG states as the validation began).
         ``counts``: the loop's training counts so far. One process only: the ranks of a group hold their
@@ -92,7 +92,7 @@ class StopPoints:
 
     def _partial_identity(self, epoch: int) -> dict[str, Any]:
         """What a partial.pt continues: this run, its seed and resolved profile, and the last.pt it follows."""
-        from engine.checkpoint import sha256_of
+        from engine.runtime.checkpoint import sha256_of
         from engine.contract.profile_io import dumps_profile
 
         last = self.store.last_path

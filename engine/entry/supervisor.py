@@ -12,7 +12,7 @@ What this module adds, as thinly as it can, is what a run folder needs and the l
 - the run's lock, and ``engine.json`` naming this process (what ``fairtui stop`` signals and what
   liveness checks; rank 0 adds every rank's pid once the group has formed);
 - each rank dies with this process (PR_SET_PDEATHSIG, set by the rank itself, see
-  :func:`engine.distributed.die_with_supervisor`): a killed launcher never leaves ranks unwatched;
+  :func:`engine.training.distributed.die_with_supervisor`): a killed launcher never leaves ranks unwatched;
 - ``run_finished`` when rank 0 could not write it. Rank 0 writes the events of a run it can account
   for (completed, stopped, its own failure). A rank that failed leaves ``.rank<r>.failed`` (its
   one-line reason, and whether it only saw another rank fail); the launcher names the rank that died
@@ -20,7 +20,7 @@ What this module adds, as thinly as it can, is what a run folder needs and the l
   else the rank the launcher saw die.
 
 The stop at the same batch, the per-epoch rank checks and the exactness of the sums are the ranks'
-own (engine.distributed); a SIGTERM reaches every rank through the launcher.
+own (engine.training.distributed); a SIGTERM reaches every rank through the launcher.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.distributed import ENV_SUPERVISED
+from engine.training.distributed import ENV_SUPERVISED
 from engine.contract.protocol import clear_end, engine_args, read_failures
-from engine.process import (EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, acquire_lock, failure_file,
+from engine.training.process import (EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, acquire_lock, failure_file,
                             write_process_file)
 
 log = logging.getLogger("engine")
@@ -111,7 +111,7 @@ def launch(run_dir: Path, nproc: int, on_gpus: bool) -> tuple[dict[int, Any], bo
 
 
 def launcher_message(failure: Any) -> str | None:
-    """The exception a rank wrote to the launcher's error file (see engine.process), if it did."""
+    """The exception a rank wrote to the launcher's error file (see engine.training.process), if it did."""
     message = (failure.error_file_data or {}).get("message")
     if isinstance(message, dict):
         message = message.get("message")

@@ -1,5 +1,5 @@
 """Each epoch's numbers also in Weights & Biases (`train.log_to = ["wandb"]`): a live dashboard sink
-(engine.contract.sinks), fed by the engine under engine/sinks.py's guard (it never fails or changes a run).
+(engine.contract.sinks), fed by the engine under engine/runtime/sinks.py's guard (it never fails or changes a run).
 
 `open` starts the W&B run (id = the run id, so a resumed run continues the same W&B run; the run's name
 and tags, and the resolved profile as its config), each epoch is logged at step = epoch under

@@ -6,7 +6,7 @@ optimiser, RNG states, the method's own state, EMA and averaged weights.
 
 ``partial.pt``: a stop (``fairtui stop``, Ctrl-C, SIGTERM) inside an epoch keeps the epoch's work
 so far: the model, optimiser and RNG states at the batch it stopped after, the method's sums over
-the epoch's batches and the loop's own counts (engine.trainer). It complements ``last.pt`` (the
+the epoch's batches and the loop's own counts (engine.training.trainer). It complements ``last.pt`` (the
 epoch before), is never evaluated, and is removed when its epoch ends. A kill (SIGKILL, a lost
 machine) writes nothing: such a run resumes from ``last.pt``.
 """
@@ -19,11 +19,17 @@ from typing import Any
 
 import torch
 
-from engine.utils import atomic_torch_save
+from engine.contract.atomic import atomic_write
 
 NAMES_FILE = "names.json"
 PARTIAL = "partial.pt"  # a stop's mid-epoch state (see the module's text)
 
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """torch.save, atomically: a temporary file, then a rename, so that a kill at any moment leaves a loadable
+    checkpoint."""
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable, or not one that fairtui wrote (exit 2; nothing of it ran)."""

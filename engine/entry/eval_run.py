@@ -23,7 +23,7 @@ import torch
 from engine.contract.config import Profile
 from engine.contract.profile_io import load_run_profile
 from engine.contract import EvalRequest, RequestError, check_eps, scaled_step
-from engine.process import EXIT_USAGE, report_failure
+from engine.training.process import EXIT_USAGE, report_failure
 from engine.contract.profile_schema import ProfileError
 from engine.contract.events import EventWriter, read_events
 
@@ -67,7 +67,7 @@ class PredictionCache:
         self.key = key
         self.batches: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         if self.path.exists():
-            from engine.checkpoint import CheckpointError, load_checkpoint
+            from engine.runtime.checkpoint import CheckpointError, load_checkpoint
 
             try:
                 state = load_checkpoint(self.path, need=("key", "batches"))
@@ -78,7 +78,7 @@ class PredictionCache:
                 self.batches = state["batches"]
 
     def save(self) -> None:
-        from engine.utils import atomic_torch_save
+        from engine.runtime.checkpoint import atomic_torch_save
 
         atomic_torch_save({"key": self.key, "batches": self.batches}, self.path)
 
@@ -87,7 +87,7 @@ class PredictionCache:
 
 
 def evaluate_run(run_dir: Path, request: dict) -> int:
-    from engine.process import setup_logging
+    from engine.training.process import setup_logging
 
     setup_logging()
     try:
@@ -95,14 +95,14 @@ def evaluate_run(run_dir: Path, request: dict) -> int:
         req = check_request(request, profile)
     except (EvalRequestError, ProfileError) as err:
         return report_failure(run_dir, "eval", str(err), EXIT_USAGE)
-    from engine.checkpoint import CheckpointError, CheckpointStore
+    from engine.runtime.checkpoint import CheckpointError, CheckpointStore
 
     store = CheckpointStore(run_dir / "checkpoints")
     try:
         weights, epoch = store.weights(req.checkpoint)
     except CheckpointError as err:
         return report_failure(run_dir, "eval", str(err), EXIT_USAGE)
-    from engine.process import StopFlag
+    from engine.training.process import StopFlag
 
     stop = StopFlag()
     stop.install()
@@ -116,15 +116,15 @@ def evaluate_run(run_dir: Path, request: dict) -> int:
 def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, epoch: int, events: EventWriter,
               stop: Any) -> int:
     from engine.attacks.suite import AttackSettings, build_attack
-    from engine.evaluate import NonFiniteLogits, per_class_result
-    from engine.imported import ImportFailed, build
-    from engine.process import EXIT_OK, EXIT_STOPPED
-    from engine.progress import Progress
-    from engine.utils import make_runtime
+    from engine.evaluation.evaluate import NonFiniteLogits, per_class_result
+    from engine.entry.imported import ImportFailed, build
+    from engine.training.process import EXIT_OK, EXIT_STOPPED
+    from engine.runtime.progress import Progress
+    from engine.runtime.device import make_runtime
 
     runtime = make_runtime(profile.train).for_evaluation()  # fp32 and eager, whatever the run trained with
     if runtime.device.type == "cpu":
-        from engine.cpuload import warn_if_busy
+        from engine.runtime.cpuload import warn_if_busy
 
         warn_if_busy()
     splits, data = _split_of(profile, req)
@@ -141,7 +141,7 @@ def _evaluate(run_dir: Path, profile: Profile, req: EvalRequest, weights: dict, 
                               restarts=e.restarts, seed=req.seed)
     progress = Progress(run_dir / "progress.json")
     existing, _ = read_events(run_dir / "events.jsonl")
-    from engine.provenance import provenance
+    from engine.runtime.provenance import provenance
 
     where = provenance()  # this evaluation's code and machine, which need not be the training's
     for attack_name in req.attacks:
@@ -193,9 +193,9 @@ def _split_of(profile: Profile, req: EvalRequest) -> tuple[Any, Any]:
 
 def _predict(model: Any, data: Any, attack: Any, runtime: Any, batch_size: int, cache: PredictionCache,
              progress: Any, stop: Any, attack_name: str, seed: int) -> tuple:
-    """The one prediction loop (engine.evaluate.predict) over the cache on disk, with `fairtui eval`'s stop
+    """The one prediction loop (engine.evaluation.evaluate.predict) over the cache on disk, with `fairtui eval`'s stop
     check and progress (AutoAttack's too: which of its attacks runs, images still robust)."""
-    from engine.evaluate import predict
+    from engine.evaluation.evaluate import predict
 
     batches = (len(data) + batch_size - 1) // batch_size
     # at once: a reader never takes the last phase's progress (training's, another attack's) for this one
