@@ -105,3 +105,42 @@ def test_a_fawa_that_never_accepts_is_said_as_an_event_and_in_the_log(tmp_path, 
                             overrides=overrides[:-2] + ("method.fawa_threshold=0.0", overrides[-1]))
     assert run_engine(run_open).returncode == 0
     assert not [e for e in events_of(run_open) if e["type"] in ("mechanism_inactive", "checkpoint_missing")]
+
+
+QUICK_ROWS = [p for p in sorted(RESULTS.glob("cifar10-cpu-quick*")) if "superseded" not in p.name]
+
+
+def _committed(method: str) -> list[Path]:
+    return [run for folder in QUICK_ROWS for run in sorted((folder / f"cifar10-cpu-quick-{method}").glob("*"))
+            if (run / "events.jsonl").is_file()]
+
+
+def test_every_committed_quick_dafa_run_trains_its_weights_in_at_least_15_percent_of_the_summed_lr():
+    from engine.contract.profile_io import load_run_profile
+
+    runs = _committed("dafa")
+    assert runs, "no committed quick DAFA run"
+    for run in runs:
+        share = dafa_share(load_run_profile(run))
+        assert share.share >= 0.15, (run.name, share.share)
+
+
+def test_every_committed_quick_frl_run_carries_its_multipliers_to_their_cap():
+    """The profile's header says it: lambda_nat's sum reaches its cap (0.5) by the fine-tune's last epoch in every
+    committed run (at 0.05 its largest class reached 0.03 of the cap), and Remargin moves the largest margin at least
+    5% off eps in most runs (where a run's boundary errors all stay within tau2 of their mean, lambda_bndy stays 0)."""
+    runs = _committed("frl")
+    assert runs, "no committed quick FRL run"
+    moved = 0
+    for run in runs:
+        states = [json.loads(line)["method_state"] for line in (run / "events.jsonl").open() if '"epoch_end"' in line]
+        assert sum(states[-1]["lambda_nat"]) == pytest.approx(0.5, abs=1e-9), run.name
+        moved += max(max(s["eps_per_class"]) for s in states) >= 1.05 * 4 / 255
+    assert moved >= 0.8 * len(runs), (moved, len(runs))
+
+
+def test_every_committed_quick_cfa_run_had_fawa_accept_an_epoch():
+    runs = _committed("cfa-at") + _committed("cfa-trades")
+    for run in runs:
+        states = [json.loads(line)["method_state"] for line in (run / "events.jsonl").open() if '"epoch_end"' in line]
+        assert any(s.get("fawa_accepted") for s in states), run.name
