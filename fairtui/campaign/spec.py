@@ -45,6 +45,34 @@ MAX_SEED = 2 ** 31 - 1  # a seed the engine's generators take (numpy's legacy se
 MAX_SEEDS = 1000  # seeds one judgement may train: past that, no method needs seeds, only a smaller question
 
 
+def sibling_judgements(home: Path, spec) -> list[str]:
+    """A line for each other judgement in the home of the same method against the same baseline, naming what
+    differs from this one (its key holds what decides a verdict: the checkpoint, the metric, the baseline's runs):
+    a command that differs from a running judgement starts its own, and says so."""
+    import json
+
+    out = []
+    for path in sorted((home / "judges").glob("*.json")) if (home / "judges").is_dir() else []:
+        if path.stem == spec.key:
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("method") != spec.method.label \
+                or record.get("baseline") != spec.baseline.label:
+            continue
+        asked = record.get("request") or {}
+        mine = spec.request
+        what = [f"{k} {asked.get(k)!r} (this one: {mine.get(k)!r})" for k in ("checkpoint", "metric", "results", "seeds",
+                                                                          "until_decided", "baseline_cpu")
+                if asked.get(k) != mine.get(k)]
+        out.append(f"another judgement of {spec.method.label} against {spec.baseline.label} exists, {path.stem}: "
+                   + ("; ".join(what) or "the same request, other committed baseline runs or profile")
+                   + f". This is {spec.key}, with its own record and runs")
+    return out
+
+
 def run_stem(name: str, overrides: list[str], method: str) -> str:
     """A judgement's runs are named with what they change, so that they never take the committed runs' names:
     'cifar10-cpu-quick-dafa' with method.dafa_lambda=2 -> 'cifar10-cpu-quick-dafa-lambda2' (the key's last part less

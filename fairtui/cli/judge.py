@@ -63,6 +63,11 @@ def judge(
         spec = build_spec(request, resolve_home(home), warn=lambda line: typer.echo(line, err=True))
     except (ProfileError, ValueError) as err:
         raise fail(str(err)) from None
+    from fairtui.campaign.spec import sibling_judgements
+
+    if not (resolve_home(home) / "judges" / f"{spec.key}.json").exists():  # a new judgement: say which it is not
+        for line in sibling_judgements(resolve_home(home), spec):
+            typer.echo(line, err=True)
     try:
         campaign = Campaign(resolve_home(home), spec)
     except ValueError as err:

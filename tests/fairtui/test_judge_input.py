@@ -162,3 +162,20 @@ def test_the_next_look_is_said_from_the_running_method_runs_time_left(tmp_path):
     assert format_seconds(4 * 30.0) in text or format_seconds(4 * 30.0 - 1) in text
     assert next_look_text([], set()) == "next look: when a run starts"
     assert next_look_text([slow], set()).startswith("next look: after")  # a baseline's run alone
+
+
+def test_a_command_that_differs_from_a_judgement_starts_its_own_and_says_so(tmp_path, data_root):
+    """#83 item 2: the same method against the same baseline, read at another checkpoint, is another judgement (its
+    key holds the checkpoint); the command names the existing one and what differs, before it creates anything."""
+    from fairtui.campaign.judging import Campaign
+    from fairtui.campaign.spec import Request, build_spec, sibling_judgements
+
+    home = tmp_path / "home"
+    base = dict(profile=str(PROFILE), baseline="cifar10-cpu-quick-trades", results=[str(QUICK)],
+                overrides=["method.beta=3", f"data.root={data_root}"], baseline_cpu="committed")
+    first = build_spec(Request(**base, checkpoint="last"), home)
+    Campaign(home, first)  # its record
+    second = build_spec(Request(**base, checkpoint="best"), home)
+    assert second.key != first.key
+    (line,) = sibling_judgements(home, second)
+    assert f"exists, {first.key}: checkpoint 'last' (this one: 'best')" in line and second.key in line
