@@ -368,6 +368,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args.results.is_dir():
         parser.error(f"{args.results}: no such folder (it should hold <profile>/<run-id>/ folders of run files)")
     rows = load(args.results)
+    if not rows:  # an empty or wrong folder is refused, never a table of nothing with exit 0
+        parser.error(f"{args.results}: no completed run in it (it should hold <profile>/<run-id>/ folders of run "
+                     "files, as experiments/results/cifar10-cpu does)")
     full = markdown(args.results, rows)
     print(full)
     if args.write_docs:

@@ -299,6 +299,15 @@ def find_baseline(label: str, results: list[str], home: Path, warn=None) -> tupl
     if label in groups:
         first = groups[label][0]
         return label, groups[label], read_toml(first.run_dir / "profile.toml"), str(first.run_dir / "profile.toml")
+    looks_like_a_file = label.endswith(".toml") or "/" in label
+    if groups and not looks_like_a_file and not Path(label).is_file():  # a group's label mistyped, not a profile
+        from difflib import get_close_matches
+
+        close = get_close_matches(label, list(groups), n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"--baseline {label!r}: no group of that label{hint}; the groups of the {len(results)} --results "
+                         f"folder(s) and the home are: {', '.join(groups)}. To train the baseline from a profile, give "
+                         f"its file (profiles/{label}.toml)")
     for candidate in (Path(label), Path("profiles") / f"{label}.toml"):
         if candidate.is_file():
             profile = load_profile(candidate)

@@ -118,3 +118,13 @@ def test_compare_on_the_committed_cifar10_cpu_files_is_a_paired_t_test_of_their_
         assert entry["ci95"] == pytest.approx([ci.low, ci.high], rel=1e-9)
         checked += 1
     assert checked >= 5
+
+
+def test_an_empty_folder_is_refused_in_one_line(tmp_path):
+    """#88 item 6: it exited 0 and printed nothing."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "fairness_table.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "no completed run in it" in out.stderr and not out.stdout

@@ -179,3 +179,15 @@ def test_a_command_that_differs_from_a_judgement_starts_its_own_and_says_so(tmp_
     assert second.key != first.key
     (line,) = sibling_judgements(home, second)
     assert f"exists, {first.key}: checkpoint 'last' (this one: 'best')" in line and second.key in line
+
+
+def test_a_mistyped_baseline_label_names_the_groups_not_a_profiles_settings(tmp_path, data_root):
+    """#88 item 3: `--baseline trades` beside committed groups was read as profiles/trades.toml and refused on its
+    eval settings; it is a group's label mistyped: the groups are named, with the closest."""
+    home = tmp_path / "home"
+    out = fairtui_cmd("judge", str(PROFILE), "--set", "method.beta=3", "--set", f"data.root={data_root}", "--baseline",
+                      "trades", "--results", str(QUICK), "--checkpoint", "last", home=home)
+    assert out.returncode == 2
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("fairtui: ")]
+    assert "--baseline 'trades': no group of that label" in line and "cifar10-cpu-quick-trades" in line
+    assert "profiles/trades.toml" in line
