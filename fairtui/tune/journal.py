@@ -14,6 +14,24 @@ from pathlib import Path
 from fairtui.tune.space import Dimension, Objective, TuneError
 
 
+# The fields Optuna's journal reader takes from each operation without asking (optuna.storages.journal._storage's
+# _apply_* functions, Optuna 5), with their types: a line with a known op_code and one of these missing or of another
+# type raised a KeyError or TypeError from inside Optuna (97 lines), where it is one line here.
+NUMBER = (int, float)
+OP_FIELDS: dict[int, dict[str, type | tuple]] = {
+    0: {"study_name": str, "directions": list},  # CREATE_STUDY
+    1: {"study_id": int},  # DELETE_STUDY
+    2: {"study_id": int, "user_attr": dict},  # SET_STUDY_USER_ATTR
+    3: {"study_id": int, "system_attr": dict},  # SET_STUDY_SYSTEM_ATTR
+    4: {"study_id": int},  # CREATE_TRIAL (its params and distributions are optional)
+    5: {"trial_id": int, "param_name": str, "param_value_internal": NUMBER, "distribution": str},  # SET_TRIAL_PARAM
+    6: {"trial_id": int, "state": int},  # SET_TRIAL_STATE_VALUES
+    7: {"trial_id": int, "step": int, "intermediate_value": NUMBER},  # SET_TRIAL_INTERMEDIATE_VALUE
+    8: {"trial_id": int, "user_attr": dict},  # SET_TRIAL_USER_ATTR
+    9: {"trial_id": int, "system_attr": dict},  # SET_TRIAL_SYSTEM_ATTR
+}
+
+
 def check_journal(path: Path, repair: bool = False) -> None:
     """Every complete line of a study's journal is one of Optuna's operations (a JSON object with a known
     ``op_code``), else one line naming the journal and the line. A last line without its newline (cut by a
@@ -41,6 +59,11 @@ def check_journal(path: Path, repair: bool = False) -> None:
         if not isinstance(op, dict) or op.get("op_code") not in known or not isinstance(op.get("worker_id"), str):
             raise TuneError("STUDY", f"{path}: line {number} is not an Optuna journal operation; the journal was "
                             "edited or damaged (remove the line, or restore the file), nothing was resumed")
+        missing = [key for key, kind in OP_FIELDS.get(op["op_code"], {}).items()
+                   if not isinstance(op.get(key), kind) or isinstance(op.get(key), bool)]
+        if missing:
+            raise TuneError("STUDY", f"{path}: line {number} (op_code {op['op_code']}) lacks {', '.join(missing)}, or holds another type; the "
+                            "journal was edited or damaged (remove the line, or restore the file), nothing was resumed")
     if repair and not data.endswith(b"\n") and data:
         from engine.contract.locks import locked
 

@@ -234,3 +234,22 @@ def test_the_repair_of_a_cut_line_never_cuts_a_writers_line_in_flight(tmp_path, 
     writer.join(60)
     assert journal.read_bytes().endswith(line) and journal.read_bytes().count(b"\n") >= 2
     check_journal(journal)  # every line whole
+
+
+@pytest.mark.parametrize("line", [b'{"op_code": 5, "worker_id": "x", "param_name": "lr"}\n',
+                                  b'{"op_code": 6, "worker_id": "x", "trial_id": "0", "state": 1}\n',
+                                  b'{"op_code": 7, "worker_id": "x", "trial_id": 0, "step": true, '
+                                  b'"intermediate_value": 0.5}\n'])
+def test_a_known_op_code_with_a_missing_or_mistyped_field_is_one_line(tmp_path, tiny_profile, line):
+    """#88 item 5: `{"op_code": 5, ...}` without `trial_id` crashed `tune show` and `tune --resume` with a 97-line
+    KeyError from inside Optuna; the journal's lines are checked field by field before Optuna reads them."""
+    home = tmp_path / "home"
+    _planted_study(home, tiny_profile())
+    journal = home / "studies" / "s.journal"
+    n = journal.read_bytes().count(b"\n") + 1
+    with open(journal, "ab") as fh:
+        fh.write(line)
+    for args in (("tune", "show", "s"), ("tune", "s", "--resume")):
+        proc = fairtui_cmd(*args, home=home)
+        assert proc.returncode == 2, proc.stderr
+        assert f"line {n} (op_code" in proc.stderr and "lacks" in proc.stderr and "Traceback" not in proc.stderr
