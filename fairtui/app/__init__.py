@@ -15,14 +15,14 @@ def default_profiles_dir() -> Path:
 def make_app(home: str | Path | None = None, profiles_dir: str | Path | None = None,
              gpu_inventory: Callable | None = None, poll_interval: float = 1.0, per_gpu: int | None = None,
              open_run: str | None = None, compare: list[str] | None = None, queue_worker: bool = True,
-             results: list | None = None, compare_groups: bool = False):
+             results: list | None = None, compare_groups: bool = False, compare_options: dict | None = None):
     from fairtui.app.app import FairtuiApp
     from fairtui.launch.gpus import inventory
     from fairtui.runs.home import resolve_home
 
     return FairtuiApp(resolve_home(home), Path(profiles_dir) if profiles_dir else default_profiles_dir(),
                       gpu_inventory or inventory, poll_interval, per_gpu, open_run, compare, queue_worker,
-                      [Path(r) for r in results or []], compare_groups)
+                      [Path(r) for r in results or []], compare_groups, compare_options)
 
 
 def run_app(**kwargs) -> None:

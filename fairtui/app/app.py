@@ -21,7 +21,7 @@ class FairtuiApp(App):
     def __init__(self, home: Path, profiles_dir: Path, gpu_inventory: Callable[[], list[GpuInfo]] = inventory,
                  poll_interval: float = 1.0, per_gpu: int | None = None, open_run: str | None = None,
                  compare: list[str] | None = None, queue_worker: bool = True, results: list[Path] | None = None,
-                 compare_groups: bool = False):
+                 compare_groups: bool = False, compare_options: dict | None = None):
         super().__init__()
         self.home = home
         self.profiles_dir = profiles_dir
@@ -31,6 +31,7 @@ class FairtuiApp(App):
         # queue_worker: what the app queues starts after it quits too (a detached worker)
         self.queue = LocalQueue(home, per_gpu=per_gpu, worker=queue_worker)
         self.open_run, self.compare_runs, self.compare_groups = open_run, compare, compare_groups
+        self.compare_options = compare_options or {}  # `compare --tui`'s --baseline and --checkpoint
         # committed run folders (`fairtui --results DIR`): listed beside the home's runs, read only
         self.committed: dict[str, Path] = committed_runs(results or [])
         self._committed_docs: list[dict] | None = None
@@ -69,7 +70,7 @@ class FairtuiApp(App):
         if self.compare_runs:
             from fairtui.app.screens.compare import CompareScreen
 
-            self.push_screen(CompareScreen(self.compare_runs, groups=self.compare_groups))
+            self.push_screen(CompareScreen(self.compare_runs, groups=self.compare_groups, **self.compare_options))
         elif self.open_run:
             from fairtui.app.screens.run import RunScreen
 

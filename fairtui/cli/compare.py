@@ -38,7 +38,9 @@ def compare(
     name: Optional[str] = typer.Option(None, "--name", help="with --by: run names matching this glob"),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="with --by: only the runs of this sweep"),
     attack: Optional[str] = typer.Option(None, "--attack", help="default: each run's first robust attack"),
-    checkpoint: str = typer.Option("best", "--checkpoint"),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="the checkpoint every run is read at "
+                                             "(default: best; with --tui, each run's headline one, its profile's first "
+                                             "of eval.checkpoints)"),
     n_per_class: int = typer.Option(0, "--n-per-class", min=0, help="the results on N test images per class "
                                     "(fairtui eval --n-per-class N); default: the whole split"),
     tui: bool = typer.Option(False, "--tui", help="open the comparison in the terminal app"),
@@ -60,9 +62,10 @@ def compare(
 
             ids = [v.run_id for views in named_groups(home, by, group, results, filters)[0].values() for v in views]
             run_app(home=home, compare=list(dict.fromkeys(ids)), results=[str(r) for r in results],
-                    compare_groups=True)
+                    compare_groups=True, compare_options={"baseline_label": baseline, "checkpoint": checkpoint,
+                                                          "attack": attack})
             return
-        raise typer.Exit(compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint,
+        raise typer.Exit(compare_groups_command(home, by, group, results, bases, baseline, attack, checkpoint or "best",
                                                 n_per_class, filters, json_out, against_start,
                                                 judging(allow_protocol_difference, effect, family)))
     if against_start:
@@ -88,7 +91,7 @@ def compare(
     for line in provenance_warnings(views):
         typer.echo(f"warning: {line}", err=True)
     try:
-        result = do_compare(views, attack, checkpoint, base_index, n_per_class)
+        result = do_compare(views, attack, checkpoint or "best", base_index, n_per_class)
     except CompareError as err:
         raise fail(str(err)) from None
     if json_out:

@@ -87,3 +87,25 @@ async def test_the_committed_baselines_open_in_the_app_read_only(tmp_path):
         await wait_until(pilot, lambda: grouped.screen.group_comparison is not None, timeout=HANG_S)
         labels = [g.label for g in grouped.screen.group_comparison.groups]
         assert sorted(labels) == ["digits-dafa", "digits-trades"]  # the groups view, drawn from the committed runs
+
+
+async def test_the_compare_screen_opens_the_quick_protocol_at_its_headline_checkpoint_and_baseline(tmp_path):
+    """#88 item 1: the quick protocol's runs are evaluated at `last` only, and the compare screen read them at best
+    ("no run of any group has a robust result at best"); it now reads each run at its headline checkpoint, keeps
+    --baseline from the command line, and c moves to the next checkpoint at hand."""
+    results = ROOT / "experiments" / "results" / "cifar10-cpu-quick"
+    ids = [p.name for side in ("cifar10-cpu-quick-at", "cifar10-cpu-quick-trades") for p in
+           sorted((results / side).iterdir())[:3]]
+    app = make_app(home=tmp_path / "home", profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2,
+                   queue_worker=False, results=[str(results)], compare=ids, compare_groups=True,
+                   compare_options={"baseline_label": "cifar10-cpu-quick-trades", "checkpoint": None})
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "CompareScreen", timeout=HANG_S)
+        await wait_until(pilot, lambda: app.screen.group_comparison is not None, timeout=HANG_S)
+        cmp = app.screen.group_comparison
+        assert cmp.checkpoint == "last" and cmp.baseline == "cifar10-cpu-quick-trades"
+        title = str(app.screen.query_one("#compare-title").render())
+        assert "at last; baseline cifar10-cpu-quick-trades" in title and "c: checkpoint" in title
+        await pilot.press("c")  # the only checkpoint at hand: it stays, and the screen is drawn again
+        await pilot.pause(0.3)
+        assert app.screen.checkpoint == "last" and app.screen.group_comparison.checkpoint == "last"

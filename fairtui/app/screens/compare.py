@@ -18,13 +18,18 @@ from fairtui.app.widgets.bars import GroupedBars
 
 class CompareScreen(Screen):
     BINDINGS = [Binding("escape", "app.pop_screen", "back"), Binding("b", "next_baseline", "baseline"),
-                Binding("g", "toggle_groups", "groups"), Binding("s", "toggle_starts", "vs starts")]
+                Binding("c", "next_checkpoint", "checkpoint"), Binding("g", "toggle_groups", "groups"),
+                Binding("s", "toggle_starts", "vs starts")]
 
-    def __init__(self, run_ids: list[str], attack: str | None = None, checkpoint: str = "best", groups: bool = False):
-        """``groups``: open in the groups view (`compare --by ... --tui`)."""
+    def __init__(self, run_ids: list[str], attack: str | None = None, checkpoint: str | None = None,
+                 groups: bool = False, baseline_label: str | None = None):
+        """``groups``: open in the groups view (`compare --by ... --tui`); ``checkpoint``: the one every run is read
+        at (None: the runs' headline one, their profiles' first of eval.checkpoints: last for the quick protocol);
+        ``baseline_label``: the baseline group, as `--baseline` names it."""
         super().__init__()
         self.run_ids, self.attack, self.checkpoint = run_ids, attack, checkpoint
         self.baseline = 0
+        self.baseline_label = baseline_label
         self.comparison = None
         self.grouped = groups
         self.group_comparison = None
@@ -40,6 +45,29 @@ class CompareScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.checkpoint is None:
+            self.checkpoint = self.headline_checkpoint()
+        self.render_comparison()
+
+    def views(self):
+        from fairtui.runs.runfolder import RunView
+
+        return [RunView.load(self.app.run_dir(r)) for r in self.run_ids]
+
+    def headline_checkpoint(self) -> str:
+        """The checkpoint the runs report first (their profiles' eval.checkpoints[0]) where they agree, else best."""
+        firsts = {tuple((v.config.get("eval") or {}).get("checkpoints") or ["best"])[0] for v in self.views()}
+        return firsts.pop() if len(firsts) == 1 else "best"
+
+    def checkpoints_at_hand(self) -> list[str]:
+        """The checkpoints some run has a test result at, in the usual order."""
+        have = {key[1] for v in self.views() for key in v.results() if key[0] == "test"}
+        return [c for c in ("best", "last", "ema", "fawa") if c in have] or ["best"]
+
+    def action_next_checkpoint(self) -> None:
+        at_hand = self.checkpoints_at_hand()
+        i = at_hand.index(self.checkpoint) if self.checkpoint in at_hand else -1
+        self.checkpoint = at_hand[(i + 1) % len(at_hand)]
         self.render_comparison()
 
     def render_groups(self) -> None:
@@ -55,6 +83,8 @@ class CompareScreen(Screen):
 
         named = grouped([RunView.load(self.app.run_dir(r)) for r in self.run_ids], "profile")
         labels = list(named)
+        if self.baseline_label in labels:  # --baseline, once: b moves on from it
+            self.baseline, self.baseline_label = labels.index(self.baseline_label), None
         baseline = labels[self.baseline % len(labels)]
         try:
             self.group_comparison = compare_groups(named, baseline, self.attack, self.checkpoint,
@@ -63,8 +93,8 @@ class CompareScreen(Screen):
             self.query_one("#compare-title", Static).update(f"cannot compare groups: {inert(err, markup=True)}")
             return
         self.query_one("#compare-title", Static).update(
-            f"{len(labels)} groups of {len(self.run_ids)} runs by profile; baseline {inert(baseline, markup=True)} "
-            f"(b: next baseline, g: runs, s: fine-tunes against "
+            f"{len(labels)} groups of {len(self.run_ids)} runs by profile at {self.checkpoint}; baseline "
+            f"{inert(baseline, markup=True)} (b: next baseline, c: checkpoint, g: runs, s: fine-tunes against "
             f"{'the baseline' if self.against_start else 'their starts'})")
         self.query_one("#compare-summary", Static).update(Group(*terminal(self.group_comparison)))
         self.query_one(GroupedBars).display = False
