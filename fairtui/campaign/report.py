@@ -73,9 +73,13 @@ def verdict_lines(look, spec, failed: dict[int, str], roles: dict[int, str] | No
     return out
 
 
-def next_look_text(running, method_runs: set[str]) -> str:
+def next_look_text(running, method_runs: set[str], queued: int = 0) -> str:
     """When the next look comes, from the running method runs' time left (the test evaluation comes on top):
-    "next look in about 3 min (seed 2's pair)", or why it cannot be said yet."""
+    "next look in about 3 min (seed 2's pair)", or why it cannot be said yet; with nothing of it running and runs of
+    it queued, what it waits for (the CPU's slots that other runs of the home hold)."""
+    if not running and queued:
+        return (f"waiting: {queued} run(s) of this judgement queued behind the home's other runs, which hold the "
+                "CPU's slots (fairtui ls --status running)")
     from fairtui.runs.runfolder import RunView
     from fairtui.runs.runstate import format_seconds, run_eta
 

@@ -98,10 +98,14 @@ def follow(campaign, json_out: bool) -> int:
     lines = [bar.add_task("", total=None, visible=False) for _ in range(campaign.slots)]
 
     def on_tick(running) -> None:
-        method_runs = {d.name for (role, _), d in campaign.runs().items() if role == "method"}
+        from fairtui.runs.runfolder import RunView
+
+        runs = campaign.runs()
+        method_runs = {d.name for (role, _), d in runs.items() if role == "method"}
+        queued = sum(1 for d in runs.values() if RunView.load(d).status() == "queued") if not running else 0
         bar.update(task, completed=len(campaign.record["landed"]),
                    description=f"{spec.method.label}: pairs landed ({len(running)} running; "
-                               f"{next_look_text(running, method_runs)})")
+                               f"{next_look_text(running, method_runs, queued)})")
         for i, line in enumerate(lines):
             text = child_line(campaign.home, [running[i].name]) if i < len(running) else ""
             bar.update(line, description=text, visible=bool(text))

@@ -29,7 +29,9 @@ def profiles(tmp_path: Path, epochs: int = 2) -> tuple[Path, Path]:
 def judge_runs(home: Path) -> dict[tuple[str, int], list[str]]:
     out: dict[tuple[str, int], list[str]] = {}
     for meta in (home / "runs").glob("*/meta.json"):
-        info = json.loads(meta.read_text())["judge"]
+        info = json.loads(meta.read_text()).get("judge")
+        if info is None:  # a run of the home outside any judgement
+            continue
         out.setdefault((info["role"], info["seed"]), []).append(meta.parent.name)
     return out
 
@@ -294,3 +296,22 @@ def test_ten_ctrl_c_at_random_moments_end_with_each_seed_trained_once_and_the_un
                 for e in doc["comparison"]["paired"]}
 
     assert numbers(b) == numbers(a)
+
+
+def test_a_removed_landed_run_is_trained_again_and_a_plain_run_beside_it_changes_nothing(tmp_path):
+    """#83 item 5: `fairtui rm` of a landed seed's run made every later judge fail; the seed is looked at again and
+    trained anew. A user's own plain `fairtui run` of the method's profile in the same home is no run of the judgement."""
+    method, base = profiles(tmp_path)
+    home = tmp_path / "home"
+    args = ("judge", str(method), "--baseline", str(base), "--seeds", "0-1", "--json")
+    first = fairtui_cmd(*args, home=home)
+    assert first.returncode == 0, first.stderr
+    (gone,) = judge_runs(home)[("method", 1)]
+    assert fairtui_cmd("rm", gone, "--yes", home=home).returncode == 0
+    plain = fairtui_cmd("run", str(method), "--name", "mine", home=home)
+    assert plain.returncode == 0, plain.stderr
+    again = fairtui_cmd(*args, home=home)
+    assert again.returncode == 0, again.stderr
+    runs = judge_runs(home)
+    assert runs[("method", 1)] != [gone] and len(runs[("method", 1)]) == 1  # trained anew, once
+    assert sorted(json.loads(again.stdout)["seeds_landed"]) == [0, 1]

@@ -161,6 +161,7 @@ def test_the_next_look_is_said_from_the_running_method_runs_time_left(tmp_path):
     assert text.startswith("next look in about ") and "(seed 3's pair)" in text
     assert format_seconds(4 * 30.0) in text or format_seconds(4 * 30.0 - 1) in text
     assert next_look_text([], set()) == "next look: when a run starts"
+    assert next_look_text([], set(), queued=2).startswith("waiting: 2 run(s) of this judgement queued behind")
     assert next_look_text([slow], set()).startswith("next look: after")  # a baseline's run alone
 
 
