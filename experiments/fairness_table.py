@@ -52,6 +52,8 @@ def interval(values: list[float]) -> tuple[float, float]:
     from fairtui.judge.stats import t_interval
 
     mean, lo, hi = t_interval(values)
+    if len(values) >= 2 and len(set(values)) == 1:  # every seed the same: nothing spreads (the t-interval is undefined)
+        return mean, 0.0
     return mean, (hi - lo) / 2
 
 

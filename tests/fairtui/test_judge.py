@@ -280,7 +280,9 @@ def test_ten_ctrl_c_at_random_moments_end_with_each_seed_trained_once_and_the_un
         time.sleep(rng.uniform(0.5, 6.0))
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=HANG_S)
-        assert proc.returncode in (0, 130), err  # 0: it had ended before the signal
+        # 0: it had ended before the signal; -2 with nothing said: the signal came while the interpreter itself
+        # started, before any code of fairtui ran (nothing of the judgement can be touched then)
+        assert proc.returncode in (0, 130) or (proc.returncode == -2 and not err.strip()), (proc.returncode, err)
         assert "Traceback" not in err, err
     final = fairtui_cmd(*args, "--json", home=home)
     assert final.returncode == 0, final.stderr

@@ -61,8 +61,11 @@ def test_a_judgement_against_another_cpus_baseline_trains_it_here_and_keys_apart
 
     monkeypatch.setattr(spec_mod, "this_cpu", lambda: INTEL)
     said: list[str] = []
+    data = tmp_path / "data" / "cifar-10-batches-py"  # data.root is checked before anything exists
+    data.mkdir(parents=True)
+    (data / "test_batch").write_bytes(b"")
     request = Request(str(ROOT / "profiles" / "cifar10-cpu-quick-trades.toml"), "cifar10-cpu-quick-trades",
-                      [str(QUICK)], overrides=["method.beta=3"], checkpoint="last")
+                      [str(QUICK)], overrides=["method.beta=3", f"data.root={data.parent}"], checkpoint="last")
     spec = build_spec(request, tmp_path / "home", warn=said.append)
     assert spec.baseline.committed == {} and spec.baseline_here == list(range(10)) and spec.seeds == list(range(10))
     assert any("trained here too" in line for line in said)
