@@ -80,6 +80,19 @@ def judge(
 def follow(campaign, json_out: bool) -> int:
     """Run the campaign with its progress on stderr (one line a running run), an interim block as each pair lands,
     and the verdict; 130 after Ctrl-C (the runs stop after their batch; the same command continues)."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    try:
+        return _follow(campaign, json_out, err)
+    except KeyboardInterrupt:  # at any moment, the progress display's set-up included
+        stopped = campaign.stop_rest()
+        err.print(f"stopped: {len(stopped)} run(s) stop after their batch; the same command continues (the "
+                  "landed seeds are kept, the others resume from their checkpoints)", soft_wrap=True)
+        return 130
+
+
+def _follow(campaign, json_out: bool, err) -> int:
     import json
 
     from rich.console import Console
@@ -88,7 +101,6 @@ def follow(campaign, json_out: bool) -> int:
     from fairtui.campaign.report import interim_lines, next_look_text, verdict_lines
     from fairtui.cli.launching import child_line, sweep_bars
 
-    err = Console(stderr=True)
     spec = campaign.spec
     err.print(f"judge {campaign.spec.key}: {spec.method.label} against {spec.baseline.label}, "
               f"{'until decided, at most ' if spec.until_decided else ''}{len(spec.seeds)} seeds, "

@@ -313,7 +313,7 @@ def _latex(cmp: GroupComparison) -> str:
                   if p.protocol_differences]
         lines += [f"% {inert(p.group)} against {inert(p.baseline)}, CPUs: {inert(line)}" for p in paired
                   for line in p.cpus]
-        lines += [f"% Holm family: {inert(family_text(p))}" for p in {p.family: p for p in paired}.values()]
+        lines += [f"% Holm family: {latex(family_text(p))}" for p in {p.family: p for p in paired}.values()]
     lines += [f"% {inert(g.label)}: {inert(note)}" for g in cmp.groups for note in g.notes]
     lines += [f"% {inert(line)}" for line in cmp.left_out_lines()]
     return "\n".join(lines) + "\n"

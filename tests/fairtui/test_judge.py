@@ -134,7 +134,7 @@ def test_what_cannot_be_paired_is_refused_before_anything_trains(tmp_path):
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     unknown = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-dafa.toml"), "--baseline", "nosuch", "--results",
                           str(digits), home=home)
-    assert unknown.returncode == 2 and "digits-trades" in unknown.stderr and "no profile file" in unknown.stderr
+    assert unknown.returncode == 2 and "digits-trades" in unknown.stderr and "no group of that label" in unknown.stderr
     for bad in (["--seeds", "0-x"], ["--seeds", "1,1"], ["--seeds", "0-2", "--until-decided"], ["--metric", "cv"]):
         out = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-dafa.toml"), "--baseline", "digits-trades",
                           "--results", str(digits), *bad, home=home)
