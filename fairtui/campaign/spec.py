@@ -189,7 +189,7 @@ def baseline_cpu_check(committed: dict, label: str, pool: list[str], choice: str
     """Before anything trains: the committed baseline seeds whose CPU ran other kernels than this machine's. With
     ``choice`` "here" they are trained here too (a pair is trained on one CPU: STATS.md), with "committed" they are
     kept and the crossing is said. The committed runs kept, and the seeds to train here."""
-    from fairtui.judge.machines import kernel_kind, same_kernels
+    from fairtui.judge.machines import kernel_flags, kernel_kind, same_kernels
     from fairtui.runs.provenance import first_session
 
     if choice not in ("here", "committed"):
@@ -207,7 +207,7 @@ def baseline_cpu_check(committed: dict, label: str, pool: list[str], choice: str
         return committed, []
     kinds = "; ".join(dict.fromkeys(kernel_kind(v) or "?" for v in other.values()))
     mine = f"{here['determinism']['cpu_capability']} on {here['cpu'].get('model', '?')} " \
-           f"({', '.join(here['cpu'].get('flags') or []) or '-'})"
+           f"({', '.join(kernel_flags(here['cpu'])) or '-'})"
     seeds = ", ".join(str(s) for s in sorted(other))
     if choice == "committed":
         warn(f"warning: {label}'s committed seeds {seeds} trained on {kinds}; this machine is {mine}: their kernels "

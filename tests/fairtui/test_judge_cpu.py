@@ -38,6 +38,23 @@ def test_the_committed_amd_runs_and_an_intel_machine_run_other_kernels():
     assert kernel_kind(committed[0]).startswith("AVX512 on AMD EPYC (avx2, fma")
 
 
+def test_cpus_that_differ_only_in_int8_instructions_run_the_same_kernels():
+    """A family-26 EPYC adds avx_vnni (int8 only) to the committed family-25 runs' AVX512-BF16: it retrained their
+    TRADES seed 0 to the last bit, so the judge pairs with them here and trains nothing again; a flag that chooses
+    fp32 or bf16 kernels (avx512_fp16, amx_bf16) still makes another kind."""
+    amd = first_session(committed_trades()[0]).get("provenance")
+    zen5 = {"cpu": dict(amd["cpu"], family="26", model_id="2", flags=amd["cpu"]["flags"] + ["avx_vnni"]),
+            "determinism": amd["determinism"]}
+    assert same_kernels(amd, zen5)
+    said: list[str] = []
+    kept, here = baseline_cpu_check(committed_trades(), "t", ["cpu"], "here", said.append, here=zen5)
+    assert len(kept) == 10 and here == [] and not said
+    for flag in ("avx512_fp16", "amx_bf16"):
+        other = {"cpu": dict(amd["cpu"], flags=amd["cpu"]["flags"] + [flag]), "determinism": amd["determinism"]}
+        assert not same_kernels(amd, other), flag
+    assert "vnni" not in kernel_kind(committed_trades()[0])  # the label names what chooses the kernels
+
+
 def test_by_default_the_baseline_seeds_of_another_cpu_are_trained_here():
     said: list[str] = []
     kept, here = baseline_cpu_check(committed_trades(), "cifar10-cpu-quick-trades", ["cpu"], "here", said.append,
