@@ -272,7 +272,8 @@ def paired_lead(results: Path, short: bool) -> str:
     lead = ("Each method against its base, paired by seed (PGD-20, points of %; `fairtui compare --results "
             f"{where}{bases} --by profile --baseline <base> --checkpoint <checkpoint>` gives the same)")
     if short:
-        return lead + f"; the columns are explained in [{results.name}/{TABLE}]({table_link(results)}#paired):"
+        return (lead + f", at the last checkpoint; the best checkpoint's pairs, and what the columns say, are in "
+                f"[{results.name}/{TABLE}]({table_link(results)}#paired):")
     return (lead + ": the mean difference and its 95% t-interval, the paired t-test's p and the exact sign-flip p, the "
             "verdict at 5%, the planning numbers (the smallest difference these seeds detect with 80% power, and the "
             "seeds that detect 2 points, both from the observed spread of the differences: never power at the "
@@ -294,14 +295,15 @@ def markdown(results: Path, rows: list[Row] | None = None, compact: bool = False
     if not rows:
         return f"No completed run in `{results.name}` yet."
     parts = [header(results, rows), "", *headline_table(rows)]
-    paired = paired_table(results, rows)
-    if compact:
+    if compact:  # the last checkpoint's pairs only: the best checkpoint's are in TABLE.md
+        paired = paired_table(results, rows, checkpoints=("last",))
         if paired:
             parts += ["", paired_lead(results, short=True), "", *paired]
         parts += ["", f"Per-class accuracy, exploratory results and where each row ran: [{results.name}/{TABLE}]"
                       f"({table_link(results)})."]
         return "\n".join(parts)
     ckpt = "best" if any(r.results("best") for r in rows) else "last"
+    paired = paired_table(results, rows)
     parts += ["", f"Per-class PGD-20 accuracy of the {ckpt} checkpoint (%, mean ± 95% half-width over seeds):", "",
               *per_class_table(rows, ckpt)]
     explore = exploratory_table(rows)
