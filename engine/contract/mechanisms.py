@@ -61,7 +61,7 @@ def dafa_share(profile: Profile) -> Share:
 
 
 def frl_alpha_scale(epoch: int, method) -> float:
-    """The factor on alpha1 and alpha2 in fine-tuning epoch ``epoch`` (FRL.alpha_scales' first value)."""
+    """The factor on alpha1 and alpha2 in fine-tuning epoch ``epoch``: FRL's own (its alpha_scales) and the rule's."""
     if method.alpha_schedule == "code":  # halved at fine-tuning epochs decay_every, 2 decay_every, ...
         return 0.5 ** ((epoch - method.pretrain_epochs) // method.decay_every)
     return method.decay_factor ** ((epoch - method.pretrain_epochs - 1) // method.decay_every)

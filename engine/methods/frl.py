@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from engine.attacks.noise import WHOLE, Draws
+from engine.contract.mechanisms import frl_alpha_scale
 from engine.contract.method_params import FRLParams, MethodParams
 from engine.methods.base import MethodContext, StepOutput, ValResult
 from engine.methods.standard import TRADES, FineTunePhase
@@ -92,10 +93,8 @@ class FRL(FineTunePhase, TRADES):
 
     def alpha_scales(self, epoch: int) -> tuple[float, float]:
         """The factors on (alpha1 and alpha2, alpha_margin) in fine-tuning epoch ``epoch``."""
-        if self.p.alpha_schedule == "code":  # `if now_epoch % 40 == 0: rate1 = rate1 / 2`, before the update
-            return 0.5 ** ((epoch - self.p.pretrain_epochs) // self.p.decay_every), 1.0
-        scale = self.decay(epoch)
-        return scale, scale
+        scale = frl_alpha_scale(epoch, self.p)  # the code's `if now_epoch % 40 == 0: rate1 = rate1 / 2`, or the paper's
+        return scale, 1.0 if self.p.alpha_schedule == "code" else scale
 
     def lr_for(self, epoch: int, scheduled_lr: float) -> float:
         return scheduled_lr if self.pretraining(epoch) else self.p.finetune_lr * self.decay(epoch)
