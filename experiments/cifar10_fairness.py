@@ -51,8 +51,10 @@ SCALES = {"cpu": ("cifar10-cpu", ROOT / "experiments" / "results" / "cifar10-cpu
 # The checkpoint of the base a fine-tune starts from, by scale: a run folder gives its best; the quick protocol
 # evaluates only the last checkpoint (its headline), so its fine-tunes start from that one.
 INIT_CHECKPOINT = {"quick": "last"}
-# Fine-tunes of the same seed's PGD-AT run; the fine-tune's own epochs come from its profile.
-FINE_TUNES = {"frl": "at", "faal": "at", "csr": "trades"}
+# Fine-tunes of the same seed's PGD-AT (or TRADES) run, and ABSLD's student of the same seed's teacher run; the
+# method's own epochs come from its profile. START_KEY: the key that names the run (default method.init_from).
+FINE_TUNES = {"frl": "at", "faal": "at", "csr": "trades", "absld": "teacher"}
+START_KEY = {"absld": "method.teacher"}
 RESUMABLE = {"stopped", "failed", "lost"}
 SMALL_FILES = ("events.jsonl", "profile.toml", "meta.json")
 
@@ -191,7 +193,7 @@ class Table:
                 init = shown["run_dir"]
                 if self.args.scale in INIT_CHECKPOINT:
                     init = str(Path(init) / "checkpoints" / f"{INIT_CHECKPOINT[self.args.scale]}.pt")
-                sets.append(f"method.init_from={init}")
+                sets.append(f"{START_KEY.get(method, 'method.init_from')}={init}")
                 if self.prefix == "cifar10-short" and method == "frl":  # the short profile pre-trains in-run
                     sets += ["method.pretrain_epochs=0", "train.epochs=10"]
             sets += args.set  # the caller's overrides win

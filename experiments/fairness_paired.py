@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 HEADLINE_ATTACK = "pgd20"
 # Each fairness method against the base it builds on, paired by seed (fairtui compare's statistics).
 BASES = {"frl": "at", "cfa-at": "at", "faal": "at", "wat": "trades", "cfa-trades": "trades", "dafa": "trades",
-         "tian": "trades", "bat": "trades", "csr": "trades"}
+         "tian": "trades", "bat": "trades", "csr": "trades", "trix": "trades", "absld": "trades"}
 
 
 def paired_table(results: Path, rows: "list[Row]", checkpoints: tuple[str, ...] = ("last", "best")) -> list[str]:

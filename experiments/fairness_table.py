@@ -36,13 +36,16 @@ from fairtui.runs.runfolder import RunView  # noqa: E402
 from experiments.fairness_paired import BASES, HEADLINE_ATTACK, paired_table  # noqa: E402,F401
 
 # The table's rows, in the priority order, by the suffix of the profile's name.
-METHODS = ["at", "trades", "wat", "cfa-trades", "dafa", "frl", "cfa-at", "tian", "faal", "bat", "csr"]
+METHODS = ["at", "trades", "wat", "cfa-trades", "dafa", "frl", "cfa-at", "tian", "faal", "bat", "csr", "trix", "absld",
+           "teacher"]
 LABELS = {"at": "PGD-AT", "trades": "TRADES", "frl": "FRL (RW+RM, from PGD-AT)", "cfa-at": "CFA on AT",
           "cfa-trades": "CFA on TRADES", "wat": "WAT", "tian": "Tian et al. (TRADES, class-wise beta)",
-          "dafa": "DAFA on TRADES", "faal": "FAAL (from PGD-AT)", "bat": "BAT", "csr": "CSR (from TRADES)"}
+          "dafa": "DAFA on TRADES", "faal": "FAAL (from PGD-AT)", "bat": "BAT", "csr": "CSR (from TRADES)",
+          "trix": "TRIX (DAFA + mixed attack)", "absld": "ABSLD (student of the teacher)",
+          "teacher": "TRADES teacher (twice the width)"}
 # The figure's panels: each fairness method beside the base it builds on (at most 8 series a panel).
 FIGURES = {"at": ["at", "frl", "cfa-at", "faal"], "trades": ["trades", "wat", "cfa-trades", "dafa", "tian", "bat",
-                                                             "csr"]}
+                                                             "csr", "trix"]}
 CHECKPOINTS = ["best", "last", "fawa", "ema"]
 
 

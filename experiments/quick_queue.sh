@@ -9,7 +9,8 @@
 # DATA_ROOT holds cifar-10-batches-py/; RESULTS is the folder (in this checkout) the finished runs' small files are
 # copied to, to be committed. A STEP is METHODS@SEEDS ("trades,dafa@0-1"), trained in the order given; without
 # steps, the whole table in the order that lets DAFA's reading come first: TRADES and DAFA seeds 0-1, PGD-AT and
-# TRADES to ten seeds, DAFA to five, FRL's fine-tunes of PGD-AT seeds 0-4, then CFA on AT and on TRADES.
+# TRADES to ten seeds, DAFA to five, FRL's fine-tunes of PGD-AT seeds 0-4, CFA on AT and on TRADES, then TRIX and
+# ABSLD (each seed's teacher first).
 # The plans that trained the committed folders: cifar10-cpu-quick/ (2026-11-28, AMD EPYC with AVX512-BF16) the
 # default's first four steps; cifar10-cpu-quick-xeon/ (2026-12-02, Intel Xeon) "trades,dafa@0-1" "at,frl@0-4"
 # "trades,dafa@2-4" "cfa-at,cfa-trades@0-4"; the DAFA rows of cifar10-cpu-quick/ under the scaled protocols'
@@ -23,7 +24,7 @@ results=${2:?$usage}
 shift 2
 steps=("$@")
 if [ ${#steps[@]} -eq 0 ]; then
-  steps=("trades,dafa@0-1" "at,trades@0-9" "dafa@2-4" "at,frl@0-4" "cfa-at,cfa-trades@0-4")
+  steps=("trades,dafa@0-1" "at,trades@0-9" "dafa@2-4" "at,frl@0-4" "cfa-at,cfa-trades@0-4" "trix,teacher,absld@0-4")
 fi
 for step in "${steps[@]}"; do  # every step read before anything trains: a slip is one line, not a stopped queue
   [[ $step =~ ^[a-z-]+(,[a-z-]+)*@[0-9]+(-[0-9]+)?$ ]] || { echo "quick_queue: '$step' is not METHODS@SEEDS" >&2; exit 2; }

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from engine.contract.method_params import METHOD_PARAMS, MethodParams
+from engine.contract.method_params import MethodParams
+from engine.contract.method_registry import METHOD_PARAMS
 from engine.contract.profile_schema import ProfileError, build, field, to_table, unknown_key_message
 from engine.contract.request import CHECKPOINTS, RequestError, check_attack, check_eps
 from engine.contract.sinks import LIVE_SINKS

@@ -9,6 +9,9 @@ authors' setting gives it. The shares, each computed here from a resolved profil
   2.956 of 9.956, 29.7%.
 - FRL: the multipliers' summed step over the fine-tune (alpha1 times its decay, every fine-tuning epoch)
   against the paper's 40 epochs at 0.05 before its first decay (2.0), the step that carries lambda to its cap.
+- ABSLD: how far its temperatures can move over the run (the summed rate of its updates) against the distance from
+  their start to the lower clamp (1 to 0.5): the authors' setting (300 epochs, rate 0.1, x0.1 at epochs 215,
+  260 and 285) moves them up to 21.88, 44 times that distance (share 1).
 - CFA: the share of the epochs in which FAWA may fold a checkpoint in (from `fawa_start_epoch`): the paper's
   epochs 50-200 of 200, 75.5%. Whether its gate can open at the protocol's accuracies is a property of data, not
   of the profile: the profiles' tests read it from the protocol's committed base runs.
@@ -81,11 +84,28 @@ def fawa_share(profile: Profile) -> Share:
     return Share("cfa fawa", share, FAWA_PAPER_SHARE, "share of the epochs FAWA may fold in")
 
 
+def absld_temperature_travel(profile: Profile) -> float:
+    """How far ABSLD's temperatures can move over the run: the summed rate of its updates (temp_rate, times
+    temp_rate_decay at each lr milestone), the most the class with the largest loss gap moves."""
+    m, t = profile.method, profile.train
+    drops = (lambda e: sum(e >= k for k in t.milestones)) if t.schedule == "piecewise" else (lambda e: 0)
+    return sum(m.temp_rate * m.temp_rate_decay ** drops(e) for e in range(1, t.epochs + 1))
+
+
+def absld_share(profile: Profile) -> Share:
+    m = profile.method
+    reach = absld_temperature_travel(profile) / max(m.temp_init - m.temp_min, 1e-12)
+    return Share("absld temperatures", min(reach, 1.0), 1.0,
+                 "the temperatures' summed move against the distance to their lower clamp")
+
+
 def mechanism_shares(profile: Profile) -> list[Share]:
     """Every class-wise mechanism of the profile's method whose share the rule covers (empty for the rest)."""
     name = profile.method.name
-    if name == "dafa":
+    if name in ("dafa", "trix"):  # TRIX's targets act in every epoch; its class weights are DAFA's
         return [dafa_share(profile)]
+    if name == "absld":
+        return [absld_share(profile)]
     if name == "frl" and profile.method.variant != "baseline_reweight":
         return [frl_share(profile)]
     if name == "cfa" and profile.method.fawa:

@@ -338,57 +338,5 @@ class ImportedParams(MethodParams):
     name: ClassVar[str] = "imported"
 
 
-@dataclass(frozen=True)
-class BATParams(MethodParams):
-    """BAT (Sun et al., AAAI 2023), as its authors' code trains it (docs/reference/methods-bat-csr.md): two
-    early-stopped TRADES attacks per batch (the last example still classified right, and the first past
-    the boundary) and CE(last clean) + beta KL(clean || first adversarial) + the two predictions' KL to the
-    uniform distribution. The paper's rule could not be read: there is no `form`."""
-
-    name: ClassVar[str] = "bat"
-    beta: float = field(6.0, min=0.0)
-    # FAT's counter of the first-adversarial attack: steps taken past the first misclassified check (code: 1)
-    firstadv_tau: int = field(1, min=0)
-    uniform_weight: float = field(1.0, min=0.0)  # the two uniform KL terms' weight (code: 1, no parameter)
-
-
-@dataclass(frozen=True)
-class CSRParams(MethodParams):
-    """CSR (Jin et al., ICLR 2025), as its authors' code trains it (docs/reference/methods-bat-csr.md): a
-    fine-tune on TRADES; before every epoch the robust confusion matrix C of the training split (PGD in
-    eval mode, the true class's logit scaled by `true_logit_scale`), G = u1 v1^T of C's top singular pair
-    rescaled to [g_low, g_low + g_span], and the loss natural_weight CE + beta KL + spectral_weight
-    (1/B) sum_i g_i (ln g_i - ln p_{y_i}(x'_i)), g_i = G[pred_i, y_i]. The paper's rule could not be read:
-    there is no `form`."""
-
-    name: ClassVar[str] = "csr"
-    beta: float = field(6.0, min=0.0)
-    natural_weight: float = field(0.7, min=0.0)
-    spectral_weight: float = field(0.3, min=0.0)
-    true_logit_scale: float = field(0.9, gt=0.0)  # the code's gamma_true: the true class's logit x 0.9 in C
-    g_low: float = field(0.01, gt=0.0)
-    g_span: float = field(2.0, gt=0.0)
-    confusion_steps: int = field(10, min=1)  # PGD steps of the confusion pass (step: [attack] step)
-    # The fine-tune (train_fair.py): finetune_lr (1e-3) for every fine-tuning epoch (2 in the code); a new SGD
-    # after in-run pre-training.
-    finetune_lr: float = field(1e-3, gt=0.0)
-    init_from: str = field("")
-    pretrain_epochs: int = field(0, min=0)
-    pretrain_method: str = field("pgd_at", choices=("pgd_at", "trades"))
-    pretrain_beta: float = field(6.0, min=0.0)
-
-    def validate(self, file: str) -> None:
-        validate_fine_tune(self, file)
-        if not self.init_from and not self.pretrain_epochs:
-            raise ProfileError(file, "method.init_from", "CSR fine-tunes a robust model: give init_from (a TRADES "
-                               "run, an imported model or a .pt file) or pretrain_epochs")
-
-
-METHOD_PARAMS: dict[str, type[MethodParams]] = {
-    cls.name: cls for cls in (NaturalParams, PGDATParams, FATParams, TRADESParams, FRLParams, CFAParams,
-                          WATParams, DAFAParams, FAALParams, BATParams, CSRParams, ImportedParams)
-}
-
-
-__all__ = ["BATParams", "CFAParams", "CSRParams", "CFA_TRAIN_FORMS", "DAFAParams", "FAALParams", "FATParams", "FRLParams", "ImportedParams", "METHOD_PARAMS", "MethodParams", "NaturalParams", "PGDATParams",
-           "ProfileError", "TRADESParams", "WATParams"]
+__all__ = ["CFAParams", "CFA_TRAIN_FORMS", "DAFAParams", "FAALParams", "FATParams", "FRLParams", "ImportedParams",
+           "MethodParams", "NaturalParams", "PGDATParams", "ProfileError", "TRADESParams", "WATParams"]

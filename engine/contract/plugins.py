@@ -67,7 +67,7 @@ def _entry_points(group: str = GROUP) -> dict[str, Any]:
     imported); of two with one name, the first (sorted by package) is kept and the other reported."""
     from importlib.metadata import entry_points
 
-    from engine.contract.method_params import METHOD_PARAMS
+    from engine.contract.method_registry import METHOD_PARAMS
 
     out: dict[str, Any] = {}
     for ep in sorted(entry_points(group=group), key=lambda e: (e.name, _package(e))):
@@ -115,7 +115,7 @@ def _import(ep: Any) -> Any:
 def load(name: str) -> Any:
     """Plugin method ``name`` (its Method subclass), loaded alone and checked; None if no usable one."""
     global _loaded
-    from engine.contract.method_params import METHOD_PARAMS
+    from engine.contract.method_registry import METHOD_PARAMS
 
     _loaded = {} if _loaded is None else _loaded
     if name in _loaded:

@@ -206,6 +206,27 @@ def resolve_init_checkpoint(ref: str) -> Path:
                        "resolved by `fairtui run`), a run folder or a .pt file")
 
 
+TEACHER_KEY = "method.teacher"
+
+
+def resolve_teacher_checkpoint(ref: str) -> Path:
+    """The teacher's checkpoint file: a run folder's best (else last) or a run's own checkpoint; ProfileError in
+    one line otherwise."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        for name in INIT_CHECKPOINTS:
+            if (path / "checkpoints" / f"{name}.pt").is_file():
+                return path / "checkpoints" / f"{name}.pt"
+        raise ProfileError("profile", TEACHER_KEY, f"the run {path} has no checkpoint: train it first")
+    if not path.is_file():
+        raise ProfileError("profile", TEACHER_KEY, f"no teacher at {ref!r}: give a run (id or name, resolved by "
+                           "`fairtui run`), a run folder or a run's checkpoint")
+    if path.parent.name != "checkpoints" or not (path.parent.parent / "profile.toml").is_file():
+        raise ProfileError("profile", TEACHER_KEY, f"{path} is not a run's checkpoint: a teacher is a run, whose "
+                           "profile.toml gives its architecture (train it with fairtui, or import it)")
+    return path
+
+
 def run_checkpoint(path: Path | str) -> tuple[str, str] | None:
     """(run id, "best" or "last") when ``path`` is a run's own checkpoint (``<run>/checkpoints/best.pt``), else None:
     what a fine-tune's start records (engine.methods.standard) and what a comparison reads back (fairtui.judge.groups)."""

@@ -10,10 +10,12 @@ from engine.methods.dafa import DAFA
 from engine.methods.faal import FAAL
 from engine.methods.frl import FRL
 from engine.methods.standard import FAT, PGDAT, TRADES, Natural
+from engine.methods.trix import TRIX
 from engine.methods.wat import WAT
+from engine.methods.absld import ABSLD
 
 METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (Natural, PGDAT, FAT, TRADES, FRL, CFA, WAT, DAFA,
-                                                               FAAL, BAT, CSR, Imported)}
+                                                               FAAL, BAT, CSR, TRIX, ABSLD, Imported)}
 
 
 def build_method(ctx: MethodContext) -> Method:

@@ -55,6 +55,9 @@ class MethodContext:
     attack_model: Any = None
     # The data set's class names, for messages that name a class (None: by index).
     class_names: Any = None
+    # The data's splits (engine.data.Splits: input shape, normalisation), for a model the method builds itself
+    # (ABSLD's teacher). None: a method used on its own.
+    splits: Any = None
 
     @property
     def attack(self) -> AttackConfig:
@@ -133,6 +136,10 @@ class Method:
     def start_record(self) -> dict[str, Any]:
         """What a fresh run starts from beyond its profile, recorded as `run_started`'s ``init`` (a fine-tune's
         checkpoint); called just before :meth:`initialize`. Empty: nothing to record."""
+        return {}
+
+    def run_record(self) -> dict[str, Any]:
+        """Fields of `run_started` beyond its profile that the method adds (a distillation's ``teacher``)."""
         return {}
 
     def initialize(self, model: torch.nn.Module) -> None:

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.trades import StoppingTRADESAttack, trades_kl
-from engine.contract.method_params import BATParams, MethodParams
+from engine.contract.method_params import MethodParams
+from engine.contract.method_params_recent import BATParams
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample
 
 Tensor = torch.Tensor

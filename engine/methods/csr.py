@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from engine.attacks.noise import WHOLE, Draws
 from engine.attacks.pgd import PGD
 from engine.attacks.trades import TRADESAttack, trades_kl
-from engine.contract.method_params import CSRParams, MethodParams
+from engine.contract.method_params import MethodParams
+from engine.contract.method_params_recent import CSRParams
 from engine.methods.base import Method, MethodContext, StepOutput, ce_per_sample
 from engine.methods.standard import FineTunePhase
 from engine.runtime.modes import eval_mode

@@ -135,7 +135,7 @@ class DAFA(Method):
         step = self.step_for(eps)
         a = self.ctx.attack
         if self.p.base == "trades":
-            x_adv = self.base.attack.perturb(x, eps=eps, step=step, draws=draws)
+            x_adv = self.trades_adversary(x, y, eps, step, draws)
             # The authors' order (losses.py l.65-66): x' first, then x. Loss and gradient do not depend on it,
             # but BatchNorm's running statistics do, and the next batch's eval-mode attack reads them.
             logits_adv = model(x_adv)
@@ -158,6 +158,10 @@ class DAFA(Method):
                 self.prob_sums.index_add_(0, y, torch.softmax(logits_adv.detach().double(), 1))
                 self.prob_counts.index_add_(0, y, torch.ones_like(y, dtype=torch.float64))
         return StepOutput(loss, logits_adv.detach(), clean)
+
+    def trades_adversary(self, x: Tensor, y: Tensor, eps: Tensor, step: Tensor | float, draws: Draws) -> Tensor:
+        """The TRADES base's adversarial examples at the class-wise margins and steps (TRIX mixes its own)."""
+        return self.base.attack.perturb(x, eps=eps, step=step, draws=draws)
 
     # -- between epochs -------------------------------------------------------------------------
     def start_epoch(self, epoch: int, val: ValResult | None) -> None:

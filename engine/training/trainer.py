@@ -68,7 +68,8 @@ class Trainer(StopPoints):
         t = profile.train
         self.method: Method = build_method(MethodContext(self.k, profile, runtime.device, self.val_data,
                                                          group=self.group, attack_model=self.attack_model,
-                                                         class_names=self.splits.class_names))
+                                                         class_names=self.splits.class_names,
+                                                         splits=self.splits))
         self.ema = WeightAverage(t.ema_decay) if t.ema_decay > 0 else None
         self.store = CheckpointStore(run_dir / "checkpoints", writer=self.group.is_main)
         self.best: dict[str, Any] = {"score": -math.inf, "epoch": 0}
@@ -206,7 +207,8 @@ class Trainer(StopPoints):
         point = self._resume_point(state["epoch"] if state is not None else 0)
         if state is None and point is None:
             self.events.emit("run_started", **run_started_payload(self.profile, self.splits, self.rt,
-                                                                  self._group_payload(), self.method.start_record()))
+                                                                  self._group_payload(), self.method.start_record()),
+                             **self.method.run_record())
             self.method.initialize(self.model)
             return 1
         where = {} if point is None else {"batch": point["batches_done"], "batches": point["batches"],

@@ -291,11 +291,14 @@ def find_baseline(label: str, results: list[str], home: Path, warn=None) -> tupl
     if label not in groups:  # the committed group, labelled apart from the home's own runs of that profile
         committed = [name for name in groups if name.startswith(label + " (")
                      and all(source_of(v) != "home" for v in groups[name])]
-        if len(committed) == 1:
+        from fairtui.runs.configurations import shipped_group
+
+        shipped = committed[0] if len(committed) == 1 else shipped_group(label, {n: groups[n] for n in committed})
+        if shipped is not None:
             if warn is not None:
-                warn(f"--baseline {label}: the committed group {committed[0]!r} (your own runs of {label} in the home "
+                warn(f"--baseline {label}: the committed group {shipped!r} (your own runs of {label} in the home "
                      "are labelled apart by what they change)")
-            label = committed[0]
+            label = shipped
     if label in groups:
         first = groups[label][0]
         return label, groups[label], read_toml(first.run_dir / "profile.toml"), str(first.run_dir / "profile.toml")

@@ -356,6 +356,10 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
         raise CompareError("--against-start pairs fine-tunes with the checkpoints they started from: give --baseline "
                            "LABEL, the group of the runs they started from")
     if baseline is not None and baseline not in named:
+        from fairtui.runs.configurations import shipped_group
+
+        baseline = shipped_group(baseline, named) or baseline  # the shipped profile's group, among its variants
+    if baseline is not None and baseline not in named:
         raise CompareError(f"--baseline {baseline!r} is not a group; the groups are: {', '.join(named)}")
     groups = [build_group(label, views, attack, checkpoint, n_per_class) for label, views in named.items()]
     empty = [g.label for g in groups if not g.members]

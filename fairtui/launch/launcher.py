@@ -201,36 +201,48 @@ def write_json(path: Path, obj: dict) -> None:
 
 
 def resolve_init_from(profile, path: str, home):
-    """FRL's `method.init_from` may name an earlier run (id, prefix or name): record its checkpoint file,
-    so the saved profile says exactly which weights the run started from."""
+    """A fine-tune's `method.init_from` and a distillation's `method.teacher` may name an earlier run (id, prefix or
+    name): record its checkpoint file, so the saved profile says exactly which weights the run starts from or
+    learns from."""
+    for key in ("init_from", "teacher"):
+        profile = _resolve_run_ref(profile, key, path, home)
+    return profile
+
+
+def _resolve_run_ref(profile, key: str, path: str, home):
     import dataclasses
     from pathlib import Path
 
     from engine.contract.profile_schema import ProfileError
     from fairtui.runs.home import RunNotFound, find_run, resolve_home
 
-    ref = getattr(profile.method, "init_from", "")
+    ref = getattr(profile.method, key, "")
     if not ref:
         return profile
     if Path(ref).expanduser().exists():
-        from engine.contract.protocol import resolve_init_checkpoint
+        from engine.contract.protocol import resolve_init_checkpoint, resolve_teacher_checkpoint
 
-        check_init_checkpoint(resolve_init_checkpoint(ref), path)
+        resolve = resolve_init_checkpoint if key == "init_from" else resolve_teacher_checkpoint
+        try:
+            checkpoint = resolve(ref)
+        except ProfileError as err:
+            raise ProfileError(path, err.key, err.problem) from None
+        check_init_checkpoint(checkpoint, path, key)
         return profile
     try:
         run_dir = find_run(resolve_home(home), ref, unique_name=True)
     except RunNotFound as err:
-        raise ProfileError(path, "method.init_from", f"no such file or single run: {err}") from None
+        raise ProfileError(path, f"method.{key}", f"no such file or single run: {err}") from None
     for name in ("best.pt", "last.pt"):
         checkpoint = run_dir / "checkpoints" / name
         if checkpoint.exists():
-            check_init_checkpoint(checkpoint, path)
-            method = dataclasses.replace(profile.method, init_from=str(checkpoint.resolve()))
+            check_init_checkpoint(checkpoint, path, key)
+            method = dataclasses.replace(profile.method, **{key: str(checkpoint.resolve())})
             return dataclasses.replace(profile, method=method)
-    raise ProfileError(path, "method.init_from", f"run {run_dir.name} has no checkpoint yet")
+    raise ProfileError(path, f"method.{key}", f"run {run_dir.name} has no checkpoint yet")
 
 
-def check_init_checkpoint(checkpoint, path: str) -> None:
+def check_init_checkpoint(checkpoint, path: str, key: str = "init_from") -> None:
     """The weights a run starts from load safely (weights only, nothing run) before its folder exists: checked
     by the engine (`python -m engine check-weights`), so that this process never imports torch."""
     import subprocess
@@ -242,4 +254,4 @@ def check_init_checkpoint(checkpoint, path: str) -> None:
                          text=True)
     if out.returncode != 0:
         reason = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
-        raise ProfileError(path, "method.init_from", reason)
+        raise ProfileError(path, f"method.{key}", reason)

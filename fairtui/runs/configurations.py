@@ -93,14 +93,16 @@ def configuration(view: RunView) -> dict[str, Any]:
     for key, (method, before) in UNRECORDED_DEFAULTS.items():  # what an engine before the key trained with
         if flat.get("method.name") == method:
             flat.setdefault(key, before)
-    if flat.get("method.init_from"):
-        flat["method.init_from"] = base_profile(str(flat["method.init_from"]))
+    for key in STARTS:  # a fine-tune's base and a distillation's teacher: a run of a profile, up to its seed
+        if flat.get(key):
+            flat[key] = base_profile(str(flat[key]))
     flat[RUNTIME] = runtime_ran(view)
     return flat
 
 
 UNKNOWN_BASE = "a run"
 INIT = "method.init_from"
+STARTS = (INIT, "method.teacher")
 _BASE_NAMES: dict[str, str] = {}  # ref -> its run's profile name: a run folder's profile.toml never changes
 
 
@@ -135,11 +137,12 @@ def by_configuration(views: list[RunView]) -> list[tuple[str, list[RunView]]]:
     out = []
     for name, members in profiles.items():
         confs = [configuration(v) for v in members]
-        known = {c.get(INIT) for c in confs} - {None, "", UNKNOWN_BASE}
-        if len(known) == 1:  # bases not at hand here are taken for the one base profile the others name
-            for c in confs:
-                if c.get(INIT) == UNKNOWN_BASE:
-                    c[INIT] = next(iter(known))
+        for key in STARTS:
+            known = {c.get(key) for c in confs} - {None, "", UNKNOWN_BASE}
+            if len(known) == 1:  # bases not at hand here are taken for the one base profile the others name
+                for c in confs:
+                    if c.get(key) == UNKNOWN_BASE:
+                        c[key] = next(iter(known))
         common = set.intersection(*(set(c) for c in confs))  # keys every run recorded
         split: dict[str, list[int]] = {}
         for i, conf in enumerate(confs):
@@ -188,3 +191,28 @@ def replicates_apart(views: list[RunView]) -> tuple[list[RunView], list[str]]:
             seen.add(seed)
         kept.append(view)
     return kept, aside
+
+
+def shipped_group(label: str, groups: dict[str, list[RunView]], profiles: Path = Path("profiles")) -> str | None:
+    """Where a profile's runs are labelled apart by what they change ("NAME (method.dafa_lambda=1.0)" beside
+    "NAME (method.dafa_lambda=2.0)"), the one group whose changed keys hold the values of the shipped
+    ``profiles/NAME.toml``; None where there is no such profile, or not exactly one group matches it."""
+    import re
+
+    candidates = [name for name in groups if name.startswith(label + " (") and groups[name]]
+    path = profiles / f"{label}.toml"
+    if not candidates or not path.is_file():
+        return None
+    try:
+        from engine.contract.profile_io import load_profile
+
+        shipped = {k: v for k, v in flatten(load_profile(path).to_table()).items() if k not in IGNORED}
+    except Exception:  # a profile that does not load names no group
+        return None
+    matches = []
+    for name in candidates:
+        keys = re.findall(r"(?:\(|, )([\w.]+)=", name[len(label):])
+        conf = configuration(groups[name][0])
+        if keys and all(k in shipped and repr(conf.get(k)) == repr(shipped[k]) for k in keys):
+            matches.append(name)
+    return matches[0] if len(matches) == 1 else None

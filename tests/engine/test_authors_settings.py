@@ -20,12 +20,13 @@ AUTHORS = [p for p in sorted(glob.glob(str(ROOT / "profiles" / "*.toml")))
 
 
 def test_the_authors_settings_are_the_ones_the_audit_named():
-    assert sorted(Path(p).name for p in AUTHORS) == ["bat.toml", "csr.toml", "dafa.toml", "faal.toml"]
+    assert sorted(Path(p).name for p in AUTHORS) == ["absld.toml", "bat.toml", "csr.toml", "dafa.toml", "faal.toml",
+                                                     "trix.toml"]
 
 
 @pytest.mark.parametrize("path", AUTHORS, ids=lambda p: Path(p).name)
 def test_every_authors_setting_resolves_to_the_textbook_kl_and_says_what_differs(path):
-    assert trades_kl_form(load_profile(path)) == "textbook"
+    assert trades_kl_form(load_profile(path)) == "textbook"  # ABSLD has no TRADES KL: its form is "code" too
     header = Path(path).read_text().split("\nname = ")[0]
     assert "Still differs from the authors' code" in header and "val_fraction=0" in header and "bf16" in header
 

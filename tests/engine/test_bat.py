@@ -17,7 +17,7 @@ from torch import nn
 
 from engine.attacks.trades import StoppingTRADESAttack
 from engine.contract.config import AttackConfig, Profile
-from engine.contract.method_params import BATParams
+from engine.contract.method_params_recent import BATParams
 from engine.methods.bat import BAT, kl_to_uniform
 from engine.methods.base import MethodContext
 

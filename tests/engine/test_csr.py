@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.contract.config import AttackConfig, Profile
-from engine.contract.method_params import CSRParams
+from engine.contract.method_params_recent import CSRParams
 from engine.methods.base import MethodContext
 from engine.methods.csr import CSR, confusion_counts, spectral_weights
 

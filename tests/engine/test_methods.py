@@ -34,7 +34,7 @@ class FixedLogits(nn.Module):
 
 
 def test_registries_agree():
-    from engine.contract.method_params import METHOD_PARAMS
+    from engine.contract.method_registry import METHOD_PARAMS
 
     assert set(METHODS) == set(METHOD_PARAMS)
 

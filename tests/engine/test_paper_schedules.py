@@ -64,6 +64,12 @@ def faal_ft_prn(epoch: int) -> float:
     return 0.01 if epoch == 1 else 0.001
 
 
+def absld_schedule(epoch: int) -> float:
+    """zhaoshiji123/ABSLD resnet18_absld_cifar10.py: lr 0.1, `if epoch in [215, 260, 285]: lr *= 0.1` after that
+    epoch has trained."""
+    return 0.1 * 0.1 ** sum(epoch > m for m in (215, 260, 285))
+
+
 SCHEDULES = {
     "at": cfa_lr_schedule, "trades": cfa_lr_schedule, "cfa-at": cfa_lr_schedule, "cfa-trades": cfa_lr_schedule,
     "cfa-fat": cfa_lr_schedule,
@@ -73,6 +79,9 @@ SCHEDULES = {
     "frl": frl_schedule, "frl-rw": frl_schedule, "frl-rm": frl_schedule,
     "faal": faal_ft_prn,
     "csr": lambda epoch: 0.001,  # Alexkael/...: 2 epochs at 0.001; its x0.1 at epoch 100 never comes
+    "trix": lambda epoch: dafa_bag_of_tricks(epoch, 150),  # Fairness-a11y/TRIX: DAFA's train.py, 150 epochs
+    "absld": absld_schedule,
+    "absld-teacher": trades_adjust_learning_rate,  # yaodongyu/TRADES train_trades_cifar10.py, 76 epochs
 }
 PAPER_PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.toml")
                         if not p.stem.startswith(("cifar10-", "digits-", "quickstart")))

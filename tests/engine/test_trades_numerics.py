@@ -123,8 +123,8 @@ def test_every_trades_based_method_passes_the_form_to_its_attack_and_loss(monkey
     attack.kl = "textbook" reaches every call."""
     import engine.attacks.trades as trades_module
     from engine.contract.config import AttackConfig, Profile, TrainConfig
-    from engine.contract.method_params import (BATParams, CFAParams, CSRParams, DAFAParams, FAALParams, FRLParams,
-                                               TRADESParams, WATParams)
+    from engine.contract.method_params import CFAParams, DAFAParams, FAALParams, FRLParams, TRADESParams, WATParams
+    from engine.contract.method_params_recent import BATParams, CSRParams
     from engine.methods import build_method
     from engine.methods.base import MethodContext
 

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from engine.contract.config import AttackConfig, Profile, TrainConfig
-from engine.contract.method_params import BATParams, CSRParams, DAFAParams, FAALParams, WATParams
+from engine.contract.method_params import DAFAParams, FAALParams, WATParams
+from engine.contract.method_params_recent import BATParams, CSRParams
 from engine.methods import build_method
 from engine.methods.base import MethodContext
 from tests.engine.test_authors_forwards import ours_step

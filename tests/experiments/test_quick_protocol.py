@@ -38,7 +38,7 @@ def nearest_dafa_warmup(path: Path) -> int:
 
 
 def test_every_cpu_scale_row_has_a_quick_profile():
-    assert len(FULL) == 11
+    assert len(FULL) == 14
     for full in FULL:
         assert (PROFILES / full.name.replace("cifar10-cpu-", "cifar10-cpu-quick-")).is_file(), full.name
 
@@ -53,7 +53,7 @@ def test_a_quick_profile_is_its_cpu_scale_profile_with_only_the_protocol_changed
     if not fine_tune:
         expected.update(TRAINED)
     scaled = {}
-    if method == "dafa":  # the scaled protocols' rule: the warm-up whose W share of the summed lr is nearest the code's
+    if method in ("dafa", "trix"):  # the scaled protocols' rule: the warm-up whose W share is nearest the code's
         scaled[("method", "warmup_epochs")] = nearest_dafa_warmup(quick_path)
     if method.startswith("cfa"):  # the paper's 50 of 200; the gate the quick base runs clear (test_mechanisms)
         scaled[("method", "fawa_start_epoch")] = math.ceil(6 * 50 / 200)
@@ -63,6 +63,8 @@ def test_a_quick_profile_is_its_cpu_scale_profile_with_only_the_protocol_changed
         scaled.update({("method", k): 1.0 for k in ("alpha1", "alpha2", "alpha_margin")})
     if method == "wat":  # 0.007 at 8/255 and 10 steps, scaled with eps (x1/2) and steps (x10/3)
         scaled[("attack", "step")] = pytest.approx(0.007 * 0.5 * 10 / 3, abs=1e-4)
+    if ("method", "teacher") in a:  # the protocol's own teacher run
+        scaled[("method", "teacher")] = a[("method", "teacher")].replace("cifar10-cpu-", "cifar10-cpu-quick-")
     if ("method", "init_from") in a:
         scaled[("method", "init_from")] = a[("method", "init_from")].replace("cifar10-cpu-", "cifar10-cpu-quick-")
     expected.update(scaled)
