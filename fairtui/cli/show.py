@@ -64,6 +64,11 @@ def show(
     start = start_line(view)
     if start:
         console.print(Text(start))
+    from fairtui.runs.runstate import teacher_text
+
+    taught = teacher_text((view.started or {}).get("teacher"))
+    if taught:
+        console.print(Text(taught))
     if times:
         console.print(f"time: {sum(times):.0f} s over {len(times)} epochs ({sum(times) / len(times):.1f} s each)")
     from fairtui.runs.provenance import provenance_line

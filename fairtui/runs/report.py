@@ -185,6 +185,7 @@ def run_summary(view: RunView, exit_code: int | None = None) -> dict[str, Any]:
         "dataset": view.config.get("data", {}).get("dataset"),
         "imported": view.imported,  # where an imported model came from; None for a trained run
         "init": (view.started or {}).get("init"),  # the checkpoint a fine-tune loaded, as the engine recorded it
+        "teacher": (view.started or {}).get("teacher"),  # a distillation's teacher, as the engine recorded it
         "results": result_rows(view.results().values()),
         # exploratory evaluations (another eps, a subset, ...): never the run's numbers
         "other_results": [{**result_rows([e])[0], "differs": why} for e, why in view.other_results()],

@@ -24,6 +24,7 @@ class RunState:
     error: str | None = None
     total_epochs: int = 0
     imported: dict | None = None  # where an imported model came from (`fairtui import`): it never trains
+    teacher: dict | None = None  # a distillation's teacher, as the engine recorded it (run, checkpoint, digest)
 
     def ingest(self, event: dict) -> None:
         kind = event.get("type")
@@ -33,6 +34,7 @@ class RunState:
             self.config = event.get("config", {})
             self.total_epochs = int(self.config.get("train", {}).get("epochs", 0))
             self.imported = event.get("imported")
+            self.teacher = event.get("teacher")
             self.status = "running"
         elif kind == "run_resumed":
             self.status, self.error = "running", None
@@ -128,11 +130,35 @@ class RunState:
         return None
 
 
+def inert_id(run_id) -> str:
+    from fairtui.runs.usertext import inert
+
+    return inert(str(run_id))
+
+
+def teacher_text(record: dict | None) -> str | None:
+    """"taught by run ID's best checkpoint (epoch 6; cifar10-cpu-quick-teacher, preact_resnet18 width 16, seed 0);
+    sha256 ..." for a distillation's teacher as the engine recorded it; None without one."""
+    if not record:
+        return None
+    from fairtui.runs.usertext import inert
+
+    arch = str(record.get("arch"))
+    if record.get("base_width") and "resnet" in arch and "wide" not in arch:  # the widths a profile sets
+        arch += f" width {record['base_width']}"
+    what = ", ".join(str(x) for x in (inert(str(record.get("profile") or "?")), arch,
+                                      f"seed {record.get('seed')}") if x)
+    return (f"taught by run {inert(str(record.get('run_id')))}'s {record.get('checkpoint')} checkpoint (epoch "
+            f"{record.get('epoch')}; {what}); sha256 {str(record.get('sha256'))[:16]}...")
+
+
 def describe_summary(state: RunState) -> str:
     s = state.summary()
     head = f"{state.status}"
     if state.error:
         head += f": {state.error}"
+    if state.teacher:
+        head += f" | teacher {inert_id(state.teacher.get('run_id'))}"
     if not s:
         return head
     return (f"{head} | val robust avg {s['avg']:.3f}  worst {s['worst']:.3f}  CV {s['cv']:.4f}  "

@@ -34,6 +34,19 @@ def test_the_quick_dafa_share_by_hand():
     assert old.share == pytest.approx(0.0055 / 0.2055, abs=1e-12) and not old.holds
 
 
+def test_the_absld_temperatures_travel_by_hand():
+    """The update after epoch e runs at 0.1 x 0.1^(milestones <= e): the authors' 214 x 0.1 + 45 x 0.01 + 25 x 0.001
+    + 16 x 0.0001 = 21.8766; the quick protocol's 3 x 0.1 + 0.01 + 2 x 0.001 = 0.312, 62% of the way from 1 to 0.5,
+    where a rate of 0.05 would reach 31% and be refused by the rule."""
+    from engine.contract.mechanisms import absld_share, absld_temperature_travel
+
+    assert absld_temperature_travel(load_profile(ROOT / "profiles" / "absld.toml")) == pytest.approx(21.8766, abs=1e-9)
+    quick = ROOT / "profiles" / "cifar10-cpu-quick-absld.toml"
+    assert absld_temperature_travel(load_profile(quick)) == pytest.approx(0.312, abs=1e-12)
+    assert absld_share(load_profile(quick)).share == pytest.approx(0.624, abs=1e-12)
+    assert not absld_share(load_profile(quick, ["method.temp_rate=0.05"])).holds
+
+
 def test_frl_summed_step_by_hand_and_as_the_method_decays_it():
     quick = load_profile(ROOT / "profiles" / "cifar10-cpu-quick-frl.toml")
     (share,) = mechanism_shares(quick)

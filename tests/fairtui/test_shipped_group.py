@@ -36,3 +36,17 @@ def test_a_students_teachers_of_each_seed_are_one_teacher_profile(tmp_path):
         view.config.setdefault("method", {})["teacher"] = str(teacher / "checkpoints" / "last.pt")
     assert {configuration(v)["method.teacher"] for v in views} == {"a run of quick-teacher"}
     assert [label for label, _ in by_configuration(views)] == ["quick-absld"]  # one group, not one a seed
+
+
+def test_show_and_the_run_screen_name_a_runs_teacher():
+    from fairtui.runs.runstate import RunState, describe_summary, teacher_text
+
+    record = {"run_id": "20261202-0500-abc", "checkpoint": "last", "epoch": 6, "profile": "cifar10-cpu-quick-teacher",
+              "arch": "preact_resnet18", "base_width": 16, "seed": 2, "sha256": "f" * 64}
+    assert teacher_text(record) == ("taught by run 20261202-0500-abc's last checkpoint (epoch 6; "
+                                    "cifar10-cpu-quick-teacher, preact_resnet18 width 16, seed 2); sha256 "
+                                    "ffffffffffffffff...")
+    assert teacher_text(None) is None
+    state = RunState()
+    state.ingest({"type": "run_started", "config": {"train": {"epochs": 6}}, "teacher": record})
+    assert describe_summary(state) == "running | teacher 20261202-0500-abc"
