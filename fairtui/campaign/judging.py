@@ -13,25 +13,23 @@ training are stopped (the same command resumes them if ever wanted) and nothing 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from engine.contract.config import profile_from_table
 from fairtui.campaign.driver import DriverLock
+from fairtui.campaign.judgement import BASELINE, METHOD, TEACHER, Look, Side, Spec  # noqa: F401 (Side, Spec: here too)
 from fairtui.judge import stats
-from fairtui.judge.groups import GroupComparison, compare_groups
+from fairtui.judge.groups import compare_groups
 from fairtui.launch.launcher import create_run
 from fairtui.launch.queue import LocalQueue
 from fairtui.runs.configurations import replicates_apart, seed_key
 from fairtui.runs.runfolder import RunView
 from fairtui.runs.store import RunIndex
 
-METHOD, BASELINE = "method", "baseline"
 RECORD_MAX_BYTES = 1 << 20  # a judgement's record holds its request and a seed list: far less than this
 
 
@@ -43,78 +41,6 @@ def valid_seeds(landed: list, seeds: list[int]) -> list[int]:
         if type(s) is int and s in seeds and s not in out:
             out.append(s)
     return out
-KEY_IGNORES = ("seed", "name", "description")
-
-
-@dataclass
-class Side:
-    """The method or the baseline: its label, the resolved profile table its new runs train (with their seed), the
-    file it came from, and (the baseline) its committed runs by seed."""
-
-    label: str
-    table: dict
-    profile_path: str
-    committed: dict[int, RunView] = field(default_factory=dict)
-    stem: str = ""  # its new runs' name before -s<seed>: the profile's name and what the overrides change
-
-
-@dataclass
-class Spec:
-    method: Side
-    baseline: Side
-    seeds: list[int]  # the seeds to judge; with until_decided, the order to take them in (0 .. max - 1)
-    until_decided: bool = False
-    metric: str = "worst_robust"
-    checkpoint: str = "best"
-    effect: float = stats.EFFECT
-    allow_protocol_difference: bool = False
-    bases: dict = field(default_factory=dict)
-    pool: list[str] = field(default_factory=lambda: ["cpu"])
-    request: dict = field(default_factory=dict)  # what was asked (fairtui.campaign.spec.Request), kept in the record
-    # the baseline's seeds trained here because its committed runs trained on another kind of CPU (spec.py)
-    baseline_here: list[int] = field(default_factory=list)
-    # the run ids of the baseline's committed runs the judgement was read against, wherever its seeds train
-    baseline_sources: list[str] = field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        """What decides the verdict, hashed: the method's resolved profile (up to its seed, name, thread count and
-        where its data lies: data.root is a location, not a setting), the baseline's label and the committed runs
-        it was read from, the metric and the checkpoint, and the seeds trained here for another CPU. Two commands
-        that differ in any of these are two judgements, each with its record and runs."""
-        method = {k: v for k, v in self.method.table.items() if k not in KEY_IGNORES}
-        method["train"] = {k: v for k, v in (method.get("train") or {}).items() if k != "threads"}
-        method["data"] = {k: v for k, v in (method.get("data") or {}).items() if k != "root"}
-        what = {"method": method, "baseline": self.baseline.label, "baseline_runs": self.baseline_sources,
-                "metric": self.metric, "checkpoint": self.checkpoint}
-        if self.baseline_here:  # another judgement than the one that pairs with the committed runs
-            what["baseline_trained_here"] = self.baseline_here
-        text = json.dumps(what, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-@dataclass
-class Look:
-    """The paired comparison after the pairs landed so far, in their landing order."""
-
-    comparison: GroupComparison | None  # None before the first pair
-    seeds: list[int]  # landed, in order
-    sequential: stats.Sequential | None
-    final: bool = False
-    metric: str = "worst_robust"
-
-    @property
-    def pairing(self):
-        return self.comparison.pairings[0] if self.comparison and self.comparison.pairings else None
-
-    def differences(self) -> list[float]:
-        p = self.pairing
-        if p is None or p.reason is not None:
-            return []
-        by_seed = {a.seed: a.summary[self.metric] - b.summary[self.metric] for a, b in p.pairs}
-        return [by_seed[s] for s in self.seeds if s in by_seed]
-
-
 def slots(pool: list[str], threads: int) -> int:
     """Runs at once: on the CPU its cores // the runs' threads (at least one); on GPUs one a GPU."""
     if pool == ["cpu"]:
@@ -220,7 +146,8 @@ class Campaign:
         from fairtui.launch.control import ControlError, check_resumable
 
         queued = []
-        roles = [METHOD] + ([BASELINE] if seed not in self.spec.baseline.committed else [])
+        first = METHOD if self.teacher_ready(seed, runs) else TEACHER  # a student trains after its teacher
+        roles = [first] + ([BASELINE] if seed not in self.spec.baseline.committed else [])
         for role in roles:
             from fairtui.launch.control import stranded
 
@@ -243,9 +170,27 @@ class Campaign:
             queued.append(run_dir.name)
         return queued
 
+    def teacher_ready(self, seed: int, runs: dict) -> bool:
+        """Whether seed's student may start: no teacher to train, a student run already made, or its teacher
+        completed."""
+        if self.spec.teacher is None or (METHOD, seed) in runs:
+            return True
+        run_dir = runs.get((TEACHER, seed))
+        return run_dir is not None and RunView.load(run_dir).status() == "completed"
+
+    def teacher_checkpoint(self, seed: int, runs: dict) -> str:
+        """The checkpoint seed's student distils: its teacher run's headline checkpoint (the teacher profile's first
+        of eval.checkpoints, the quick protocol's last), else the run folder (its best, else its last)."""
+        run_dir = runs[(TEACHER, seed)]
+        first = ((self.spec.teacher.table.get("eval") or {}).get("checkpoints") or ["best"])[0]
+        path = run_dir / "checkpoints" / f"{first}.pt"
+        return str(path if path.is_file() else run_dir)
+
     def _create(self, role: str, seed: int) -> Path:
-        side = self.spec.method if role == METHOD else self.spec.baseline
+        side = {METHOD: self.spec.method, BASELINE: self.spec.baseline, TEACHER: self.spec.teacher}[role]
         table = {**side.table, "seed": seed}
+        if role == METHOD and self.spec.teacher is not None:
+            table["method"] = {**table["method"], "teacher": self.teacher_checkpoint(seed, self.runs())}
         profile = profile_from_table(table, side.profile_path)
         run_dir = create_run(self.home, profile, side.profile_path, f"{side.stem or profile.name}-s{seed}",
                              [f"judge:{self.spec.key}"], None,
@@ -264,10 +209,14 @@ class Campaign:
 
         method, base = self.views(seed, runs)
         sides = [(self.spec.method.label, method), (self.spec.baseline.label, base)]
+        if method is None and self.spec.teacher is not None and (TEACHER, seed) in runs:  # the student waits for it
+            sides[0] = (self.spec.teacher.label, RunView.load(runs[(TEACHER, seed)]))
         # a run marked queued that no queue holds (its engine stopped while it started, a Ctrl-C mid-start) waits
         # for nothing: it is taken as stopped, and the next start queues it again
         statuses = [("stopped" if v.status() == "queued" and stranded(v.run_dir) else v.status()) if v else None
                     for _, v in sides]
+        if statuses[0] == "completed" and method is None:  # the teacher is in; its student is still to make
+            statuses[0] = None
         if statuses == ["completed", "completed"]:
             return "landed"
         for role, (label, view), status in zip((METHOD, BASELINE), sides, statuses):

@@ -1,5 +1,5 @@
 """What a judgement was asked (a :class:`Request`: `fairtui judge`'s options, or the app's launch dialog) and what it
-resolves to (fairtui.campaign.judging.Spec): the method's and the baseline's profiles, the baseline's committed runs
+resolves to (fairtui.campaign.judgement.Spec): the method's and the baseline's profiles, the baseline's committed runs
 by seed, the seeds. The request is kept in the judgement's record, so the app and the command line reopen it alike.
 What cannot be judged is a ValueError (or ProfileError) naming why, before anything is created."""
 
@@ -132,6 +132,7 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     label = method_profile.name + (f" ({', '.join(shown)})" if shown else "")
     method = Side(label, method_profile.to_table(), request.profile, stem=run_stem(method_profile.name, shown,
                                                                                   method_profile.method.name))
+    teacher = teacher_side(method_profile, method, request, home, one_thread, warn)
     baseline, base_views, base_table, base_path = find_baseline(request.baseline, request.results, home, warn)
     committed, aside = committed_by_seed(base_views)
     for line in aside:
@@ -163,7 +164,30 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     bases = {v.run_id: v for folder in request.bases for v in folder_runs(Path(folder))}
     return Spec(method, Side(baseline, base_table, base_path, committed), seeds, request.until_decided,
                 request.metric, request.checkpoint, request.effect, request.allow_protocol_difference, bases, pool,
-                request.to_json(), baseline_here=here_seeds, baseline_sources=sources)
+                request.to_json(), baseline_here=here_seeds, baseline_sources=sources, teacher=teacher)
+
+
+def teacher_side(profile, method: Side, request: Request, home: Path, one_thread: bool, warn) -> Side | None:
+    """A distillation's teacher (``method.teacher``). A profile (a .toml file, or profiles/NAME.toml): each seed's
+    teacher is trained first with the student's seed, as a base, and paired with nothing. A run (id, name or
+    folder) or a run's checkpoint: that one teacher for every seed, resolved to its file now (ValueError in one line
+    when there is none). None: no teacher."""
+    from engine.contract.profile_io import load_profile
+    from fairtui.launch.launcher import resolve_init_from
+
+    ref = str(getattr(profile.method, "teacher", "") or "")
+    if not ref:
+        return None
+    path = Path(ref) if ref.endswith(".toml") else Path("profiles") / f"{ref}.toml"
+    if path.is_file():
+        teacher = load_profile(path)
+        warn(f"teacher: {teacher.name} ({path}) is trained for each seed before its student, with the student's seed "
+             "(give a run id or folder as method.teacher to distil one trained teacher instead)")
+        table = baseline_table(teacher.to_table(), method.table, one_thread)
+        return Side(f"{teacher.name} (teacher)", table, str(path), stem=teacher.name)
+    resolved = resolve_init_from(profile, request.profile, home)  # a run's name -> its checkpoint file
+    method.table["method"] = {**method.table["method"], "teacher": resolved.method.teacher}
+    return None
 
 
 def this_cpu() -> dict | None:

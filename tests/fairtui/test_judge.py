@@ -317,3 +317,38 @@ def test_a_removed_landed_run_is_trained_again_and_a_plain_run_beside_it_changes
     runs = judge_runs(home)
     assert runs[("method", 1)] != [gone] and len(runs[("method", 1)]) == 1  # trained anew, once
     assert sorted(json.loads(again.stdout)["seeds_landed"]) == [0, 1]
+
+
+def test_a_students_teacher_is_trained_first_for_each_seed_and_paired_with_nothing(tmp_path):
+    """#86: a distillation whose method.teacher is a profile: judge trains each seed's teacher (with that seed)
+    before its student, records it in the student's run_started, and pairs only the student with the baseline; a
+    teacher that names nothing is refused in one line before anything exists."""
+    method, base = profiles(tmp_path)
+    teacher = tmp_path / "teacher.toml"
+    teacher.write_text(base.read_text().replace('name = "tinybase"', 'name = "tinyteacher"')
+                       .replace('name = "pgd_at"', 'name = "trades"').replace('arch = "small_cnn"', 'arch = "mlp"'))
+    student = tmp_path / "student.toml"
+    student.write_text(base.read_text().replace('name = "tinybase"', 'name = "tinystudent"')
+                       .replace('name = "pgd_at"', f'name = "absld"\nteacher = "{teacher}"'))
+    home = tmp_path / "home"
+    out = fairtui_cmd("judge", str(student), "--baseline", str(base), "--seeds", "0-1", "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    assert "teacher: tinyteacher" in out.stderr and "trained for each seed" in out.stderr
+    doc = json.loads(out.stdout)
+    assert sorted(doc["seeds_landed"]) == [0, 1] and (doc["method"], doc["baseline"]) == ("tinystudent", "tinybase")
+    runs = judge_runs(home)
+    assert sorted(runs) == [(role, s) for role in ("baseline", "method", "teacher") for s in range(2)]
+    for s in range(2):
+        (student_id,), (teacher_id,) = runs[("method", s)], runs[("teacher", s)]
+        started = json.loads((home / "runs" / student_id / "events.jsonl").read_text().splitlines()[0])
+        assert started["teacher"]["run_id"] == teacher_id and started["teacher"]["seed"] == s
+        t_events = [json.loads(line) for line in (home / "runs" / teacher_id / "events.jsonl").read_text().splitlines()]
+        assert t_events[-1]["t"] <= started["t"]  # the teacher ended before its student began
+    labels = {(e["group"], e["baseline"]) for e in doc["comparison"]["paired"]}
+    assert labels == {("tinystudent", "tinybase")}  # the teachers are bases, paired with nothing
+    missing = tmp_path / "orphan.toml"
+    missing.write_text(student.read_text().replace(f'teacher = "{teacher}"', 'teacher = "nosuchrun"')
+                       .replace('name = "tinystudent"', 'name = "orphan"'))
+    refused = fairtui_cmd("judge", str(missing), "--baseline", str(base), "--seeds", "0-1", home=tmp_path / "h2")
+    assert refused.returncode == 2 and "method.teacher" in refused.stderr and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and not (tmp_path / "h2" / "runs").exists()
