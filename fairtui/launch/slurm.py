@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -32,45 +31,13 @@ from typing import Any
 from engine.contract.profile_schema import ProfileError
 from engine.contract.storage import local_filesystem
 from engine.contract.protocol import engine_args
-
-
+from fairtui.launch.sbatch_options import OWNED_SBATCH, SBATCH_KEY, check_sbatch_value
 
 # the command-line option of each setting (the profile's [sweep.slurm] table uses the setting's name)
 OPTIONS = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "gpus_per_task": "--gpus-per-task",
            "partition": "--partition", "time_min": "--time", "cpus": "--cpus", "mem_gb": "--mem-gb",
            "parallelism": "--array-parallelism", "sbatch": "--sbatch", "cluster": "--cluster"}
 
-
-# What sbatch accepts, where a value names something of the cluster's (submitit shell-quotes every value it
-# writes as `#SBATCH --key=value`; a key goes in unquoted, and a newline anywhere ends the line).
-NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
-SBATCH_PATTERNS = {
-    "partition": re.compile(rf"^{NAME}(,{NAME})*$"),  # one partition, or several separated by commas
-    "account": re.compile(rf"^{NAME}$"),
-    "qos": re.compile(rf"^{NAME}(,{NAME})*$"),
-    "reservation": re.compile(rf"^{NAME}(,{NAME})*$"),
-    # minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
-    "time": re.compile(r"^(\d+|\d+:\d{1,2}(:\d{1,2})?|\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?)$"),
-}
-SBATCH_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def check_sbatch_value(where: str, key: str, value: object) -> str:
-    """``value`` as the text sbatch gets for ``--key``, or a ProfileError naming ``where``: never a control
-    character (a newline would add a line, and so a command, to the batch script), and for the settings
-    that name the cluster's partitions, accounts, QOS and reservations or give a time, sbatch's form."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ProfileError(where, key, f"expected a string or a number, got {type(value).__name__}")
-    text = str(value)
-    if CONTROL.search(text):
-        raise ProfileError(where, key, f"{text!r} contains a control character (a newline would add a command "
-                           "to the batch script)")
-    pattern = SBATCH_PATTERNS.get(key.replace("-", "_").removeprefix("slurm_"))
-    if pattern is not None and not pattern.match(text):
-        raise ProfileError(where, key, f"{text!r} is not a Slurm {key} (letters, digits, '_', '.', '-'"
-                           + (", several separated by commas" if "," in pattern.pattern else "") + ")")
-    return text
 
 
 def given_options(**values) -> list[str]:
@@ -116,6 +83,11 @@ class SlurmSettings:
         for key, (where, value) in list(sbatch.items()):
             if not SBATCH_KEY.match(key):
                 raise ProfileError(where, repr(key), "is not an sbatch option name (letters, digits, '_', '-')")
+            if key.replace("_", "-") in OWNED_SBATCH or key in OWNED_SBATCH:
+                instead = OWNED_SBATCH.get(key.replace("_", "-"), OWNED_SBATCH.get(key))
+                raise ProfileError(where, key, "fairtui sets it itself: " + (
+                    f"give {instead} instead" if instead else "the job's output, error, array, job-name, signal and "
+                    "open-mode are fairtui's (its log is the run folder's slurm/ files; a requeue needs its signal)"))
             sbatch[key] = check_sbatch_value(f"{where}.{key}" if where.startswith("sweep") else where, key, value)
         values.update({k: v for k, v in cli.items() if v is not None})
         settings = cls(**values, sbatch=sbatch)
@@ -134,10 +106,7 @@ class SlurmSettings:
         if settings.cluster not in ("slurm", "local", "debug"):
             raise ProfileError("--cluster", settings.cluster, "choose slurm, or local / debug (submitit's "
                                "executors that run the job's tasks on this machine)")
-        if settings.cluster == "slurm" and not settings.partition:
-            raise ProfileError("--partition", "partition", "the slurm launcher needs a partition: --partition NAME "
-                               "or partition in the profile's [sweep.slurm] table")
-        return settings
+        return settings  # no partition: the cluster's default, as sbatch takes it (the run's meta says which)
 
     def require_cluster(self) -> "SlurmSettings":
         """Refuse, before anything exists, a launch to a cluster this machine cannot reach: submitit submits
@@ -324,11 +293,25 @@ def _submitted(home: Path, run_dir: Path, job: Any, settings: SlurmSettings) -> 
     from fairtui.launch.launcher import change_meta
     from fairtui.runs.store import RunIndex
 
-    update = {"slurm_job_id": str(job.job_id), "launcher": "slurm", "slurm_cluster": settings.cluster}
+    update = {"slurm_job_id": str(job.job_id), "launcher": "slurm", "slurm_cluster": settings.cluster,
+              "slurm_partition": settings.partition or job_partition(str(job.job_id), settings.cluster)}
     if settings.nodes > 1:
         update["nodes"] = settings.nodes
     change_meta(run_dir, lambda meta: meta.update(update))
     RunIndex(home).register(run_dir)
+
+
+def job_partition(job_id: str, cluster: str) -> str | None:
+    """The partition Slurm gave a job submitted without one (the cluster's default): squeue's answer, or None where
+    it cannot say (the job ended already, or submitit's local executor ran it)."""
+    if cluster != "slurm":
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%P"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = out.stdout.split()
+    return names[0] if out.returncode == 0 and names else None
 
 
 def submit_run(home: Path, run_dir: Path, settings: SlurmSettings) -> Any:

@@ -184,7 +184,8 @@ def test_a_sweep_child_on_two_nodes(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "2"], "--nodes: only with --launcher slurm"),
     (["--gpus-per-node", "4", "--launcher", "local"], "--gpus-per-node: only with --launcher slurm"),
-    (["--launcher", "slurm", "--nodes", "2"], "needs a partition"),
+    (["--launcher", "slurm", "--cluster", "local", "--sbatch", "output=/etc/x"], "--sbatch: output: fairtui sets it"),
+    (["--launcher", "slurm", "--cluster", "local", "--sbatch", "time=10"], "give --time instead"),
     (["--launcher", "slurm", "--gpus", "0"], "--gpus picks this machine's GPUs"),
     (["--launcher", "slurm", "--cluster", "local", "--nodes", "0"], "--nodes: 0: must be a whole number, 1 or more"),
     (["--launcher", "slurm", "--cluster", "mars"], "choose slurm, or local"),

@@ -81,6 +81,18 @@ def test_a_run_submitted_to_slurm_trains_and_streams_back(tmp_path):
     assert (run_dir / "engine.log").read_text()  # the engine's log, written by the job
 
 
+def test_without_a_partition_the_job_takes_the_clusters_default_and_the_run_says_which(tmp_path):
+    """#87: sbatch's own rule (the default partition, `debug*` here) where no --partition is given; meta.json
+    records the partition the job got."""
+    home = tmp_path / "home"
+    job = [a for a in JOB if a not in ("--partition", "debug")]
+    out = fairtui_cmd("run", str(profile(tmp_path)), *job, "--name", "default-partition", home=home)
+    assert out.returncode == 0, out.stderr
+    run_dir = home / "runs" / show(home, "default-partition")["run_id"]
+    assert json.loads((run_dir / "meta.json").read_text())["slurm_partition"] == "debug"
+    wait_for(lambda: show(home, "default-partition")["status"] == "completed", "the job to complete")
+
+
 def test_a_sweep_is_one_array_whose_cap_holds(tmp_path):
     """Four children, at most two at once: the node has CPUs for eight one-CPU jobs, so the cap is the limit."""
     home = tmp_path / "home"

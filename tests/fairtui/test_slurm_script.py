@@ -79,7 +79,11 @@ def test_a_control_character_in_any_slurm_value_is_refused(source, value):
     ({}, {"partition": "gpu debug"}, "is not a Slurm partition"),
     ({"sbatch": {"account": "me; touch x"}}, {}, "is not a Slurm account"),
     ({"sbatch": {"qos": "high$(id)"}}, {}, "is not a Slurm qos"),
-    ({"sbatch": {"time": "1 day"}}, {}, "is not a Slurm time"),
+    ({"sbatch": {"time": "1 day"}}, {}, "time: fairtui sets it itself: give --time instead"),
+    ({"sbatch": {"reservation": "a b"}}, {}, "is not a Slurm reservation"),
+    ({"sbatch": {"output": "/etc/passwd"}}, {}, "output: fairtui sets it itself"),  # #87: its log is fairtui's
+    ({}, {"sbatch": ["error=/tmp/x"]}, "error: fairtui sets it itself"),
+    ({}, {"sbatch": ["J=name"]}, "J: fairtui sets it itself"),
     ({"sbatch": {"x\ny": "1"}}, {}, "is not an sbatch option name"),
     ({}, {"sbatch": ["--wrap=touch x"]}, "is not an sbatch option name"),
     ({"sbatch": {"nice": [1]}}, {}, "expected a string or a number"),
@@ -91,9 +95,9 @@ def test_values_sbatch_would_not_take_are_refused(table, cli, message):
 
 
 def test_legal_values_pass_unchanged():
-    settings = SlurmSettings.from_sources({"sbatch": {"account": "proj-1.a", "qos": "high,low", "time": "1-02:30:00",
+    settings = SlurmSettings.from_sources({"sbatch": {"account": "proj-1.a", "qos": "high,low", "reservation": "r1",
                                                       "nice": 10}}, partition="gpu,debug", cluster="slurm")
-    assert settings.sbatch == {"account": "proj-1.a", "qos": "high,low", "time": "1-02:30:00", "nice": "10"}
+    assert settings.sbatch == {"account": "proj-1.a", "qos": "high,low", "reservation": "r1", "nice": "10"}
 
 
 def test_run_and_sweep_refuse_an_injected_partition_before_anything_exists(tmp_path):

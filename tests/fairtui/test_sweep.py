@@ -54,7 +54,7 @@ def test_local_grid_of_2x2_with_2_seeds(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--grid", "method.lambda9=1,2"], "--grid: method.lambda9: unknown key"),
     (["--grid", "attack.eps="], "--grid: attack.eps: the value list is empty"),
-    (["--grid", "attack.eps=0.1", "--launcher", "slurm"], "needs a partition"),
+    (["--grid", "attack.eps=0.1", "--launcher", "slurm", "--sbatch", "job-name=x"], "fairtui sets it itself"),
     (["--grid", "attack.eps=0.1", "--partition", "gpu", "--nodes", "2"], "--nodes, --partition: only with --launcher slurm"),
     (["--grid", "attack.eps=0.1", "--launcher", "pbs"], "unknown launcher 'pbs'"),
     ([], "nothing to sweep"),
