@@ -14,6 +14,7 @@ machine) writes nothing: such a run resumes from ``last.pt``.
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,7 @@ class CheckpointStore:
         # best.pt first: if we die between the two writes, last.pt still says the older best.
         if best_model is not None:
             atomic_torch_save({"epoch": state["epoch"], "model": best_model, "best": best_meta,
-                               "profile": state["profile"]}, self.best_path)
+                               "profile": state["profile"], "identity": state.get("identity")}, self.best_path)
         atomic_torch_save(state, self.last_path)
         self.write_names(state)
 
@@ -142,7 +143,27 @@ class CheckpointStore:
     def load_last(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
         if not self.last_path.exists():
             return None
-        return load_checkpoint(self.last_path, device, need=("model", "epoch", "optimizer", "rng"))
+        return self.owned(load_checkpoint(self.last_path, device, need=("model", "epoch", "optimizer", "rng")),
+                          self.last_path)
+
+    def owned(self, state: dict[str, Any], path: Path) -> dict[str, Any]:
+        """``state`` when the checkpoint is this run's (its ``identity`` names this run folder; a checkpoint of an
+        engine before the identity is taken as it is). One of another run (a checkpoints/ folder copied over) is
+        set aside under another name and refused in one line: resumed or evaluated, it would give numbers that
+        belong to neither run."""
+        ident = state.get("identity")
+        mine = self.folder.parent.name
+        if not isinstance(ident, dict) or ident.get("run_id") in (None, mine):
+            return state
+        aside = path.with_name(f"{path.name}.set-aside-{int(time.time())}")
+        if self.writer:
+            try:
+                path.rename(aside)
+            except OSError:
+                aside = None
+        kept = f"; set aside as {aside.name}" if self.writer and aside is not None else ""
+        raise CheckpointError(f"{path.name} is run {ident.get('run_id')}'s (seed {ident.get('seed')}), not this run's "
+                              f"({mine}){kept}: put the run's own checkpoint back to continue, or start a new run")
 
     def available(self) -> list[str]:
         """The checkpoint names this run can be evaluated at."""
@@ -154,7 +175,7 @@ class CheckpointStore:
         if name == "best":
             if not self.best_path.exists():
                 raise CheckpointError(f"no best checkpoint; this run has: {', '.join(self.available())}")
-            state = load_checkpoint(self.best_path, device, need=("model", "epoch"))
+            state = self.owned(load_checkpoint(self.best_path, device, need=("model", "epoch")), self.best_path)
             return state["model"], state["epoch"]
         state = self.load_last(device)
         if state is None:

@@ -313,6 +313,7 @@ class Trainer(StopPoints):
     def _checkpoint(self, epoch: int, event: dict) -> dict[str, Any]:
         return {
             "epoch": epoch, "profile": self.profile.to_table(), "model": self.model.state_dict(),
+            "identity": {"run_id": self.run_dir.name, "seed": self.profile.seed},  # whose checkpoint (owned)
             "optimizer": self.optimizer.state_dict(), "method": self.method.state_dict(),
             "ema": self.ema.state if self.ema is not None else None,
             "averaged": self.method.averaged_models(), "best": self.best, "rng": rng_state(),
