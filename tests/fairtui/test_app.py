@@ -129,7 +129,7 @@ async def test_keyboard_only_at_80x24_with_no_color(tmp_path, monkeypatch):
         assert app.screen.query_one("DataTable").row_count == 1
         await pilot.press("escape")
         assert app.screen.query_one("DataTable").row_count == 2
-        await pilot.press("space", "down", "space", "c")
+        await pilot.press("space", "space", "c")  # space marks and moves to the next run
         assert type(app.screen).__name__ == "CompareScreen"
         await pilot.press("escape", "t", *"paper", "enter")
         await pilot.pause(0.5)

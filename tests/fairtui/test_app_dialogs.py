@@ -62,7 +62,7 @@ async def test_notes_tags_export_and_evaluate_from_the_runs_screen(tmp_path, mon
         # export the two marked runs to a file
         table.move_cursor(row=0)
         await pilot.pause()
-        await pilot.press("space", "down", "space")
+        await pilot.press("space", "space")  # space marks and moves down
         await pilot.pause()
         assert len(app.screen.marked) == 2, app.screen.marked
         await pilot.press("x")
@@ -119,7 +119,7 @@ async def test_the_export_dialog_writes_figures_and_tensorboard_off_the_event_lo
     app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 2)
-        await pilot.press("space", "down", "space")
+        await pilot.press("space", "space")  # space marks and moves down
         for fmt, found in (("figure:classes", lambda: list(tmp_path.glob("fairtui-export-*.pdf"))),
                            ("tensorboard", lambda: [p for p in tmp_path.glob("fairtui-export-*") if p.is_dir()
                                                     and len([c for c in p.iterdir() if not c.name.startswith(".")]) == 2
@@ -289,7 +289,10 @@ async def test_delete_from_the_runs_screen_asks_first_and_unmarks_the_run(tmp_pa
             row=[d["run_id"] for d in screen.visible()].index("20260101-000001-bbbbbb"))
         to_drop()
         await pilot.pause()
-        await pilot.press("space", "d")  # marked, then asked to delete
+        await pilot.press("space")  # marked (the cursor moves on), then back to it and asked to delete
+        to_drop()
+        await pilot.pause()
+        await pilot.press("d")
         await pilot.pause()
         assert "20260101-000001-bbbbbb" in screen.marked
         await pilot.press("n")  # declined: nothing goes
@@ -319,3 +322,20 @@ async def test_r_on_a_stopped_runs_screen_queues_its_resume(tmp_path):
         await wait_until(pilot, lambda: type(app.screen).__name__ == "RunScreen")
         await pilot.press("r")
         await wait_until(pilot, lambda: LocalQueue(home).holds("20260101-000000-stop01"))
+
+
+async def test_space_marks_and_moves_on_so_three_presses_compare_three_runs(tmp_path):
+    """#88: space marked the highlighted run and stayed there, so pressing it again unmarked it; it moves on now."""
+    home = tmp_path / "home"
+    for i in range(4):
+        make_run(home, f"20260101-00000{i}-aaaaa{i}", name=f"r{i}")
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.screen.query_one("DataTable").row_count == 4)
+        screen = app.screen
+        await pilot.press("space", "space", "space")
+        await pilot.pause()
+        assert len(screen.marked) == 3 and screen.query_one("DataTable").cursor_row == 3
+        await pilot.press("c")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "CompareScreen")
+        assert len(app.screen.run_ids) == 3

@@ -229,10 +229,13 @@ class RunsScreen(Screen):
             self.app.push_screen(RunScreen(run_id))
 
     def action_mark(self) -> None:
+        """Mark (or unmark) the highlighted run and move to the next, as a file manager does: space, space, space
+        marks three runs in a row (#88)."""
         run_id = self.selected_id()
         if run_id:
             self.marked.symmetric_difference_update({run_id})
             self.render_rows()
+            self.query_one(DataTable).action_cursor_down()
 
     def action_compare(self) -> None:
         ids = [d["run_id"] for d in self.visible()]
