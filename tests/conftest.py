@@ -122,6 +122,22 @@ def train_tiny(folder: Path, overrides: tuple[str, ...] = ()) -> Path:
     return run_dir
 
 
+def trained_whole_and_resumed(tmp_path: Path, profile_path: Path, overrides: tuple[str, ...],
+                              stop_after: int) -> tuple[Path, Path]:
+    """The profile with ``overrides`` (their last one ``train.epochs=N``) trained uninterrupted, and again stopped
+    after ``stop_after`` epochs and resumed to the end: the two run folders, for a method's exact-resume test."""
+    whole = make_run_dir(tmp_path, profile_path, "whole", overrides)
+    proc = run_engine(whole)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    part = make_run_dir(tmp_path, profile_path, "part", overrides)
+    first = make_run_dir(tmp_path, profile_path, "first", overrides[:-1] + (f"train.epochs={stop_after}",))
+    (part / "profile.toml").write_text((first / "profile.toml").read_text())
+    assert run_engine(part).returncode == 0
+    (part / "profile.toml").write_text((whole / "profile.toml").read_text())
+    assert run_engine(part).returncode == 0
+    return whole, part
+
+
 def events_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 

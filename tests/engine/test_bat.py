@@ -7,7 +7,6 @@ train.py (BAT_loss, the train loop's forwards) and train_mode/stop_to_lastclean.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -226,19 +225,10 @@ def test_a_bad_bat_key_is_one_line():
 
 def test_bat_trains_and_resumes_to_the_same_weights(tmp_path, tiny_profile):
     """Stopped after its first epoch and resumed, BAT ends where an uninterrupted run does."""
-    from tests.conftest import make_run_dir, run_engine
+    from tests.conftest import trained_whole_and_resumed
     from tests.engine.test_distributed import max_weight_difference
 
-    profile = tiny_profile()
-    overrides = ('method.name="bat"', "train.epochs=2")
-    whole = make_run_dir(tmp_path, profile, "whole", overrides)
-    assert run_engine(whole).returncode == 0
-    part = make_run_dir(tmp_path, profile, "part", overrides)
-    first = copy.deepcopy(overrides[:-1]) + ("train.epochs=1",)
-    (part / "profile.toml").write_text((make_run_dir(tmp_path, profile, "tmp", first) / "profile.toml").read_text())
-    assert run_engine(part).returncode == 0
-    (part / "profile.toml").write_text((whole / "profile.toml").read_text())
-    assert run_engine(part).returncode == 0
+    whole, part = trained_whole_and_resumed(tmp_path, tiny_profile(), ('method.name="bat"', "train.epochs=2"), 1)
     assert max_weight_difference(whole, part) == 0.0
 
 

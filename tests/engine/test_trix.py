@@ -8,7 +8,6 @@ The authors' functions: Fairness-a11y/TRIX, losses.py (``calculate_class_weights
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
@@ -246,19 +245,11 @@ def test_a_trix_on_pgd_at_is_one_line():
 def test_trix_trains_reports_its_targets_and_resumes_to_the_same_weights(tmp_path, tiny_profile):
     """Stopped after its first epoch and resumed, TRIX ends where an uninterrupted run does; each epoch's
     method_state says which share of each class was attacked toward a target."""
-    from tests.conftest import events_of, make_run_dir, run_engine
+    from tests.conftest import events_of, trained_whole_and_resumed
     from tests.engine.test_distributed import max_weight_difference
 
-    profile = tiny_profile()
     overrides = ('method.name="trix"', "method.warmup_epochs=1", "train.epochs=3")
-    whole = make_run_dir(tmp_path, profile, "whole", overrides)
-    assert run_engine(whole).returncode == 0
-    part = make_run_dir(tmp_path, profile, "part", overrides)
-    first = copy.deepcopy(overrides[:-1]) + ("train.epochs=2",)
-    (part / "profile.toml").write_text((make_run_dir(tmp_path, profile, "tmp", first) / "profile.toml").read_text())
-    assert run_engine(part).returncode == 0
-    (part / "profile.toml").write_text((whole / "profile.toml").read_text())
-    assert run_engine(part).returncode == 0
+    whole, part = trained_whole_and_resumed(tmp_path, tiny_profile(), overrides, 2)
     assert max_weight_difference(whole, part) == 0.0
     states = [e["method_state"] for e in events_of(whole) if e["type"] == "epoch_end"]
     assert all(len(s["targeted_share"]) == 10 for s in states)
