@@ -319,6 +319,26 @@ def test_a_removed_landed_run_is_trained_again_and_a_plain_run_beside_it_changes
     assert sorted(json.loads(again.stdout)["seeds_landed"]) == [0, 1]
 
 
+def test_a_landed_runs_judge_seed_edited_in_its_meta_is_no_seed_of_the_judgement(tmp_path):
+    """#83 item 5: `judge.seed` edited in a landed run's meta.json made every later judge fail. The run's own
+    profile says which seed it trained: a run whose meta names another seed is left out, its seed trained anew,
+    and the judgement ends with its verdict."""
+    method, base = profiles(tmp_path)
+    home = tmp_path / "home"
+    args = ("judge", str(method), "--baseline", str(base), "--seeds", "0-1", "--json")
+    assert fairtui_cmd(*args, home=home).returncode == 0
+    (edited,) = judge_runs(home)[("method", 0)]
+    meta_path = home / "runs" / edited / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["judge"]["seed"] = 7
+    meta_path.write_text(json.dumps(meta))
+    again = fairtui_cmd(*args, home=home)
+    assert again.returncode == 0, again.stderr
+    assert "Traceback" not in again.stderr and sorted(json.loads(again.stdout)["seeds_landed"]) == [0, 1]
+    runs = judge_runs(home)
+    assert runs[("method", 7)] == [edited] and len(runs[("method", 0)]) == 1 and runs[("method", 0)] != [edited]
+
+
 def test_a_students_teacher_is_trained_first_for_each_seed_and_paired_with_nothing(tmp_path):
     """#86: a distillation whose method.teacher is a profile: judge trains each seed's teacher (with that seed)
     before its student, records it in the student's run_started, and pairs only the student with the baseline; a
