@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_PROFILES = ("at", "trades", "frl", "frl-rw", "frl-rm", "cfa-at", "cfa-trades", "cfa-fat", "wat", "tian-trades", "bat", "csr")
+PAPER_PROFILES = ("at", "trades", "frl", "frl-rw", "frl-rm", "cfa-at", "cfa-trades", "cfa-fat", "wat", "tian-trades", "bat", "csr",
+                  "trix", "absld-teacher", "absld")
 
 
 def overrides(profile: str, args) -> list[str]:
@@ -31,6 +32,8 @@ def overrides(profile: str, args) -> list[str]:
     if profile == "csr":  # a fine-tune: pre-train one epoch in the run instead of naming a TRADES run
         out += ["method.pretrain_epochs=1", 'method.init_from=""', "method.pretrain_method=\"trades\"",
                 f"train.epochs={args.epochs + 1}"]
+    if profile == "absld":  # its teacher: this smoke's run of absld-teacher.toml, which comes before it
+        out += ['method.teacher="smoke-absld-teacher"']
     return out + list(args.set)
 
 
