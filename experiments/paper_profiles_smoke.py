@@ -32,6 +32,8 @@ def overrides(profile: str, args) -> list[str]:
     if profile == "csr":  # a fine-tune: pre-train one epoch in the run instead of naming a TRADES run
         out += ["method.pretrain_epochs=1", 'method.init_from=""', "method.pretrain_method=\"trades\"",
                 f"train.epochs={args.epochs + 1}"]
+    if profile == "trix":  # DAFA's warm-up: the run's epochs, then one epoch with the class weights
+        out += [f"method.warmup_epochs={args.epochs}", f"train.epochs={args.epochs + 1}"]
     if profile == "absld":  # its teacher: this smoke's run of absld-teacher.toml, which comes before it
         out += ['method.teacher="smoke-absld-teacher"']
     return out + list(args.set)
