@@ -63,6 +63,19 @@ def schedule_text(train: dict) -> str:
     return text
 
 
+def _shown(key: str, value: Any) -> Any:
+    """A value as a refusal line shows it: an eps or step as profiles write it ("4/255", "0.007"; the values here
+    are rounded to 6 decimals, so a 255th is recognised to 1e-3 of one), anything else as it is (#88)."""
+    if ("eps" in key or "step" in key) and "steps" not in key and isinstance(value, (int, float)) \
+            and not isinstance(value, bool) and value > 0:
+        if float(f"{value:.3g}") == value:
+            return f"{value:.3g}"
+        k = round(value * 255)
+        if k and abs(value * 255 - k) < 1e-3:
+            return f"{k}/255"
+    return value
+
+
 def _round(x) -> Any:
     try:
         return round(float(x), 6)
@@ -85,10 +98,11 @@ def differences(a: RunView, ra: dict, b: RunView, rb: dict) -> tuple[str | None,
     ma, mb = measurement(a, ra), measurement(b, rb)
     for key in ma:
         if ma[key] != mb[key]:
-            return f"{key} differs ({ma[key]} against {mb[key]})", []
+            return f"{key} differs ({_shown(key, ma[key])} against {_shown(key, mb[key])})", []
     ba, bb = budget(a), budget(b)
     skip = SCHEDULE_KEYS if is_fine_tune(a) != is_fine_tune(b) else ()
-    return None, [f"{key} differs ({ba[key]} against {bb[key]})" for key in ba if key not in skip and ba[key] != bb[key]]
+    return None, [f"{key} differs ({_shown(key, ba[key])} against {_shown(key, bb[key])})" for key in ba
+                  if key not in skip and ba[key] != bb[key]]
 
 
 def planned_differences(method: dict, baseline: dict) -> list[str]:
@@ -103,7 +117,7 @@ def planned_differences(method: dict, baseline: dict) -> list[str]:
 
     out = []
     for a, b in ((measured(method), measured(baseline)), (budget_of(method), budget_of(baseline))):
-        out += [f"{key} differs ({a[key]} against {b[key]})" for key in a if a[key] != b[key]]
+        out += [f"{key} differs ({_shown(key, a[key])} against {_shown(key, b[key])})" for key in a if a[key] != b[key]]
     fine = [bool((cfg.get("method") or {}).get("init_from")) for cfg in (method, baseline)]
     skip = SCHEDULE_KEYS if fine[0] != fine[1] else ()
     return [line for line in out if line.split(" differs")[0] not in skip]

@@ -722,3 +722,16 @@ def test_per_class_means_carry_their_interval_across_seeds(results, tmp_path):
     md = fairtui_cmd("export", *args[1:], "--format", "md", home=tmp_path / "home").stdout
     assert "Per-class robust accuracy (mean ± 95% t half-width over seeds, %):" in md
     assert f"| cpu-base | {100 * mean:.1f} ± {100 * half:.1f} | 40.0 |" in md
+
+
+def test_a_refusal_writes_eps_and_steps_as_profiles_do():
+    """#88 item 3: eps in refusals as decimals (0.015686) where profiles say 4/255."""
+    from fairtui.judge.protocol import planned_differences
+
+    a = {"data": {"dataset": "cifar10"}, "eval": {"attacks": ["pgd20"], "eps": 4 / 255},
+         "attack": {"eps": 4 / 255, "step": 0.007, "steps": 3}, "train": {"epochs": 6}}
+    b = {"data": {"dataset": "cifar10"}, "eval": {"attacks": ["pgd20"], "eps": 8 / 255},
+         "attack": {"eps": 8 / 255, "step": 2 / 255, "steps": 3}, "train": {"epochs": 6}}
+    lines = planned_differences(a, b)
+    assert "eval.eps differs (4/255 against 8/255)" in lines
+    assert "attack.step differs (0.007 against 2/255)" in lines and "attack.eps differs (4/255 against 8/255)" in lines
