@@ -88,8 +88,9 @@ async def test_a_changed_run_updates_its_cells_without_refilling_the_table(tmp_p
         assert not cleared
         row = table.get_row("20260101-000001-aaaaaa")
         assert row[1:3] == ["run1", "failed"]
-        screen.action_mark()  # marking is a changed cell too
-        assert not cleared and table.get_row_at(table.cursor_row)[0] == "*"
+        marked_row = table.cursor_row
+        screen.action_mark()  # marking is a changed cell too (and the cursor moves on)
+        assert not cleared and table.get_row_at(marked_row)[0] == "*"
 
 
 async def test_names_with_markup_and_wide_characters_are_shown_whole(tmp_path):

@@ -283,7 +283,10 @@ def test_ten_ctrl_c_at_random_moments_end_with_each_seed_trained_once_and_the_un
         # 0: it had ended before the signal; -2 with nothing said: the signal came while the interpreter itself
         # started, before any code of fairtui ran (nothing of the judgement can be touched then)
         assert proc.returncode in (0, 130) or (proc.returncode == -2 and not err.strip()), (proc.returncode, err)
-        assert "Traceback" not in err, err
+        # a signal landing in the interpreter's own import-lock callback is printed by Python as "Exception ignored"
+        # and swallowed there (the command then goes on to its verdict): Python's message, not fairtui's traceback
+        ours = err.split("Exception ignored in: <function _get_module_lock")[0]
+        assert "Traceback" not in ours, err
     final = fairtui_cmd(*args, "--json", home=home)
     assert final.returncode == 0, final.stderr
     runs = judge_runs(home)

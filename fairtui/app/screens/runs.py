@@ -228,9 +228,7 @@ class RunsScreen(Screen):
 
             self.app.push_screen(RunScreen(run_id))
 
-    def action_mark(self) -> None:
-        """Mark (or unmark) the highlighted run and move to the next, as a file manager does: space, space, space
-        marks three runs in a row (#88)."""
+    def action_mark(self) -> None:  # mark (or unmark) the highlighted run and move on, as a file manager does
         run_id = self.selected_id()
         if run_id:
             self.marked.symmetric_difference_update({run_id})
