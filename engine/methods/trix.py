@@ -42,9 +42,9 @@ def clean_class_weights(probs: Tensor, y: Tensor, k: int) -> Tensor:
     """V: DAFA's weights (lambda 1, ties subtracting) of the batch's class-mean clean softmax, 1e-8 on its
     diagonal; a class absent from the batch has a zero row and keeps 1. [K] float64"""
     probs = probs.double()
-    sums = torch.zeros(k, k, dtype=torch.float64, device=probs.device).index_add_(0, y, probs)
-    counts = torch.zeros(k, dtype=torch.float64, device=probs.device).index_add_(0, y, torch.ones_like(y, dtype=torch.float64))
-    P = sums / counts.clamp_min(1)[:, None] + DIAGONAL * torch.eye(k, dtype=torch.float64, device=probs.device)
+    one_hot = torch.nn.functional.one_hot(y, k).double()  # [B, K]: each class's samples
+    P = (one_hot.T @ probs) / one_hot.sum(0).clamp_min(1)[:, None]
+    P = P + DIAGONAL * torch.eye(k, dtype=torch.float64, device=probs.device)
     return dafa_weights(P, 1.0, tie_rule="subtract")
 
 
@@ -71,7 +71,8 @@ def mixed_trades_attack(model: torch.nn.Module, x: Tensor, y: Tensor, k: int, ep
             logits_clean = model(x)
         delta = 0.001 * draws.randn_like(x)
         u = draws.rand_rows(x)
-        mask = targeted_mask(torch.softmax(logits_clean, 1), y, k) if targeted else torch.zeros_like(y, dtype=torch.bool)
+        mask = (targeted_mask(torch.softmax(logits_clean, 1), y, k) if targeted
+                else torch.zeros_like(y, dtype=torch.bool))
         target = torch.where(mask, other_classes(y, k, u), y)
         direction = torch.where(mask, -1.0, 1.0).to(x.dtype)
         m = mask.to(x.dtype)

@@ -11,12 +11,17 @@ import torch
 from tests.conftest import events_of, make_run_dir, run_engine, set_epochs
 
 
-def test_a_last_checkpoint_copied_from_another_run_is_set_aside_and_refused(tmp_path, tiny_profile):
-    profile = tiny_profile()
+def two_runs(tmp_path, profile):
+    """Run "other" (seed 5) and run "mine" (seed 3), one epoch each, trained."""
     other = make_run_dir(tmp_path, profile, "other", ("train.epochs=1", "seed=5"))
     mine = make_run_dir(tmp_path, profile, "mine", ("train.epochs=1",))
     for run in (other, mine):
         assert run_engine(run).returncode == 0
+    return other, mine
+
+
+def test_a_last_checkpoint_copied_from_another_run_is_set_aside_and_refused(tmp_path, tiny_profile):
+    other, mine = two_runs(tmp_path, tiny_profile())
     state = torch.load(mine / "checkpoints" / "last.pt", weights_only=True)
     assert state["identity"] == {"run_id": "mine", "seed": 3}
     assert torch.load(mine / "checkpoints" / "best.pt", weights_only=True)["identity"]["run_id"] == "mine"
@@ -36,11 +41,7 @@ def test_a_last_checkpoint_copied_from_another_run_is_set_aside_and_refused(tmp_
 def test_an_evaluation_refuses_a_best_checkpoint_of_another_run(tmp_path, tiny_profile):
     from tests.conftest import fairtui_cmd
 
-    profile = tiny_profile()
-    other = make_run_dir(tmp_path, profile, "other", ("train.epochs=1", "seed=5"))
-    mine = make_run_dir(tmp_path, profile, "mine", ("train.epochs=1",))
-    for run in (other, mine):
-        assert run_engine(run).returncode == 0
+    other, mine = two_runs(tmp_path, tiny_profile())
     shutil.copy(other / "checkpoints" / "best.pt", mine / "checkpoints" / "best.pt")
     proc = fairtui_cmd("eval", "mine", "--checkpoint", "best", "--attack", "pgd20", home=tmp_path)
     assert proc.returncode != 0 and "best.pt is run other's" in proc.stderr, proc.stderr[-2000:]
