@@ -12,3 +12,16 @@ def main() -> None:
         command_line()
     except KeyboardInterrupt:
         sys.exit(130)
+    finally:
+        _forget_handled_interrupt()
+
+
+def _forget_handled_interrupt() -> None:
+    """CPython (3.11) marks a KeyboardInterrupt that leaves any ``eval`` or ``exec`` of a string as unhandled for
+    the rest of the process, even when code further up catches it; at exit ``python -m`` then kills itself with
+    SIGINT (a parent sees -2, not the 130 fairtui chose). ``collections.namedtuple`` evals a string, and importing
+    torch makes hundreds, so a Ctrl-C during a lazy import hit this. A string eval that completes clears the mark."""
+    try:
+        eval("None")
+    except KeyboardInterrupt:  # a second Ctrl-C in this instant: 130 all the same
+        sys.exit(130)
