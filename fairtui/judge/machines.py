@@ -13,21 +13,10 @@ import math
 import statistics
 from typing import TYPE_CHECKING
 
-from fairtui.runs.provenance import first_session
+from fairtui.runs.provenance import first_session, kernel_flags
 
 if TYPE_CHECKING:  # the groups' types by name only: importing fairtui.judge.groups here would make a circle
     from fairtui.runs.runfolder import RunView
-
-
-# Instruction sets for int8 arithmetic only: no fp32 or bf16 kernel of a training run uses them, so two CPUs that
-# differ in these alone train the same numbers. Measured: the quick protocol's TRADES seed 0 on an AMD EPYC of family
-# 26 (avx_vnni beside AVX512-BF16) retrained the committed run of a family-25 EPYC without it to the last bit.
-INT8_ONLY_FLAGS = frozenset({"avx_vnni", "avx512_vnni", "amx_int8"})
-
-
-def kernel_flags(cpu: dict) -> list[str]:
-    """The CPU record's instruction sets that choose a training run's kernels, in their recorded order."""
-    return [f for f in cpu.get("flags") or () if f not in INT8_ONLY_FLAGS]
 
 
 def kernel_kind(view: "RunView") -> str | None:
