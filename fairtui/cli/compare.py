@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from fairtui.cli.groups import AgainstStart, AllowProtocol, Bases, By, Effect, Family, GroupOpt, Results, judging
-from fairtui.cli.options import Home, HomeT, Json, fail, resolve_run
+from fairtui.cli.options import Home, HomeT, Json, fail
 
 HELP = ("Compare 2 to 20 runs per class under one attack, with deltas and rho against a baseline; or groups of "
         "seeds (--by, --group), paired by seed with a baseline group: intervals, p-values, a verdict and the "
@@ -50,7 +50,6 @@ def compare(
     import json
 
     from fairtui.judge.compare import CompareError, compare as do_compare
-    from fairtui.runs.runfolder import RunView
 
     if by is not None or group:
         if runs:
@@ -73,21 +72,24 @@ def compare(
     runs = runs or []
     if not 2 <= len(runs) <= 20:
         raise fail(f"compare takes 2 to 20 runs, got {len(runs)}")
-    dirs = [resolve_run(home, r) for r in runs]
+    from fairtui.cli.groups import resolve_any, results_pool
+
+    pool = results_pool(results) if results else []  # committed runs are named as the home's are
+    views = [resolve_any(home, r, pool) for r in runs]
     base_index = 0
     if baseline is not None:
-        base_dir = resolve_run(home, baseline)
-        if base_dir not in dirs:
-            dirs.insert(0, base_dir)
-        base_index = dirs.index(base_dir)
+        base = resolve_any(home, baseline, pool)
+        if base.run_id not in [v.run_id for v in views]:
+            views.insert(0, base)
+        base_index = [v.run_id for v in views].index(base.run_id)
     if tui:
         from fairtui.app import run_app
 
-        run_app(home=home, compare=[d.name for d in dirs])  # the baseline is the first
+        ordered = [views[base_index], *views[:base_index], *views[base_index + 1:]]  # the baseline first
+        run_app(home=home, compare=[v.run_id for v in ordered], results=[str(r) for r in results])
         return
     from fairtui.runs.provenance import provenance_warnings
 
-    views = [RunView.load(d) for d in dirs]
     for line in provenance_warnings(views):
         typer.echo(f"warning: {line}", err=True)
     try:

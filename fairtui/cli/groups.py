@@ -77,13 +77,15 @@ def load_views(home: "str | None", pool: list["RunView"], method=None, dataset=N
 
 
 def resolve_any(home: "str | None", ref: str, results_views: list["RunView"]) -> "RunView":
-    """RUN among the ``--results`` runs (its id, a unique id prefix, or its name), else in the home."""
+    """RUN among the ``--results`` runs (its id, a unique id prefix, its name, or its short id), else in the
+    home."""
     from fairtui.cli.options import resolve_run
     from fairtui.runs.runfolder import RunView
 
     exact = [v for v in results_views if ref in (v.run_id, v.name)]
     prefix = [v for v in results_views if v.run_id.startswith(ref)]
-    for found in (exact, prefix):
+    short = [v for v in results_views if len(ref) >= 4 and v.run_id.rsplit("-", 1)[-1].startswith(ref)]
+    for found in (exact, prefix, short):
         if len(found) == 1:
             return found[0]
         if len(found) > 1:

@@ -8,7 +8,7 @@ import io
 import math
 
 from fairtui.judge.groups import GroupComparison, Pairing
-from fairtui.runs.usertext import csv_cell, inert, latex, md_cell
+from fairtui.runs.usertext import csv_cell, fold_label, inert, latex, md_cell
 
 METRIC_WORDS = {"worst_robust": "worst", "avg_robust": "average"}
 LEFT_OUT_SHOWN = 5  # a group's left-out runs named in the text, the rest counted (--json lists them all)
@@ -97,21 +97,21 @@ def terminal(cmp: GroupComparison) -> list:
                    caption="mean ± 95% t half-width over the seeds, %; CV: class-wise variance (Tian et al.), fractions^2", caption_justify="left")
     for name, justify in (("group", "left"), ("seeds", "left"), ("clean", "right"), ("robust", "right"),
                           ("worst", "right"), ("CV", "right")):
-        # a long label folds onto a second line, never cut: labels of one profile differ at their ends
+        # a long label folds onto a second line after a hyphen, never cut: labels of one profile differ at their ends
         groups.add_column(name, justify=justify, no_wrap=name != "group", overflow="fold",
                           max_width=24 if name == "group" else None)
     for g in cmp.groups:
-        groups.add_row(inert(g.label, markup=True), compact_seeds(g.seeds), *(mean_ci(g.interval(k), "±") for k in
+        groups.add_row(fold_label(inert(g.label, markup=True), 24), compact_seeds(g.seeds), *(mean_ci(g.interval(k), "±") for k in
                                                           ("avg_clean", "avg_robust", "worst_robust")),
                        f"{g.interval('cv')[0]:.4f}")
     out.append(groups)
     per_class = Table(title="Per-class robust accuracy, mean of the seeds (%)", box=box.SIMPLE_HEAD,
                       title_justify="left", pad_edge=False, padding=(0, 0))
-    per_class.add_column("group", max_width=22, overflow="fold")
+    per_class.add_column("group", max_width=24, overflow="fold")
     for name in cmp.class_names:
         per_class.add_column(inert(name[:4], markup=True), justify="right", no_wrap=True, min_width=4)
     for g in cmp.groups:
-        per_class.add_row(inert(g.label, markup=True), *(pct(v, digits=0) for v in g.per_class_means()))
+        per_class.add_row(fold_label(inert(g.label, markup=True), 24), *(pct(v, digits=0) for v in g.per_class_means()))
     out.append(per_class)
     for g in cmp.groups:
         for line in left_out_lines(g.label, g.left_out):
@@ -160,7 +160,9 @@ def pairing_lines(p: Pairing, family: int = 1) -> list[str]:
         lines.append(f"  {p.baseline} at {starts_text(p)}")
     lines += [f"  left out: {line}" for line in p.starts_left_out]
     if p.bases_missing:
-        lines.append(f"  the runs {_seeds_word(p.bases_missing)} started from are not at hand: give --bases DIR")
+        where = ("are in neither this home nor the --bases folders" if p.bases_searched
+                 else "are not at hand: give --bases DIR")
+        lines.append(f"  the runs {_seeds_word(p.bases_missing)} started from {where}")
     lines += [f"  protocol: {line} (allowed)" for line in p.protocol_differences]
     if p.runtime_differs():
         mine, theirs = ("; ".join(r) for r in p.runtimes())

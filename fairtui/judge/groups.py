@@ -146,6 +146,7 @@ class Pairing:
     starts_left_out: list[str] = field(default_factory=list)  # fine-tune runs whose start has no result to pair
     # seeds of a fine-tune of the baseline whose start is not at hand (others' are): paired by seed instead
     bases_missing: list[int | None] = field(default_factory=list)
+    bases_searched: bool = False  # --bases was given (and held none of the missing starts)
     reason: str | None = None  # not paired: why
     # training-budget differences between the two sides, paired because the user allowed them: named in every output
     protocol_differences: list[str] = field(default_factory=list)
@@ -230,6 +231,7 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
         out.reason = stop or _budget_refusal(budget)
         return out
     base_by_seed = {m.seed: m for m in baseline.members}
+    out.bases_searched = bool(bases)
     partners, out.bases_missing = _init_partners(group, baseline, bases or {}, attack, checkpoint, n_per_class)
     if partners is not None:
         out.by_init = True

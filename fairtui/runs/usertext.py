@@ -98,3 +98,23 @@ def csv_cell(text: object) -> str:
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """"1 run", "2 runs", "0 runs"."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def fold_label(label: str, width: int) -> str:
+    """``label`` on lines of at most ``width`` characters, broken after a hyphen, underscore or space where one
+    falls inside the line (``cifar10-cpu-quick-`` / ``trades``), mid-word only where a word alone is wider."""
+    import re
+
+    lines, line = [], ""
+    for piece in re.split(r"(?<=[-_ ])", label):
+        while len(piece) > width:  # one word wider than the column: cut, as fold would
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(piece[:width])
+            piece = piece[width:]
+        if len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+    return "\n".join(x.rstrip() for x in [*lines, line] if x.strip())

@@ -388,6 +388,12 @@ def test_a_fine_tune_whose_other_starts_are_not_at_hand_says_so_and_pairs_by_see
     (ft,) = [e for e in doc["paired"] if e["group"] == "cpu-ft" and e["metric"] == "worst_robust"]
     assert ft["pairing"] == "init_from" and ft["bases_missing"] == []
     assert ft["differences"] == pytest.approx([0.20 - 0.10, 0.35 - 0.30])
+    # #88: --bases given, the start not in it: the fix is not "give --bases", the start is in neither place
+    elsewhere = tmp_path / "other-bases"
+    write_run(elsewhere, "cpu-base", "20260104-000000-other0", 1, [0.30, 0.4, 0.5, 0.6])
+    text = fairtui_cmd("compare", *args, "--bases", str(elsewhere), home=tmp_path / "home").stdout
+    assert "the runs seed 1 started from are in neither this home nor the --bases folders" in text, text
+    assert "give --bases" not in text
 
 
 def test_against_start_pairs_each_fine_tune_run_with_the_checkpoint_it_loaded(tmp_path):
