@@ -126,7 +126,10 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     pool = pool_of(request.gpus)
     written = apply_overrides(read_toml(request.profile), request.overrides)
     one_thread = pool == ["cpu"] and "threads" not in (written.get("train") or {})
-    method_profile = load_profile(request.profile, request.overrides + (["train.threads=1"] if one_thread else []))
+    try:
+        method_profile = load_profile(request.profile, request.overrides + (["train.threads=1"] if one_thread else []))
+    except ValueError as err:  # its own checks: but a schedule other than the baseline's is the likelier fix
+        raise ValueError(_schedule_first(written, request, home, err)) from None
     shown = [o for o in request.overrides if not o.replace(" ", "").startswith("data.root=")]  # a location
     check_judgeable(method_profile, request.profile, request.metric)
     label = method_profile.name + (f" ({', '.join(shown)})" if shown else "")
@@ -383,3 +386,15 @@ def check_protocol(method: dict, baseline: dict, label: str, base_label: str, al
         hint = "" if measured else " (the training budget: --allow-protocol-difference pairs them, naming it)"
         raise ValueError(f"{label} against {base_label}: " + "; ".join(measured or lines) + hint)
     return [f"warning: {label} against {base_label}: {line} (allowed)" for line in lines]
+
+
+def _schedule_first(written: dict, request: Request, home: Path, err: Exception) -> str:
+    """A profile refused on its own checks whose train.epochs differs from the baseline's: the schedule first."""
+    try:
+        base_table = find_baseline(request.baseline, request.results, home, lambda line: None)[2]
+    except (ValueError, OSError):
+        return str(err)
+    mine, theirs = (written.get("train") or {}).get("epochs"), (base_table.get("train") or {}).get("epochs")
+    same = mine is None or theirs is None or mine == theirs
+    return str(err) if same else (f"{request.profile}: train.epochs is {mine} where {request.baseline} trained "
+                                  f"{theirs}: a judgement pairs runs of one schedule (and, within it: {err})")

@@ -132,6 +132,14 @@ def test_what_cannot_be_paired_is_refused_before_anything_trains(tmp_path):
     assert short.stderr.strip().splitlines()[-1].startswith(
         "fairtui: digits-trades (train.epochs=5) against digits-trades: train.epochs differs (5 against 30)")
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    # #88: a DAFA variant too short for its warm-up: the schedule against the baseline's is named first
+    dafa = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-dafa.toml"), "--baseline", "digits-trades",
+                       "--results", str(digits), "--set", "train.epochs=3", "--set", "method.warmup_epochs=5",
+                       home=home)
+    last = dafa.stderr.strip().splitlines()[-1]
+    assert dafa.returncode == 2 and last.startswith("fairtui: ") and "train.epochs is 3 where digits-trades trained 30: " \
+        "a judgement pairs runs of one schedule (and, within it: " in last and "warmup_epochs" in last, dafa.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     unknown = fairtui_cmd("judge", str(ROOT / "profiles" / "digits-dafa.toml"), "--baseline", "nosuch", "--results",
                           str(digits), home=home)
     assert unknown.returncode == 2 and "digits-trades" in unknown.stderr and "no group of that label" in unknown.stderr
