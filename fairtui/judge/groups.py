@@ -232,10 +232,15 @@ def pair(group: Group, baseline: Group, bases: dict[str, RunView] | None = None,
         return out
     base_by_seed = {m.seed: m for m in baseline.members}
     out.bases_searched = bool(bases)
-    partners, out.bases_missing = _init_partners(group, baseline, bases or {}, attack, checkpoint, n_per_class)
+    found, missing = _init_partners(group, baseline, bases or {}, attack, checkpoint, n_per_class)
+    partners, out.bases_missing = (found, []) if found is not None and not missing else (None, missing if found else [])
+    if against_start and found is not None and missing:  # the runs whose start is at hand; the others named
+        partners, out.bases_missing = found, []
+        out.starts_left_out += [f"{m.view.name} [{m.view.run_id}]: the run it started from, {init_run_id(m.view)}, is "
+                                "not at hand (give --bases DIR)" for m in group.members if m.view.run_id not in found]
     if partners is not None:
         out.by_init = True
-        out.pairs = [(m, partners[m.view.run_id]) for m in group.members]
+        out.pairs = [(m, partners[m.view.run_id]) for m in group.members if m.view.run_id in partners]
         if against_start:
             _pair_with_starts(out, attack, n_per_class)
     else:
@@ -277,10 +282,10 @@ def _pair_with_starts(out: Pairing, attack: str | None, n_per_class: int) -> Non
 
 def _init_partners(group: Group, baseline: Group, bases: dict[str, RunView], attack, checkpoint,
                    n_per_class) -> tuple[dict[str, Member] | None, list[int | None]]:
-    """run id -> the Member of the run it started from, when every run of ``group`` has one of the baseline's
-    profile; else None (pair by seed). With None, the seeds whose start is not at hand where the group's other
-    runs started from the baseline's (a fine-tune of the baseline whose bases were retrained elsewhere, without
-    ``--bases``): pairing them by seed pairs them with runs they did not start from, which the report says."""
+    """run id -> the Member of the run it started from, for every run of ``group`` whose start is at hand and of
+    the baseline's profile, and the seeds whose start is not at hand; None where a start is of another profile (pair
+    by seed). A fine-tune of the baseline whose bases were retrained elsewhere (no ``--bases``) is then paired by
+    seed, with runs it did not start from, which the report says; ``--against-start`` leaves those runs out."""
     known = {m.view.run_id: m for m in baseline.members}
     base_profile = profile_name(baseline.members[0].view)
     out, missing = {}, []
@@ -300,9 +305,7 @@ def _init_partners(group: Group, baseline: Group, bases: dict[str, RunView], att
         except CompareError:
             return None, []
         out[m.view.run_id] = Member(view, seed_of(view), result, summarise(result))
-    if missing:
-        return None, sorted(missing, key=lambda s: (s is None, s or 0)) if out else []
-    return out, []
+    return out, sorted(missing, key=lambda s: (s is None, s or 0))  # missing: the seeds whose start is not at hand
 
 
 def _num(x: float | None) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -394,6 +395,30 @@ def test_a_fine_tune_whose_other_starts_are_not_at_hand_says_so_and_pairs_by_see
     text = fairtui_cmd("compare", *args, "--bases", str(elsewhere), home=tmp_path / "home").stdout
     assert "the runs seed 1 started from are in neither this home nor the --bases folders" in text, text
     assert "give --bases" not in text
+
+
+def test_against_start_with_a_start_deleted_names_it_and_pairs_only_the_others(tmp_path):
+    """#88 item 6: --against-start with a fine-tune's base run deleted (and retrained under another id) paired by seed
+    with the wrong run and called it "paired by seed"; with every base deleted it said "nothing paired" without
+    naming them. Each run whose start is not at hand is left out, its start named; the others pair with theirs."""
+    root = tmp_path / "results"
+    for seed in (0, 1):
+        write_run(root, "cpu-base", f"20260101-00000{seed}-base{seed:02d}", seed, [0.2, 0.4, 0.5, 0.6])
+        write_run(root, "cpu-ft", f"20260105-00000{seed}-ft{seed:04d}", seed, [0.3, 0.4, 0.5, 0.6], method="faal",
+                  init_from=f"/x/runs/20260101-00000{seed}-base{seed:02d}")
+    shutil.rmtree(root / "cpu-base" / "20260101-000001-base01")
+    write_run(root, "cpu-base", "20260101-000009-base09", 1, [0.1, 0.4, 0.5, 0.6])  # seed 1 retrained
+    args = ("compare", "--results", str(root), "--by", "profile", "--baseline", "cpu-base", "--against-start")
+    text = fairtui_cmd(*args, home=tmp_path / "home").stdout
+    assert "paired each run with the checkpoint it started from: seeds 0\n" in text, text
+    assert "cpu-ft-s1 [20260105-000001-ft0001]: the run it started from, 20260101-000001-base01, is not at hand" in " ".join(
+        text.split()), text
+    shutil.rmtree(root / "cpu-base" / "20260101-000000-base00")
+    write_run(root, "cpu-base", "20260101-000008-base08", 0, [0.1, 0.4, 0.5, 0.6])
+    text = " ".join(fairtui_cmd(*args, home=tmp_path / "home").stdout.split())
+    assert "cpu-ft against cpu-base: nothing paired" in text, text
+    assert "the run it started from, 20260101-000000-base00, is not at hand" in text
+    assert "the run it started from, 20260101-000001-base01, is not at hand" in text
 
 
 def test_against_start_pairs_each_fine_tune_run_with_the_checkpoint_it_loaded(tmp_path):
