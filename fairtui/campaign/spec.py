@@ -62,8 +62,7 @@ def sibling_judgements(home: Path, spec) -> list[str]:
         if not isinstance(record, dict) or record.get("method") != spec.method.label \
                 or record.get("baseline") != spec.baseline.label:
             continue
-        asked = record.get("request") or {}
-        mine = spec.request
+        asked, mine = record.get("request") or {}, spec.request
         what = [f"{k} {asked.get(k)!r} (this one: {mine.get(k)!r})" for k in ("checkpoint", "metric", "results", "seeds",
                                                                           "until_decided", "baseline_cpu")
                 if asked.get(k) != mine.get(k)]
@@ -142,7 +141,16 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
         warn(f"left out of {baseline}: {line}")
     committed_seeds = sorted(committed)  # the seeds to judge by default, wherever they train
     sources = sorted(v.run_id for v in committed.values())
-    committed, here_seeds = baseline_cpu_check(committed, baseline, pool, request.baseline_cpu, warn)
+    if request.until_decided:
+        seeds = list(range(request.max_seeds))
+    elif request.seeds:
+        seeds = parse_seeds(request.seeds)
+    elif committed_seeds:
+        seeds = committed_seeds
+    else:
+        raise ValueError(f"{baseline} has no committed runs to take the seeds from: give --seeds 0-4 or "
+                         "--until-decided")
+    committed, here_seeds = baseline_cpu_check(committed, baseline, pool, request.baseline_cpu, warn, seeds=seeds)
     runtime = ran_as(list(committed.values()))
     base_table = baseline_table(base_table, method.table, one_thread, runtime)
     amp = (method.table.get("train") or {}).get("amp")
@@ -155,15 +163,6 @@ def build_spec(request: Request, home: Path, warn: Callable[[str], None] = lambd
     if label == baseline:
         raise ValueError(f"the method and the baseline are both {baseline!r}: name a variant with --set, or another "
                          "profile")
-    if request.until_decided:
-        seeds = list(range(request.max_seeds))
-    elif request.seeds:
-        seeds = parse_seeds(request.seeds)
-    elif committed_seeds:
-        seeds = committed_seeds
-    else:
-        raise ValueError(f"{baseline} has no committed runs to take the seeds from: give --seeds 0-4 or "
-                         "--until-decided")
     bases = {v.run_id: v for folder in request.bases for v in folder_runs(Path(folder))}
     return Spec(method, Side(baseline, base_table, base_path, committed), seeds, request.until_decided,
                 request.metric, request.checkpoint, request.effect, request.allow_protocol_difference, bases, pool,
@@ -212,10 +211,10 @@ def this_cpu() -> dict | None:
 
 
 def baseline_cpu_check(committed: dict, label: str, pool: list[str], choice: str, warn,
-                       here: dict | None = None) -> tuple[dict, list[int]]:
+                       here: dict | None = None, seeds: list[int] | None = None) -> tuple[dict, list[int]]:
     """Before anything trains: the committed baseline seeds whose CPU ran other kernels than this machine's. With
     ``choice`` "here" they are trained here too (a pair is trained on one CPU: STATS.md), with "committed" they are
-    kept and the crossing is said. The committed runs kept, and the seeds to train here."""
+    kept and the crossing is said. The committed runs kept, and the seeds to train here (counted among ``seeds``)."""
     from fairtui.judge.machines import kernel_flags, kernel_kind, same_kernels
     from fairtui.runs.provenance import first_session
 
@@ -235,15 +234,16 @@ def baseline_cpu_check(committed: dict, label: str, pool: list[str], choice: str
     kinds = "; ".join(dict.fromkeys(kernel_kind(v) or "?" for v in other.values()))
     mine = f"{here['determinism']['cpu_capability']} on {here['cpu'].get('model', '?')} " \
            f"({', '.join(kernel_flags(here['cpu'])) or '-'})"
-    seeds = ", ".join(str(s) for s in sorted(other))
+    listed = ", ".join(str(s) for s in sorted(other))
     if choice == "committed":
-        warn(f"warning: {label}'s committed seeds {seeds} trained on {kinds}; this machine is {mine}: their kernels "
+        warn(f"warning: {label}'s committed seeds {listed} trained on {kinds}; this machine is {mine}: their kernels "
              "round differently, and every pair of those seeds holds that difference with the method's "
              "(--baseline-cpu committed; the default trains them here)")
         return committed, []
-    warn(f"{label}'s committed seeds {seeds} trained on {kinds}; this machine is {mine}: their kernels round "
-         f"differently, so those seeds of {label} are trained here too ({len(other)} more run(s)), and each pair is "
-         "trained on one CPU (--baseline-cpu committed pairs with the committed runs instead, saying so)")
+    more = len(set(other) & set(seeds or other))
+    warn(f"{label}'s committed seeds {listed} trained on {kinds}; this machine is {mine}: their kernels round differently"
+         f", so those seeds of {label} are trained here too ({more} more run(s)), and each pair is trained on one CPU "
+         "(--baseline-cpu committed pairs with the committed runs instead, saying so)")
     return {s: v for s, v in committed.items() if s not in other}, sorted(other)
 
 

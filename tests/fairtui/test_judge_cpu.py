@@ -63,6 +63,9 @@ def test_by_default_the_baseline_seeds_of_another_cpu_are_trained_here():
     (line,) = said
     assert "committed seeds 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 trained on AVX512 on AMD EPYC" in line
     assert "this machine is AVX512 on Intel(R) Xeon(R) Processor" in line and "trained here too (10 more run(s))" in line
+    said.clear()  # judged at seeds 0-4: the runs it trains are counted among those
+    baseline_cpu_check(committed_trades(), "t", ["cpu"], "here", said.append, here=INTEL, seeds=[0, 1, 2, 3, 4])
+    assert "trained here too (5 more run(s))" in said[0]
     said.clear()
     kept, here = baseline_cpu_check(committed_trades(), "t", ["cpu"], "committed", said.append, here=INTEL)
     assert len(kept) == 10 and here == [] and "round differently" in said[0] and "--baseline-cpu committed" in said[0]
