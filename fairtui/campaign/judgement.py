@@ -46,6 +46,8 @@ class Spec:
     baseline_sources: list[str] = field(default_factory=list)
     # a distillation's teacher profile: each seed's teacher run trains first, as a base (paired with nothing)
     teacher: Side | None = None
+    # the safe t-test's level: 1 / alpha is the e-value that decides; ALPHA / m for each of a family of m methods
+    alpha: float = stats.ALPHA
 
     @property
     def key(self) -> str:
@@ -60,6 +62,8 @@ class Spec:
                 "metric": self.metric, "checkpoint": self.checkpoint}
         if self.baseline_here:  # another judgement than the one that pairs with the committed runs
             what["baseline_trained_here"] = self.baseline_here
+        if self.until_decided and self.alpha != stats.ALPHA:  # a family's member stops at another e-value
+            what["alpha"] = self.alpha
         if self.teacher is not None:  # the teacher's profile decides the students' numbers too
             what["teacher"] = {k: v for k, v in self.teacher.table.items() if k not in KEY_IGNORES}
         text = json.dumps(what, sort_keys=True, default=str)

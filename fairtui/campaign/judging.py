@@ -50,8 +50,15 @@ def slots(pool: list[str], threads: int) -> int:
 
 
 class Campaign:
-    def __init__(self, home: Path, spec: Spec, queue: LocalQueue | None = None):
+    """One method's judgement against its baseline. In a family (fairtui.campaign.family) the baseline's runs are
+    shared: ``baseline_key`` names them (tag ``judge:<baseline_key>``), ``shared`` holds them by seed for every member,
+    and a member that ends stops only its own runs."""
+
+    def __init__(self, home: Path, spec: Spec, queue: LocalQueue | None = None, baseline_key: str | None = None,
+                 shared: dict[int, Path] | None = None):
         self.home, self.spec = home, spec
+        self.baseline_key = baseline_key or spec.key
+        self.shared = shared
         self.queue = queue or LocalQueue(home, worker=True)
         self.path = home / "judges" / f"{spec.key}.json"
         self.record = self._load()
@@ -116,17 +123,26 @@ class Campaign:
         second must not reconcile a home of thousands of runs), and a run deleted meanwhile drops out."""
         if self._runs is None:
             found: dict[tuple[str, int], tuple[float, Path]] = {}
-            tag = f"judge:{self.spec.key}"
+            tag, base_tag = f"judge:{self.spec.key}", f"judge:{self.baseline_key}"
             for doc in RunIndex(self.home).read():
-                if tag not in (doc.get("tags") or []):
+                tags = doc.get("tags") or []
+                if tag not in tags and base_tag not in tags:
                     continue
                 run_dir = self.home / "runs" / doc["run_id"]
                 meta = RunView.load(run_dir).meta
                 info = meta.get("judge") or {}
                 key = (info.get("role"), info.get("seed"))
+                own = tag in tags and (key[0] != BASELINE or base_tag == tag)  # a family's baseline is the shared one
+                if not (own or (base_tag in tags and key[0] == BASELINE)):
+                    continue
                 if key not in found or meta.get("created", 0) > found[key][0]:
                     found[key] = (meta.get("created", 0), run_dir)
             self._runs = {k: v for k, (_, v) in found.items()}
+            for (role, seed), run_dir in self._runs.items():
+                if role == BASELINE and self.shared is not None:
+                    self.shared.setdefault(seed, run_dir)
+        if self.shared is not None:  # a family's baseline run of a seed, whichever member made it
+            self._runs.update({(BASELINE, s): d for s, d in self.shared.items()})
         self._runs = {k: v for k, v in self._runs.items() if v.is_dir()}
         return dict(self._runs)
 
@@ -192,12 +208,14 @@ class Campaign:
         if role == METHOD and self.spec.teacher is not None:
             table["method"] = {**table["method"], "teacher": self.teacher_checkpoint(seed, self.runs())}
         profile = profile_from_table(table, side.profile_path)
+        key = self.baseline_key if role == BASELINE else self.spec.key
         run_dir = create_run(self.home, profile, side.profile_path, f"{side.stem or profile.name}-s{seed}",
-                             [f"judge:{self.spec.key}"], None,
-                             extra_meta={"judge": {"key": self.spec.key, "role": role, "seed": seed}})
+                             [f"judge:{key}"], None, extra_meta={"judge": {"key": key, "role": role, "seed": seed}})
         RunIndex(self.home).register(run_dir)
         if self._runs is not None:  # the runs() cache: the new run joins it
             self._runs[(role, seed)] = run_dir
+        if role == BASELINE and self.shared is not None:
+            self.shared[seed] = run_dir
         return run_dir
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -237,8 +255,8 @@ class Campaign:
     def look(self, runs: dict, final: bool = False) -> Look:
         seeds = [s for s in self.record["landed"] if s in self.spec.seeds]
         if not seeds:
-            return Look(None, [], stats.sequential([], len(self.spec.seeds)) if self.spec.until_decided else None,
-                        final, self.spec.metric)
+            return Look(None, [], stats.sequential([], len(self.spec.seeds), self.spec.alpha)
+                        if self.spec.until_decided else None, final, self.spec.metric)
         method, base = [], []
         for seed in seeds:
             m, b = self.views(seed, runs)
@@ -249,7 +267,7 @@ class Campaign:
                              allow_protocol_difference=self.spec.allow_protocol_difference, effect=self.spec.effect)
         look = Look(cmp, seeds, None, final, self.spec.metric)
         if self.spec.until_decided:
-            look.sequential = stats.sequential(look.differences(), len(self.spec.seeds))
+            look.sequential = stats.sequential(look.differences(), len(self.spec.seeds), self.spec.alpha)
         return look
 
     # -- the loop --------------------------------------------------------------------------------------------
@@ -314,13 +332,16 @@ class Campaign:
                 break
             flight += len(self.start(seed, runs))
 
-    def stop_rest(self, runs: dict | None = None) -> list[str]:
+    def stop_rest(self, runs: dict | None = None, everything: bool = False) -> list[str]:
         """Take the judgement's queued runs off the queue and stop its running ones after their batch (Ctrl-C, or a
-        decision): each resumes with the same command. The run ids stopped."""
+        decision): each resumes with the same command. A family's shared baseline runs only with ``everything`` (the
+        other members may still need them). The run ids stopped."""
         from fairtui.launch.control import StopError, stop_run, unqueue
 
         out = []
-        for run_dir in (runs or self.runs()).values():
+        for (role, _), run_dir in (runs or self.runs()).items():
+            if role == BASELINE and self.shared is not None and not everything:
+                continue
             status = RunView.load(run_dir).status()
             if status == "queued" and unqueue(run_dir) is not None:
                 out.append(run_dir.name)

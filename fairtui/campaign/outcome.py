@@ -20,7 +20,7 @@ def counted_as_losses(look: Look, spec: Spec, roles: dict[int, str]) -> dict[str
     worst = min(diffs)
     counted = diffs + [worst] * len(failed)
     if spec.until_decided:
-        seq = stats.sequential(counted, len(spec.seeds))
+        seq = stats.sequential(counted, len(spec.seeds), spec.alpha)
         verdict, interval = seq.verdict, seq.interval
     else:
         r = stats.paired(counted, spec.effect)

@@ -16,6 +16,11 @@ def _interval(lo: float, hi: float) -> str:
     return f"[{pct(lo, True)}, {pct(hi, True)}]"
 
 
+def level_text(alpha: float) -> str:
+    """A confidence level as the outputs write it: 95%, and 98.3333% for a family of three (alpha 0.05 / 3)."""
+    return f"{100 * (1 - alpha):.6g}%"
+
+
 def _e_text(e: float) -> str:
     return "-" if math.isnan(e) else f"{e:.3g}"
 
@@ -32,8 +37,8 @@ def interim_lines(look, spec) -> list[str]:
     if look.sequential is not None:
         s = look.sequential
         e = _e_text(s.e_value)
-        return [f"{head}: {word} {pct(r.mean, True)} points; e-value {e} (decides at 20), anytime-valid 95% "
-                f"interval {_interval(*s.interval)}: {s.verdict}"]
+        return [f"{head}: {word} {pct(r.mean, True)} points; e-value {e} (decides at {1 / s.alpha:g}), anytime-valid "
+                f"{level_text(s.alpha)} interval {_interval(*s.interval)}: {s.verdict}"]
     return [f"{head}: {word} {pct(r.mean, True)} points {_interval(*r.ci95)} (95% t), p {p_text(r.p)}; not a "
             "verdict until every seed has landed"]
 
@@ -51,8 +56,8 @@ def verdict_lines(look, spec, failed: dict[int, str], roles: dict[int, str] | No
     elif look.sequential is not None:
         s = look.sequential
         e = _e_text(s.e_value)
-        out += [f"verdict: {s.verdict} (safe t-test, anytime-valid: e-value {e} against 20 at {s.n} seeds; "
-                f"95% confidence sequence {_interval(*s.interval)} points)",
+        out += [f"verdict: {s.verdict} (safe t-test, anytime-valid: e-value {e} against {1 / s.alpha:g} at {s.n} "
+                f"seeds; {level_text(s.alpha)} confidence sequence {_interval(*s.interval)} points)",
                 "the fixed-n numbers below are for reference: after looking at every seed only the line above "
                 "keeps its 5% error rate"]
     elif p.reason is None:

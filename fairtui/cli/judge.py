@@ -1,5 +1,5 @@
 """`fairtui judge PROFILE --baseline LABEL`: train a method's seeds beside a baseline's and say whether it is better,
-in one command (fairtui.campaign.judging)."""
+in one command (fairtui.campaign.judging); several profiles: a table of methods (fairtui.campaign.family)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ METRICS = {"worst": "worst_robust", "avg": "avg_robust"}
 
 
 def judge(
-    profile: str = typer.Argument(..., help="the method's TOML profile"),
+    profile: List[str] = typer.Argument(..., help="the method's TOML profile; several: a table of methods against "
+                                        "the one baseline, the family's error rate kept (--set applies to each)"),
     baseline: str = typer.Option(..., "--baseline", help="the baseline: a group label of --results or the home "
                                  "(a profile's name, as `compare --by profile` shows it), or a profile to train"),
     results: List[Path] = Results,
@@ -56,13 +57,25 @@ def judge(
     except ValueError as err:
         raise fail(str(err)) from None
 
-    request = Request(str(profile), baseline, [str(r) for r in results], [str(b) for b in bases], list(set_), seeds,
-                      until_decided, max_seeds, METRICS[metric], checkpoint, effect / 100, allow_protocol_difference,
-                      gpus, baseline_cpu)
+    said: list[str] = []  # a line the members share (the baseline's CPU, its runs left out) is said once
+
+    def warn(line: str) -> None:
+        if line not in said:
+            said.append(line)
+            typer.echo(line, err=True)
+
+    requests = [Request(str(one), baseline, [str(r) for r in results], [str(b) for b in bases], list(set_), seeds,
+                        until_decided, max_seeds, METRICS[metric], checkpoint, effect / 100, allow_protocol_difference,
+                        gpus, baseline_cpu) for one in profile]
     try:
-        spec = build_spec(request, resolve_home(home), warn=lambda line: typer.echo(line, err=True))
+        specs = [build_spec(request, resolve_home(home), warn=warn) for request in requests]
     except (ProfileError, ValueError) as err:
         raise fail(str(err)) from None
+    if len(specs) > 1:
+        from fairtui.cli.judge_family import judge_family
+
+        raise typer.Exit(judge_family(resolve_home(home), specs, json_out))
+    (spec,) = specs
     from fairtui.campaign.spec import sibling_judgements
 
     if not (resolve_home(home) / "judges" / f"{spec.key}.json").exists():  # a new judgement: say which it is not

@@ -177,11 +177,12 @@ class Sequential:
     interval: tuple[float, float]
     decided: bool  # E_n >= 1 / alpha: "better" or "worse" may be said now, with the error rate kept
     verdict: str
+    alpha: float = ALPHA  # its level: a family of m methods judges each at ALPHA / m (fairtui.campaign.family)
 
     def to_json(self) -> dict:
         finite = lambda x: None if math.isnan(x) or math.isinf(x) else x  # noqa: E731
         return {"test": "safe t-test (anytime-valid), prior N(0, %g) on the standardised effect" % SEQUENTIAL_G,
-                "n": self.n, "e_value": finite(self.e_value), "threshold": 1 / ALPHA,
+                "n": self.n, "e_value": finite(self.e_value), "threshold": 1 / self.alpha,
                 "interval": [finite(self.interval[0]), finite(self.interval[1])], "decided": self.decided,
                 "verdict": self.verdict}
 
@@ -198,7 +199,7 @@ def sequential(diffs: list[float], max_seeds: int | None = None, alpha: float = 
         word = f"not distinguishable at {n} seeds (the most asked for)"
     else:
         word = f"not decided at {n} seed{'s' if n != 1 else ''}"
-    return Sequential(n, e, (lo, hi), decided, word)
+    return Sequential(n, e, (lo, hi), decided, word, alpha)
 
 
 @dataclass

@@ -165,5 +165,6 @@ def test_a_failed_method_seed_is_counted_as_a_loss_in_the_verdict():
     assert counted["verdict"].startswith("better (t-test")
     assert counted_as_losses(look, spec, {4: BASELINE}) is None  # the baseline's failure says nothing of the method
     assert counted_as_losses(look, spec, {}) is None
-    seq = counted_as_losses(look, SimpleNamespace(seeds=list(range(10)), until_decided=True, effect=0.02), {7: METHOD})
+    seq = counted_as_losses(look, SimpleNamespace(seeds=list(range(10)), until_decided=True, effect=0.02,
+                                                   alpha=0.05), {7: METHOD})
     assert seq["verdict"] in ("better", "not decided at 5 seeds")
