@@ -17,9 +17,11 @@ import json
 import os
 import time
 from pathlib import Path
+from subprocess import SubprocessError
 from typing import Callable
 
 from engine.contract.config import profile_from_table
+from engine.contract.profile_schema import ProfileError
 from fairtui.campaign.driver import DriverLock
 from fairtui.campaign.judgement import BASELINE, METHOD, TEACHER, Look, Side, Spec  # noqa: F401 (Side, Spec: here too)
 from fairtui.judge import stats
@@ -342,15 +344,18 @@ class Campaign:
         for (role, _), run_dir in (runs or self.runs()).items():
             if role == BASELINE and self.shared is not None and not everything:
                 continue
-            status = RunView.load(run_dir).status()
-            if status == "queued" and unqueue(run_dir) is not None:
+            view = RunView.load(run_dir)
+            status, on_slurm = view.status(), view.meta.get("launcher") == "slurm"
+            if status == "queued" and not on_slurm and unqueue(run_dir) is not None:
                 out.append(run_dir.name)
                 continue
-            if RunView.load(run_dir).status() == "running":  # running, or started as it was taken off the queue
+            # running, or started as it was taken off the queue; a Slurm job queued or running (stop_run cancels it
+            # in Slurm's queue, or asks its engine through the run folder: it reads stopped, as `fairtui stop` leaves it)
+            if RunView.load(run_dir).status() == "running" or (on_slurm and status == "queued"):
                 try:
                     stop_run(run_dir, wait=False)
                     out.append(run_dir.name)
-                except StopError:
+                except (StopError, ProfileError, OSError, SubprocessError):  # ended meanwhile; scancel refused
                     pass
         return out
 

@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from fairtui.cli.groups import AllowProtocol, Bases, Effect, Results
+from fairtui.cli.launching import with_slurm_options
 from fairtui.cli.options import Home, HomeT, Json, fail
 
 HELP = ("Judge a method against a baseline in one command: train its runs for the baseline's seeds (and the "
@@ -18,6 +19,7 @@ HELP = ("Judge a method against a baseline in one command: train its runs for th
 METRICS = {"worst": "worst_robust", "avg": "avg_robust"}
 
 
+@with_slurm_options
 def judge(
     profile: List[str] = typer.Argument(..., help="the method's TOML profile; several: a table of methods against "
                                         "the one baseline, the family's error rate kept (--set applies to each)"),
@@ -40,6 +42,9 @@ def judge(
                                      "committed runs trained on another kind of CPU: here (train them on this "
                                      "machine, so that each pair is trained on one CPU) or committed (pair with them "
                                      "across CPUs, saying so)"),
+    slurm: Optional[dict] = None,  # --launcher and the Slurm options (with_slurm_options)
+    parallelism: Optional[int] = typer.Option(None, "--array-parallelism", min=1, help="slurm: the judgement's jobs "
+                                              "at once (default 16)"),
     json_out: bool = Json,
     home: HomeT = Home,
 ) -> None:
@@ -52,9 +57,13 @@ def judge(
     from fairtui.campaign.spec import Request, build_spec, check_pool
     from fairtui.launch.queue import pool_of
 
+    from fairtui.cli.launching import slurm_settings
+    from fairtui.launch.slurm_queue import judge_queue
+
     try:  # the app offers only the GPUs it sees; the command line checks what it was given
+        settings = slurm_settings(gpus=gpus, parallelism=parallelism, **slurm)
         check_pool(pool_of(gpus), gpus)
-    except ValueError as err:
+    except (ProfileError, ValueError) as err:
         raise fail(str(err)) from None
 
     said: list[str] = []  # a line the members share (the baseline's CPU, its runs left out) is said once
@@ -74,7 +83,7 @@ def judge(
     if len(specs) > 1:
         from fairtui.cli.judge_family import judge_family
 
-        raise typer.Exit(judge_family(resolve_home(home), specs, json_out))
+        raise typer.Exit(judge_family(resolve_home(home), specs, json_out, settings))
     (spec,) = specs
     from fairtui.campaign.spec import sibling_judgements
 
@@ -82,9 +91,11 @@ def judge(
         for line in sibling_judgements(resolve_home(home), spec):
             typer.echo(line, err=True)
     try:
-        campaign = Campaign(resolve_home(home), spec)
+        campaign = Campaign(resolve_home(home), spec, queue=judge_queue(resolve_home(home), settings, spec.key))
     except ValueError as err:
         raise fail(str(err)) from None
+    if settings is not None:  # the cluster's jobs at once
+        campaign.slots = settings.parallelism
     if not campaign.take_driver():  # one driver a judgement: a second terminal trains nothing
         raise fail(campaign.busy_text())
     raise typer.Exit(follow(campaign, json_out))

@@ -15,15 +15,19 @@ STOPPED = ("stopped: {n} run(s) stop after their batch; the same command continu
            "others resume from their checkpoints)")
 
 
-def judge_family(home: Path, specs: list, json_out: bool) -> int:
+def judge_family(home: Path, specs: list, json_out: bool, settings=None) -> int:
+    """``settings``: --launcher slurm's (each run a job), else None (this machine's slots)."""
     from rich.console import Console
 
     from fairtui.campaign.family import Family
+    from fairtui.launch.slurm_queue import judge_queue
 
     try:
-        family = Family(home, specs)
+        family = Family(home, specs, queue=judge_queue(home, settings, "family"))
     except ValueError as err:
         raise fail(str(err)) from None
+    if settings is not None:
+        family.slots = settings.parallelism
     if not family.take_driver():
         raise fail(family.busy_text())
     err = Console(stderr=True)

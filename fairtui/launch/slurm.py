@@ -335,18 +335,31 @@ def _not_submitted(run_dir: Path, err: Exception) -> None:
     (run_dir / "queued").unlink(missing_ok=True)
 
 
+def submit_runs(home: Path, runs: list[Path], name: str, settings: SlurmSettings) -> list:
+    """Submit run folders as one job array (its tasks at most ``settings.parallelism`` at once); return the submitit
+    jobs. Where sbatch refuses the array, each run is failed with the scheduler's reason and ProfileError says it."""
+    executor = _executor(home, name, settings, array=True)
+    jobs = []
+    for run_dir in runs:
+        (run_dir / "queued").touch()
+    try:
+        with executor.batch():
+            for run_dir in runs:
+                jobs.append(executor.submit(TrainRun(str(run_dir), settings.gpus_per_node, settings.nodes)))
+    except Exception as err:  # noqa: BLE001 (sbatch's refusal, whatever submitit raises it as)
+        for run_dir in runs:
+            _not_submitted(run_dir, err)
+        raise ProfileError("--launcher", "slurm", f"the jobs were not submitted: {err}") from None
+    for run_dir, job in zip(runs, jobs):
+        _submitted(home, run_dir, job, settings)
+    return jobs
+
+
 def submit_sweep(home: Path, record: dict, settings: SlurmSettings) -> list:
     """Submit every child of the sweep as one job array; return the submitit jobs."""
     from fairtui.launch.sweep import save_record
 
-    executor = _executor(home, record["sweep_id"], settings, array=True)
-    runs = [home / "runs" / r for r in record["runs"]]
-    jobs = []
-    with executor.batch():
-        for run_dir in runs:
-            jobs.append(executor.submit(TrainRun(str(run_dir), settings.gpus_per_node, settings.nodes)))
-    for run_dir, job in zip(runs, jobs):
-        _submitted(home, run_dir, job, settings)
+    jobs = submit_runs(home, [home / "runs" / r for r in record["runs"]], record["sweep_id"], settings)
     record["jobs"] = [str(j.job_id) for j in jobs]
     save_record(home, record)
     return jobs
