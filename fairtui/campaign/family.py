@@ -58,6 +58,23 @@ class Family:
         self.driver_lock = DriverLock(home / "judges" / f"family-{self.key}.lock")
         self.looks: dict[str, Look] = {}
         self.slots = self.members[0].slots
+        self._record()
+
+    def _record(self) -> None:
+        """``<home>/judges/family-<key>.json``: the members' requests, so that the app reopens the family as it was
+        asked (a member alone would be another judgement: its own level and its own baseline runs); each member's
+        record names the family."""
+        from engine.contract.atomic import atomic_write_json
+
+        path = self.home / "judges" / f"family-{self.key}.json"
+        if not path.exists():
+            atomic_write_json(path, {"key": self.key, "baseline": self.specs[0].baseline.label,
+                                     "members": [s.key for s in self.specs],
+                                     "requests": [s.request for s in self.specs], "created": time.time()})
+        for member in self.members:
+            if member.record.get("family") != self.key:
+                member.record["family"] = self.key
+                member._save()
 
     def take_driver(self) -> bool:
         """The family's one driver drives every member; False when another process drives it (or one of them)."""
@@ -103,6 +120,16 @@ class Family:
     @property
     def failed(self) -> bool:
         return any(m.failed for m in self.members)
+
+
+def open_family(home: Path, key: str, queue=None) -> Family:
+    """The family of ``<home>/judges/family-<key>.json``, as it was asked (the app's judge screen)."""
+    import json
+
+    from fairtui.campaign.spec import Request, build_spec
+
+    record = json.loads((home / "judges" / f"family-{key}.json").read_text())
+    return Family(home, [build_spec(Request.from_json(r), home) for r in record["requests"]], queue)
 
 
 def family_rows(family: Family) -> list[dict]:

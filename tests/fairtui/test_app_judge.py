@@ -109,3 +109,40 @@ async def test_the_compare_screen_opens_the_quick_protocol_at_its_headline_check
         await pilot.press("c")  # the only checkpoint at hand: it stays, and the screen is drawn again
         await pilot.pause(0.3)
         assert app.screen.checkpoint == "last" and app.screen.group_comparison.checkpoint == "last"
+
+
+async def test_a_table_of_methods_reopens_as_its_family_from_a_method_run_or_the_shared_baseline(tmp_path):
+    """#87 item 3: j on any run of a family judgement (a method's, or the baseline's it shares) opens the family:
+    a column a method, the shared baseline, and the family's table; reopening trains nothing."""
+    import json
+
+    from tests.conftest import fairtui_cmd
+    from tests.fairtui.test_family import write_profiles
+
+    methods, base = write_profiles(tmp_path)
+    home = tmp_path / "home"
+    out = fairtui_cmd("judge", str(methods[0]), str(methods[2]), "--baseline", str(base), "--seeds", "0-1", home=home)
+    assert out.returncode == 0, out.stderr
+    runs = sorted((home / "runs").iterdir())
+    assert len(runs) == 6  # two methods and the shared baseline, two seeds each
+    roles = {json.loads((r / "meta.json").read_text())["judge"]["role"]: r.name for r in runs}
+    app = make_app(home=home, profiles_dir=tmp_path, gpu_inventory=lambda: [], poll_interval=0.2, queue_worker=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for role in ("method", "baseline"):
+            screen = app.screen
+            await wait_until(pilot, lambda: screen.query_one("DataTable").row_count == 6, timeout=HANG_S)
+            screen.query_one("DataTable").move_cursor(row=[d["run_id"] for d in screen.visible()].index(roles[role]))
+            await pilot.pause()
+            await pilot.press("j")
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "JudgeScreen", timeout=HANG_S)
+            title = app.screen.query_one("#judge-title")
+            await wait_until(pilot, lambda: "verdict" in str(title.render()), timeout=HANG_S)
+            assert "judge family" in str(title.render()) and "2 methods against tinybase" in str(title.render())
+            table = app.screen.query_one("#judge-runs")
+            assert [str(c.label) for c in table.columns.values()] == ["seed", "tinytrades", "tinytrades3", "baseline"]
+            assert table.row_count == 2 and all(c == "completed" for i in range(2) for c in table.get_row_at(i)[1:])
+            forest = str(app.screen.query_one("#judge-forest").render())
+            assert "| tinytrades3 |" in forest and "Holm" in forest
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "RunsScreen", timeout=HANG_S)
+    assert sorted((home / "runs").iterdir()) == runs  # reopened: nothing trained again
