@@ -377,7 +377,10 @@ def compare_groups(named: dict[str, list[RunView]], baseline: str | None = None,
             left_out += [f"left out of {g.label}: {line}" for line in g.left_out]
             left_out.append(f"{g.label}: every run left out, so the group is not in the tables")
     groups = [g for g in groups if g.members]
-    names = groups[0].members[0].view.class_names()
+    # the per-class columns are labelled by the baseline's classes (the table is read against it), else the first
+    # group's: a digits quickstart group beside CIFAR-10 groups labelled them 0-9
+    named_by = next((g for g in groups if g.label == baseline), groups[0])
+    names = named_by.members[0].view.class_names()
     pairings = []
     if baseline is not None:
         base = next((g for g in groups if g.label == baseline), None)
