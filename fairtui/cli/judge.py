@@ -14,8 +14,9 @@ from fairtui.cli.options import Home, HomeT, Json, fail
 
 HELP = ("Judge a method against a baseline in one command: train its runs for the baseline's seeds (and the "
         "baseline's own where none is committed) on the CPU's slots, print the paired comparison as pairs land, and "
-        "end with a verdict; --until-decided adds seeds until an anytime-valid test knows. Ctrl-C, then the same "
-        "command, continues.")
+        "end with a verdict; --until-decided adds seeds until an anytime-valid test knows. Several profiles: a table "
+        "of methods against the one baseline, the family's 5% kept. --launcher slurm: each run a job. Ctrl-C, then "
+        "the same command, continues.")
 METRICS = {"worst": "worst_robust", "avg": "avg_robust"}
 
 
