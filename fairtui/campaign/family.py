@@ -188,7 +188,8 @@ def family_lines(family: Family) -> list[str]:
            f"at {spec.checkpoint} ({setting}), points against the baseline", rule_text(family), "",
            f"| method | {judged} | {METRIC_WORDS[other]} (95% t) | seeds | {'e-value' if until else 'Holm p'} | verdict |",
            "|---|---|---|---|---|---|"]
-    for row in family_rows(family):
+    rows = family_rows(family)
+    for row in rows:
         if not row["paired"]:
             out.append(f"| {row['method']} | - | - | {len(row['seeds'])} | - | {row['reason']} |")
             continue
@@ -201,6 +202,6 @@ def family_lines(family: Family) -> list[str]:
         out.append(f"| {row['method']} | {pct(r['mean'], True)} {interval} | {pct(o['mean'], True)} "
                    f"{_interval(*o['ci95'])} | {len(row['seeds'])} ({seeds_text(row['seeds'])}) | {last} | "
                    f"{row.get('verdict', '-')} |")
-    decided = [row["method"] for row in family_rows(family) if row.get("decision")]
+    decided = [row["method"] for row in rows if row.get("decision")]
     out += ["", f"decided: {', '.join(decided) if decided else 'none'} (at the family's error rate)"]
     return out

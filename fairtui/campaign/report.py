@@ -8,6 +8,8 @@ from fairtui.campaign.outcome import counted_as_losses
 from fairtui.judge.group_report import p_text, pairing_lines, pct, planning_text, seeds_text
 
 METRIC_WORDS = {"worst_robust": "worst class", "avg_robust": "average"}
+STOPPED = ("stopped: {n} run(s) stop after their batch; the same command continues (the landed seeds are kept, the "
+           "others resume from their checkpoints)")  # after Ctrl-C
 
 
 def _interval(lo: float, hi: float) -> str:

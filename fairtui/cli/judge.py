@@ -107,13 +107,14 @@ def follow(campaign, json_out: bool) -> int:
     and the verdict; 130 after Ctrl-C (the runs stop after their batch; the same command continues)."""
     from rich.console import Console
 
+    from fairtui.campaign.report import STOPPED
+
     err = Console(stderr=True)
     try:
         return _follow(campaign, json_out, err)
     except KeyboardInterrupt:  # at any moment, the progress display's set-up included
         stopped = campaign.stop_rest()
-        err.print(f"stopped: {len(stopped)} run(s) stop after their batch; the same command continues (the "
-                  "landed seeds are kept, the others resume from their checkpoints)", soft_wrap=True)
+        err.print(STOPPED.format(n=len(stopped)), soft_wrap=True)
         return 130
 
 
@@ -123,7 +124,7 @@ def _follow(campaign, json_out: bool, err) -> int:
     from rich.console import Console
 
     from fairtui.campaign.outcome import to_json
-    from fairtui.campaign.report import interim_lines, next_look_text, verdict_lines
+    from fairtui.campaign.report import STOPPED, interim_lines, next_look_text, verdict_lines
     from fairtui.cli.launching import child_line, sweep_bars
 
     spec = campaign.spec
@@ -156,8 +157,7 @@ def _follow(campaign, json_out: bool, err) -> int:
             look = campaign.run(on_tick, on_look)
     except KeyboardInterrupt:
         stopped = campaign.stop_rest()
-        err.print(f"stopped: {len(stopped)} run(s) stop after their batch; the same command continues (the "
-                  "landed seeds are kept, the others resume from their checkpoints)", soft_wrap=True)
+        err.print(STOPPED.format(n=len(stopped)), soft_wrap=True)
         return 130
     if json_out:
         typer.echo(json.dumps(to_json(look, spec, campaign.failed, campaign.failed_roles)))

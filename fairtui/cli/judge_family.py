@@ -9,10 +9,9 @@ from pathlib import Path
 
 import typer
 
+from fairtui.campaign.report import STOPPED
 from fairtui.cli.options import fail
-
-STOPPED = ("stopped: {n} run(s) stop after their batch; the same command continues (the landed seeds are kept, the "
-           "others resume from their checkpoints)")
+from fairtui.judge.stats import ALPHA
 
 
 def judge_family(home: Path, specs: list, json_out: bool, settings=None) -> int:
@@ -74,7 +73,7 @@ def _follow(family, json_out: bool, err) -> int:
     if json_out:
         members = [to_json(family.looks[m.spec.method.label], m.spec, m.failed, m.failed_roles)
                    for m in family.members]
-        typer.echo(json.dumps({"family": family.key, "rule": rule_text(family), "alpha": 0.05,
+        typer.echo(json.dumps({"family": family.key, "rule": rule_text(family), "alpha": ALPHA,
                                "until_decided": spec.until_decided, "table": family_rows(family),
                                "methods": members}, default=str))
     else:

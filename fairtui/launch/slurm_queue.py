@@ -20,7 +20,7 @@ class SlurmQueue:
         self.pending: list[Path] = []
 
     def submit(self, run_dir: Path, choice: Any = None, pool: Any = None) -> None:
-        (run_dir / "queued").touch()
+        (run_dir / "queued").touch()  # queued from now, not from the tick: a family's next member reads it so
         self.pending.append(run_dir)
 
     def tick(self, start: Any = None) -> list:
