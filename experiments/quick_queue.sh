@@ -14,7 +14,8 @@
 # The plans that trained the committed folders: cifar10-cpu-quick/ (2026-11-28, AMD EPYC with AVX512-BF16) the
 # default's first four steps; cifar10-cpu-quick-xeon/ (2026-12-02, Intel Xeon) "trades,dafa@0-1" "at,frl@0-4"
 # "trades,dafa@2-4" "cfa-at,cfa-trades@0-4"; the DAFA rows of cifar10-cpu-quick/ under the scaled protocols'
-# rule (2026-12-02, AMD EPYC with AVX512-BF16) "dafa@0-4".
+# rule (2026-12-02, AMD EPYC with AVX512-BF16) "dafa@0-4"; its CFA rows on a 100-image validation split
+# (2026-12-02/03, the same AMD kind) "cfa-at,cfa-trades@0-4".
 # The worktree (FAIRTUI_QUICK_TREE, default ../exp-quick) is detached at this checkout's HEAD when the queue
 # starts, so that edits here never change the code under a run; its home is FAIRTUI_QUICK_HOME.
 set -euo pipefail

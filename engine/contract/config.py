@@ -35,6 +35,7 @@ class DataConfig:
     download: bool = field(False)
     val_per_class: int = field(0, min=0)
     val_fraction: float = field(0.1, min=0.0, max=0.9)
+    val_extra_per_class: int = field(0, min=0)  # drawn after the training subset: its images stay the seed's
     train_per_class: int = field(0, min=0)  # 0: all of the training data
     test_per_class: int = field(0, min=0)  # 0: all of the test data
     batch_size: int = field(128, min=1)
@@ -306,6 +307,8 @@ def _resolve(p: Profile, file: str) -> Profile:
         raise ProfileError(file, "data.val_fraction", f"{p.method.name} updates its class-wise state from the "
                            f"validation split every epoch ({reads}): it needs one (data.val_per_class or "
                            "data.val_fraction above 0)")
+    if p.data.val_extra_per_class and not p.data.train_per_class:
+        raise ProfileError(file, "data.val_extra_per_class", "draws from what data.train_per_class leaves: set it too")
     if not p.eval.attacks:
         raise ProfileError(file, "eval.attacks", "needs at least one attack (else the run ends with no result)")
     if not p.eval.checkpoints:

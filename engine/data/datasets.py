@@ -167,6 +167,11 @@ def load_splits(cfg: DataConfig, seed: int) -> Splits:
     if cfg.train_per_class:
         keep = stratified_pick(y[train_idx], cfg.train_per_class, 1.0, rng, k)
         train_idx = train_idx[keep]
+    if cfg.val_extra_per_class:  # after the training pick, so the seed's training images are those without it
+        mask[train_idx] = False
+        rest = np.flatnonzero(mask)
+        val_idx = np.sort(np.concatenate([val_idx, rest[stratified_pick(y[rest], cfg.val_extra_per_class, 1.0,
+                                                                        rng, k)]]))
     if cfg.test_per_class:
         test = test.subset(stratified_pick(test.y.numpy(), cfg.test_per_class, 1.0,
                                            np.random.default_rng(0), k))

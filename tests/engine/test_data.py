@@ -166,6 +166,28 @@ def test_val_fraction_and_train_subset():
     assert all(abs(n - 0.2 * 126) < 2 for n in s.val.per_class(10))
 
 
+def test_extra_validation_leaves_the_seeds_training_images_as_they_were():
+    base = DataConfig(dataset="digits", val_per_class=5, train_per_class=100)
+    more = DataConfig(dataset="digits", val_per_class=5, train_per_class=100, val_extra_per_class=7)
+    for seed in (0, 3):
+        a, b = load_splits(base, seed), load_splits(more, seed)
+        assert torch.equal(a.train.x, b.train.x) and torch.equal(a.train.y, b.train.y)
+        assert b.val.per_class(10) == [12] * 10
+        rows = lambda d: {tuple(r.flatten().tolist()) for r in d.x}  # noqa: E731
+        assert rows(a.val) < rows(b.val) and not rows(b.val) & rows(b.train)
+    assert not torch.equal(load_splits(more, 0).val.x, load_splits(more, 3).val.x)
+
+
+def test_extra_validation_without_a_training_subset_is_refused(tmp_path):
+    from engine.contract.profile_io import load_profile
+    from engine.contract.profile_schema import ProfileError
+
+    path = tmp_path / "p.toml"
+    path.write_text('name = "p"\n[data]\ndataset = "digits"\nval_extra_per_class = 5\n[method]\nname = "pgd_at"\n')
+    with pytest.raises(ProfileError, match="data.val_extra_per_class.*train_per_class"):
+        load_profile(path)
+
+
 def test_gaussian_classes_differ_in_variance():
     s = load_splits(DataConfig(dataset="gaussian", gaussian_classes=3, gaussian_var_ratio=4.0, gaussian_sigma=0.02), 0)
     assert s.input_shape == (16,)

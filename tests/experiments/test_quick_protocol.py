@@ -55,9 +55,10 @@ def test_a_quick_profile_is_its_cpu_scale_profile_with_only_the_protocol_changed
     scaled = {}
     if method in ("dafa", "trix"):  # the scaled protocols' rule: the warm-up whose W share is nearest the code's
         scaled[("method", "warmup_epochs")] = nearest_dafa_warmup(quick_path)
-    if method.startswith("cfa"):  # the paper's 50 of 200; the gate the quick base runs clear (test_mechanisms)
+    if method.startswith("cfa"):  # the paper's 50 of 200; its 2% validation; the gate: one image of its worst class
         scaled[("method", "fawa_start_epoch")] = math.ceil(6 * 50 / 200)
-        scaled[("method", "fawa_threshold")] = 0.02
+        scaled[("data", "val_extra_per_class")] = 100 - 50
+        scaled[("method", "fawa_threshold")] = 1 / 100
     if method == "frl":  # a third of the pre-training, as 5 after 15; the paper's summed step 2.0 over 2 epochs
         scaled[("train", "epochs")] = 6 // 3
         scaled.update({("method", k): 1.0 for k in ("alpha1", "alpha2", "alpha_margin")})
