@@ -36,6 +36,26 @@ def judge_runs(home: Path) -> dict[tuple[str, int], list[str]]:
     return out
 
 
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _freeze_engines(home: Path, but_seed: int) -> set[int]:
+    """SIGSTOP the engines of the judgement's runs of every seed but ``but_seed``: the pids stopped. However fast the
+    runs are beside the judge (a busy machine, a fast CPU), the judge cannot see every seed land before a Ctrl-C."""
+    from fairtui.launch.control import engine_processes
+
+    out = set()
+    for (_, seed), ids in judge_runs(home).items():
+        if seed != but_seed:
+            out |= {pid for pid in engine_processes(home / "runs" / ids[0])[1] if _signal(pid, signal.SIGSTOP)}
+    return out
+
+
 def spans(home: Path) -> list[tuple[float, float]]:
     """Each run's training time span, from its first and last event."""
     out = []
@@ -85,12 +105,16 @@ def test_ctrl_c_then_the_same_command_continues_without_retraining_a_landed_seed
                             text=True)
     deadline = time.time() + HANG_S
     record = home / "judges"
+    frozen: set[int] = set()
     while time.time() < deadline:  # the first pair landed: its seed is in the record
+        frozen |= _freeze_engines(home, but_seed=0)  # the later seeds' engines wait: they cannot all land first
         files = list(record.glob("*.json")) if record.is_dir() else []
         if files and json.loads(files[0].read_text())["landed"]:
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
+    for pid in frozen:  # on with them: each takes the judge's stop after its batch
+        _signal(pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 130, err
     assert "the same command continues" in err

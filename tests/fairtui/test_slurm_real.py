@@ -10,14 +10,19 @@ job resumes to the same numbers; a job the scheduler refuses leaves a failed run
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_S, TINY, fairtui_cmd
+from engine.contract.protocol import STOP_MARKER
+from fairtui.launch.control import engine_processes
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd
 
 
 def slurm_up() -> str | None:
@@ -47,11 +52,27 @@ def show(home: Path, run: str) -> dict:
     return json.loads(fairtui_cmd("show", run, "--json", home=home).stdout)
 
 
-def wait_for(check, what: str, timeout: float = HANG_S) -> None:
+def wait_for(check, what: str, timeout: float = HANG_S, poll: float = 0.5) -> None:
     deadline = time.time() + timeout
     while not check():
         assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+        time.sleep(poll)
+
+
+def _epochs(run_dir: Path) -> int:
+    """The epochs the run's events record, read from the folder (no command's start-up in the way)."""
+    try:
+        return (run_dir / "events.jsonl").read_text().count('"type":"epoch_end"')
+    except OSError:
+        return 0
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def queue_states(job: str) -> list[str]:
@@ -122,9 +143,19 @@ def test_stop_cancels_the_job_and_resume_ends_at_an_unstopped_runs_numbers(tmp_p
     path = profile(tmp_path, epochs=12)
     out = fairtui_cmd("run", str(path), *JOB, "--name", "stopped", home=home)
     assert out.returncode == 0, out.stderr
-    wait_for(lambda: show(home, "stopped")["epochs_done"] >= 2, "two epochs on Slurm")
-    stop = fairtui_cmd("stop", "stopped", home=home)  # asked through the run folder: the engine stops after its batch
-    assert stop.returncode == 0, stop.stderr
+    run_dir = home / "runs" / show(home, "stopped")["run_id"]
+    wait_for(lambda: _epochs(run_dir) >= 2, "two epochs on Slurm", poll=0.02)
+    pids = engine_processes(run_dir)[1]  # held between epochs while the stop is asked: a fast CPU cannot finish first
+    held = [pid for pid in pids if _signal(pid, signal.SIGSTOP)]
+    assert held, f"no engine process to hold ({pids})"
+    stop = subprocess.Popen([sys.executable, "-c", "from fairtui.cli import main; main()", "stop", "stopped", "--home",
+                             str(home)], env=engine_env(), cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    wait_for(lambda: (run_dir / STOP_MARKER).exists() or stop.poll() is not None, "the stop to be asked")
+    for pid in held:
+        _signal(pid, signal.SIGCONT)
+    _, err = stop.communicate(timeout=HANG_S)  # asked through the run folder: the engine stops after its batch
+    assert stop.returncode == 0, err
     assert show(home, "stopped")["status"] == "stopped"
     kept = show(home, "stopped")["epochs_done"]
     assert 2 <= kept < 12
