@@ -142,6 +142,24 @@ def events_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 
 
+def sigint_as_a_terminal_gives_it() -> None:
+    """A Popen ``preexec_fn``: SIGINT back to its default in the child, so that Python turns it into
+    KeyboardInterrupt. A suite started in the background by a shell without job control (`.ci/run &`) inherits
+    SIGINT ignored, and a child that inherits it ignored keeps it so: a test's Ctrl-C would not reach it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def send_signal(pid: int, sig: int) -> bool:
+    """Signal a process; False when it has gone (a test that holds engines with SIGSTOP and releases them)."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def fairtui_cmd(*args: str, home: Path, timeout: float = HANG_S, env_extra: dict | None = None):
     env = engine_env()
     env.update(env_extra or {})

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd, sigint_as_a_terminal_gives_it
 
 
 def profiles(tmp_path: Path, epochs: int = 2) -> tuple[Path, Path]:
@@ -33,26 +33,6 @@ def judge_runs(home: Path) -> dict[tuple[str, int], list[str]]:
         if info is None:  # a run of the home outside any judgement
             continue
         out.setdefault((info["role"], info["seed"]), []).append(meta.parent.name)
-    return out
-
-
-def _signal(pid: int, sig: int) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def _freeze_engines(home: Path, but_seed: int) -> set[int]:
-    """SIGSTOP the engines of the judgement's runs of every seed but ``but_seed``: the pids stopped. However fast the
-    runs are beside the judge (a busy machine, a fast CPU), the judge cannot see every seed land before a Ctrl-C."""
-    from fairtui.launch.control import engine_processes
-
-    out = set()
-    for (_, seed), ids in judge_runs(home).items():
-        if seed != but_seed:
-            out |= {pid for pid in engine_processes(home / "runs" / ids[0])[1] if _signal(pid, signal.SIGSTOP)}
     return out
 
 
@@ -102,19 +82,15 @@ def test_ctrl_c_then_the_same_command_continues_without_retraining_a_landed_seed
     command = [sys.executable, "-c", "from fairtui.cli import main; main()", "judge", str(method), "--baseline",
                str(base), "--seeds", "0-3", "--home", str(home)]
     proc = subprocess.Popen(command, env=engine_env(), cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_as_a_terminal_gives_it)
     deadline = time.time() + HANG_S
     record = home / "judges"
-    frozen: set[int] = set()
     while time.time() < deadline:  # the first pair landed: its seed is in the record
-        frozen |= _freeze_engines(home, but_seed=0)  # the later seeds' engines wait: they cannot all land first
         files = list(record.glob("*.json")) if record.is_dir() else []
         if files and json.loads(files[0].read_text())["landed"]:
             break
-        time.sleep(0.05)
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    for pid in frozen:  # on with them: each takes the judge's stop after its batch
-        _signal(pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 130, err
     assert "the same command continues" in err
@@ -308,13 +284,15 @@ def test_ten_ctrl_c_at_random_moments_end_with_each_seed_trained_once_and_the_un
     rng = random.Random(83)
     for _ in range(10):
         proc = subprocess.Popen(command, env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, preexec_fn=sigint_as_a_terminal_gives_it)
         time.sleep(rng.uniform(0.5, 6.0))
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=HANG_S)
+        out, err = proc.communicate(timeout=HANG_S)
         # 0: it had ended before the signal; -2 with nothing said: the signal came while the interpreter itself
-        # started, before any code of fairtui ran (nothing of the judgement can be touched then)
-        assert proc.returncode in (0, 130) or (proc.returncode == -2 and not err.strip()), (proc.returncode, err)
+        # started, before any code of fairtui ran (nothing of the judgement can be touched then); -2 after the
+        # verdict: it came as the interpreter shut down, the judgement done (a fast CPU ends it within the 6 s)
+        assert proc.returncode in (0, 130) or (proc.returncode == -2 and (not err.strip() or "verdict: " in out)), \
+            (proc.returncode, err)
         # a signal landing in the interpreter's own import-lock callback is printed by Python as "Exception ignored"
         # and swallowed there (the command then goes on to its verdict): Python's message, not fairtui's traceback
         ours = err.split("Exception ignored in: <function _get_module_lock")[0]

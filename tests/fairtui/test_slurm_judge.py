@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd, sigint_as_a_terminal_gives_it
 from tests.fairtui.test_slurm_real import queue_states, slurm_up, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(slurm_up() is not None, reason=str(slurm_up()))]
@@ -37,7 +37,8 @@ def test_judge_on_slurm_stops_on_ctrl_c_and_the_same_command_ends_with_a_verdict
     args = ["judge", str(tmp_path / "method.toml"), "--baseline", str(tmp_path / "base.toml"), "--seeds", "0-2", *JOB,
             "--array-parallelism", "2"]
     proc = subprocess.Popen([sys.executable, "-c", "from fairtui.cli import main; main()", *args, "--home", str(home)],
-                            env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=engine_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_a_terminal_gives_it)
 
     def running() -> bool:
         from fairtui.runs.runfolder import RunView

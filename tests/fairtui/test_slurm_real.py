@@ -10,7 +10,6 @@ job resumes to the same numbers; a job the scheduler refuses leaves a failed run
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -22,7 +21,7 @@ import pytest
 
 from engine.contract.protocol import STOP_MARKER
 from fairtui.launch.control import engine_processes
-from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd
+from tests.conftest import HANG_S, ROOT, TINY, engine_env, fairtui_cmd, send_signal
 
 
 def slurm_up() -> str | None:
@@ -66,13 +65,6 @@ def _epochs(run_dir: Path) -> int:
     except OSError:
         return 0
 
-
-def _signal(pid: int, sig: int) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def queue_states(job: str) -> list[str]:
@@ -146,14 +138,14 @@ def test_stop_cancels_the_job_and_resume_ends_at_an_unstopped_runs_numbers(tmp_p
     run_dir = home / "runs" / show(home, "stopped")["run_id"]
     wait_for(lambda: _epochs(run_dir) >= 2, "two epochs on Slurm", poll=0.02)
     pids = engine_processes(run_dir)[1]  # held between epochs while the stop is asked: a fast CPU cannot finish first
-    held = [pid for pid in pids if _signal(pid, signal.SIGSTOP)]
+    held = [pid for pid in pids if send_signal(pid, signal.SIGSTOP)]
     assert held, f"no engine process to hold ({pids})"
     stop = subprocess.Popen([sys.executable, "-c", "from fairtui.cli import main; main()", "stop", "stopped", "--home",
                              str(home)], env=engine_env(), cwd=ROOT, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     wait_for(lambda: (run_dir / STOP_MARKER).exists() or stop.poll() is not None, "the stop to be asked")
     for pid in held:
-        _signal(pid, signal.SIGCONT)
+        send_signal(pid, signal.SIGCONT)
     _, err = stop.communicate(timeout=HANG_S)  # asked through the run folder: the engine stops after its batch
     assert stop.returncode == 0, err
     assert show(home, "stopped")["status"] == "stopped"
@@ -177,10 +169,14 @@ def test_a_requeued_job_resumes_to_the_same_numbers(tmp_path):
     path = profile(tmp_path, epochs=12)
     out = fairtui_cmd("run", str(path), *JOB, "--name", "requeued", home=home)
     assert out.returncode == 0, out.stderr
-    wait_for(lambda: show(home, "requeued")["epochs_done"] >= 2, "two epochs on Slurm")
     run_dir = home / "runs" / show(home, "requeued")["run_id"]
+    wait_for(lambda: _epochs(run_dir) >= 2, "two epochs on Slurm", poll=0.02)
+    held = [pid for pid in engine_processes(run_dir)[1] if send_signal(pid, signal.SIGSTOP)]  # cannot finish first
     job = json.loads((run_dir / "meta.json").read_text())["slurm_job_id"]
-    assert subprocess.run(["scontrol", "requeue", job], timeout=30).returncode == 0
+    requeue = subprocess.run(["scontrol", "requeue", job], timeout=30).returncode
+    for pid in held:  # killed with its job step, or on to its end if the requeue was refused
+        send_signal(pid, signal.SIGCONT)
+    assert requeue == 0
     wait_for(lambda: show(home, "requeued")["status"] == "completed", "the requeued job to resume and complete")
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert any(e["type"] == "run_resumed" for e in events)  # it continued from its checkpoint
