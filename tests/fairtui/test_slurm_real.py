@@ -66,7 +66,6 @@ def _epochs(run_dir: Path) -> int:
         return 0
 
 
-
 def queue_states(job: str) -> list[str]:
     out = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30)
     return out.stdout.split()
